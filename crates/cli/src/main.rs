@@ -1,0 +1,49 @@
+//! `baton`: one binary, one subcommand per role (see shared/DESIGN.md).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "baton", version, about = "TLS termination cluster and TLS benchmark")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Terminate TLS 1.2/1.3 and serve HTTP (built-in responder or reverse proxy).
+    Agent(Box<baton_agent::AgentArgs>),
+    /// Measure TLS transactions per second of any TLS server.
+    Bench(Box<baton_bench::BenchArgs>),
+    /// Generate a ticket key file for `baton agent --ticket-key-file`.
+    TicketKey(baton_agent::TicketKeyArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let result = match cli.command {
+        Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => baton_bench::run(*args),
+        Command::TicketKey(args) => baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("baton: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` selects levels (default: info).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
