@@ -1,1 +1,95 @@
-//! placeholder
+//! The Baton TLS agent: terminates TLS 1.2 and 1.3 with rustls (aws-lc-rs), picks RSA or ECDSA
+//! certificates per client, resumes sessions (session ids and tickets), and serves HTTP/1.1 and
+//! HTTP/2 from a built-in benchmark responder or as a reverse proxy to a plain HTTP backend.
+//!
+//! Layout: `config` (flags + TOML), `policy` (versions, suites, groups), `certs` + `resolver`
+//! (which certificate for which hello), `sessions` (rustls' session seams over
+//! `baton-session`), `metering` (crypto CPU-seconds), `tls` (the `ServerConfig`), `io` (idle
+//! timeout, byte counts), `conn` (one connection), `http` + `proxy` (what is served), `server`
+//! (listeners, signals), `metrics`.
+
+mod certs;
+mod config;
+mod conn;
+mod http;
+mod io;
+pub mod metering;
+pub mod metrics;
+mod policy;
+mod process;
+mod proxy;
+mod resolver;
+mod server;
+mod sessions;
+mod tls;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+pub use config::{AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind};
+
+/// `baton agent`: resolves the configuration and runs until SIGTERM.
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.workers)
+        .thread_name("baton-agent")
+        .enable_all()
+        .build()
+        .context("starting runtime")?;
+    runtime.block_on(server::run(config))
+}
+
+/// `baton ticket-key`: add a fresh ticket key to a key file.
+#[derive(clap::Args, Debug)]
+pub struct TicketKeyArgs {
+    /// Key file to update (created if missing). The new key goes first (it seals new tickets);
+    /// older keys stay to open tickets already issued. Without --out, print one key line.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Older keys kept in the file after adding the new one.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub keep: usize,
+}
+
+pub fn ticket_key_command(args: TicketKeyArgs) -> anyhow::Result<()> {
+    let line = baton_session::generate_key_line()?;
+    let Some(path) = args.out else {
+        println!("{line}");
+        return Ok(());
+    };
+    let old = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let kept: Vec<&str> = old
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .take(args.keep)
+        .collect();
+    let mut text = format!("# baton ticket keys: first line seals, all open\n{line}\n");
+    for l in kept {
+        text.push_str(l);
+        text.push('\n');
+    }
+    // Written to a private temporary file and renamed, so a reloading agent never reads half
+    // a file and the keys are never world-readable.
+    let tmp = path.with_extension("tmp");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,447 @@
+//! The agent's settings: command-line flags, the same keys in a TOML file, and the resolved
+//! configuration with every default filled in.
+//!
+//! One struct serves both sources (clap for flags, serde for the file) so a flag cannot exist
+//! without its key. Flags override the file; the file overrides defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+/// `baton agent`: terminate TLS 1.2/1.3 and serve HTTP.
+#[derive(clap::Args, Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AgentArgs {
+    /// TOML file with any of these settings (keys are the flag names); flags override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Address to accept TLS on (repeatable). Default 127.0.0.1:8443. Port 0 picks a free port;
+    /// the agent prints `listening tls ADDR` for each on stdout.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<SocketAddr>,
+
+    /// Certificate chain (PEM), paired in order with --key (repeatable). The names the
+    /// certificate is for (its subjectAltNames) select it by SNI.
+    #[arg(long, value_name = "PEM")]
+    pub cert: Vec<PathBuf>,
+
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) for the --cert at the same position.
+    #[arg(long, value_name = "PEM")]
+    pub key: Vec<PathBuf>,
+
+    /// Generate a self-signed certificate in memory (repeatable), for --server-name.
+    #[arg(long, value_name = "KIND")]
+    pub self_signed: Vec<KeyKind>,
+
+    /// Names (DNS names or IP addresses) put in generated self-signed certificates.
+    /// Default: localhost, 127.0.0.1, ::1.
+    #[arg(long, value_name = "NAME")]
+    pub server_name: Vec<String>,
+
+    /// Write the generated self-signed certificates (public part only, PEM) to this file, so
+    /// clients can trust them.
+    #[arg(long, value_name = "FILE")]
+    pub self_signed_out: Option<PathBuf>,
+
+    /// CA certificates (PEM) that client certificates must chain to (mutual TLS).
+    #[arg(long, value_name = "PEM")]
+    pub client_ca: Option<PathBuf>,
+
+    /// Whether a client certificate is required or optional. Default: required when
+    /// --client-ca is given.
+    #[arg(long, value_name = "MODE")]
+    pub client_auth: Option<ClientAuth>,
+
+    /// TLS versions to accept, of 1.2 and 1.3 (comma separated). Default both.
+    #[arg(long, value_name = "V,..", value_delimiter = ',')]
+    pub tls_versions: Vec<String>,
+
+    /// Cipher suites to accept, IANA names (e.g. TLS13_AES_128_GCM_SHA256,
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256), comma separated, in preference order.
+    #[arg(long, value_name = "SUITE,..", value_delimiter = ',')]
+    pub suites: Vec<String>,
+
+    /// Key exchange groups (x25519, secp256r1, secp384r1, x25519mlkem768, ...), comma separated,
+    /// in preference order.
+    #[arg(long, value_name = "GROUP,..", value_delimiter = ',')]
+    pub groups: Vec<String>,
+
+    /// Sessions kept for TLS 1.2 session-id resumption and TLS 1.3 stateful tickets.
+    /// 0 disables the cache. Default 20480.
+    #[arg(long, value_name = "N")]
+    pub session_cache_size: Option<usize>,
+
+    /// How long a cached session may be resumed. Default 1h.
+    #[arg(long, value_name = "DURATION")]
+    pub session_lifetime: Option<HumanDuration>,
+
+    /// Issue stateless session tickets (TLS 1.2 tickets, TLS 1.3 tickets). Default true.
+    #[arg(long, value_name = "BOOL")]
+    pub tickets: Option<bool>,
+
+    /// TLS 1.3 tickets sent after each full handshake. Default 2.
+    #[arg(long, value_name = "N")]
+    pub tls13_tickets: Option<usize>,
+
+    /// How long a ticket stays valid (and how often keys rotate when no key file is given).
+    /// Default 6h.
+    #[arg(long, value_name = "DURATION")]
+    pub ticket_lifetime: Option<HumanDuration>,
+
+    /// Ticket keys from a file (see `baton ticket-key`), reloaded on SIGHUP; share it between
+    /// agents to resume each other's tickets. Default: random keys, rotated in memory.
+    #[arg(long, value_name = "FILE")]
+    pub ticket_key_file: Option<PathBuf>,
+
+    /// This agent's id in a cluster: written into the tickets it issues. Default 0.
+    #[arg(long, value_name = "N")]
+    pub agent_id: Option<u16>,
+
+    /// Bytes returned by `GET /` from the built-in responder. Default 1024.
+    #[arg(long, value_name = "N")]
+    pub body_size: Option<usize>,
+
+    /// Largest N served by `GET /bytes/N` (400 beyond). Default 64 MiB.
+    #[arg(long, value_name = "N")]
+    pub max_bytes: Option<u64>,
+
+    /// Plain-HTTP backend (http://HOST:PORT) to proxy every request to, instead of the
+    /// built-in responder.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+
+    /// Address for Prometheus metrics (plain HTTP, /metrics). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+
+    /// Runtime worker threads. Default: one per CPU.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+
+    /// Connections served at once; more are closed at accept. Default 20000.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// Time allowed from accept to the end of the TLS handshake. Default 10s.
+    #[arg(long, value_name = "DURATION")]
+    pub handshake_timeout: Option<HumanDuration>,
+
+    /// Time a connection may go without any byte read or written. Default 60s.
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<HumanDuration>,
+
+    /// Time allowed for an HTTP request head to arrive once started. Default 10s.
+    #[arg(long, value_name = "DURATION")]
+    pub header_timeout: Option<HumanDuration>,
+
+    /// Time SIGTERM waits for connections to finish before closing them. Default 30s.
+    #[arg(long, value_name = "DURATION")]
+    pub drain_timeout: Option<HumanDuration>,
+
+    /// Largest HTTP request head, in bytes. Default 16384.
+    #[arg(long, value_name = "N")]
+    pub max_header_bytes: Option<usize>,
+
+    /// Most HTTP request header fields. Default 100.
+    #[arg(long, value_name = "N")]
+    pub max_headers: Option<usize>,
+}
+
+/// Key types for generated certificates.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyKind {
+    EcdsaP256,
+    EcdsaP384,
+    #[value(name = "rsa-2048")]
+    #[serde(rename = "rsa-2048")]
+    Rsa2048,
+    #[value(name = "rsa-3072")]
+    #[serde(rename = "rsa-3072")]
+    Rsa3072,
+    #[value(name = "rsa-4096")]
+    #[serde(rename = "rsa-4096")]
+    Rsa4096,
+    Ed25519,
+}
+
+/// Client certificate policy.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientAuth {
+    Required,
+    Optional,
+}
+
+/// A duration written `500ms`, `10s`, `5m`, `2h`, `1d` (or bare seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl FromStr for HumanDuration {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("`{s}` is not a duration like 500ms, 10s, 5m, 2h"))?;
+        let d = match unit {
+            "ms" => Duration::from_millis(n),
+            "" | "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86400)),
+            _ => return Err(format!("`{s}`: unknown unit `{unit}` (ms, s, m, h, d)")),
+        };
+        Ok(Self(d))
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(s) => Ok(Self(Duration::from_secs(s))),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The resolved configuration: every default filled in, every value checked.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub listen: Vec<SocketAddr>,
+    pub certs: Vec<(PathBuf, PathBuf)>,
+    pub self_signed: Vec<KeyKind>,
+    pub server_names: Vec<String>,
+    pub self_signed_out: Option<PathBuf>,
+    pub client_ca: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+    pub tls_versions: Vec<String>,
+    pub suites: Vec<String>,
+    pub groups: Vec<String>,
+    pub session_cache_size: usize,
+    pub session_lifetime: Duration,
+    pub tickets: bool,
+    pub tls13_tickets: usize,
+    pub ticket_lifetime: Duration,
+    pub ticket_key_file: Option<PathBuf>,
+    pub agent_id: u16,
+    pub body_size: usize,
+    pub max_bytes: u64,
+    pub upstream: Option<String>,
+    pub metrics: Option<SocketAddr>,
+    pub workers: usize,
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub header_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+}
+
+impl AgentArgs {
+    /// Reads `--config` (if any), lets flags override it, and fills in defaults.
+    pub fn resolve(self) -> anyhow::Result<AgentConfig> {
+        let merged = match &self.config {
+            Some(path) => self.clone().over(Self::from_file(path)?),
+            None => self,
+        };
+        merged.into_config()
+    }
+
+    fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+    }
+
+    /// `self` (flags) over `file`: a flag given wins; a list given replaces the file's list.
+    fn over(self, file: Self) -> Self {
+        macro_rules! pick {
+            ($($list:ident),* ; $($opt:ident),*) => {
+                Self {
+                    config: self.config,
+                    $($list: if self.$list.is_empty() { file.$list } else { self.$list },)*
+                    $($opt: self.$opt.or(file.$opt),)*
+                }
+            };
+        }
+        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups;
+            self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
+            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, body_size,
+            max_bytes, upstream, metrics, workers, max_connections, handshake_timeout,
+            idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
+    }
+
+    fn into_config(self) -> anyhow::Result<AgentConfig> {
+        if self.cert.len() != self.key.len() {
+            bail!(
+                "--cert and --key come in pairs: got {} certificate(s) and {} key(s)",
+                self.cert.len(),
+                self.key.len()
+            );
+        }
+        if self.client_auth.is_some() && self.client_ca.is_none() {
+            bail!("--client-auth needs --client-ca (the CAs client certificates must chain to)");
+        }
+        let self_signed = if self.cert.is_empty() && self.self_signed.is_empty() {
+            bail!("no certificate: give --cert/--key pairs or --self-signed KIND");
+        } else {
+            self.self_signed
+        };
+        let dur = |d: Option<HumanDuration>, default: u64| d.map_or(Duration::from_secs(default), |d| d.0);
+        let config = AgentConfig {
+            listen: if self.listen.is_empty() {
+                vec!["127.0.0.1:8443".parse().expect("literal address")]
+            } else {
+                self.listen
+            },
+            certs: self.cert.into_iter().zip(self.key).collect(),
+            self_signed,
+            server_names: if self.server_name.is_empty() {
+                ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec()
+            } else {
+                self.server_name
+            },
+            self_signed_out: self.self_signed_out,
+            client_auth: self.client_auth.unwrap_or(ClientAuth::Required),
+            client_ca: self.client_ca,
+            tls_versions: self.tls_versions,
+            suites: self.suites,
+            groups: self.groups,
+            session_cache_size: self.session_cache_size.unwrap_or(20_480),
+            session_lifetime: dur(self.session_lifetime, 3600),
+            tickets: self.tickets.unwrap_or(true),
+            tls13_tickets: self.tls13_tickets.unwrap_or(2),
+            ticket_lifetime: dur(self.ticket_lifetime, 6 * 3600),
+            ticket_key_file: self.ticket_key_file,
+            agent_id: self.agent_id.unwrap_or(0),
+            body_size: self.body_size.unwrap_or(1024),
+            max_bytes: self.max_bytes.unwrap_or(64 << 20),
+            upstream: self.upstream,
+            metrics: self.metrics,
+            workers: self
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            max_connections: self.max_connections.unwrap_or(20_000),
+            handshake_timeout: dur(self.handshake_timeout, 10),
+            idle_timeout: dur(self.idle_timeout, 60),
+            header_timeout: dur(self.header_timeout, 10),
+            drain_timeout: dur(self.drain_timeout, 30),
+            max_header_bytes: self.max_header_bytes.unwrap_or(16 * 1024),
+            max_headers: self.max_headers.unwrap_or(100),
+        };
+        config.check()?;
+        Ok(config)
+    }
+}
+
+impl AgentConfig {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.workers == 0 {
+            bail!("--workers must be at least 1");
+        }
+        if self.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        if self.ticket_lifetime.as_secs() == 0 || self.ticket_lifetime.as_secs() > 7 * 86400 {
+            bail!("--ticket-lifetime must be between 1s and 7d (RFC 8446 section 4.6.1)");
+        }
+        if self.tls13_tickets > 16 {
+            bail!("--tls13-tickets must be at most 16");
+        }
+        if self.max_header_bytes < 1024 {
+            bail!("--max-header-bytes must be at least 1024");
+        }
+        if self.body_size as u64 > self.max_bytes {
+            bail!("--body-size exceeds --max-bytes");
+        }
+        for d in [self.handshake_timeout, self.idle_timeout, self.header_timeout] {
+            if d.is_zero() {
+                bail!("timeouts must be greater than zero");
+            }
+        }
+        if let Some(up) = &self.upstream {
+            crate::proxy::parse_upstream(up)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: AgentArgs,
+    }
+
+    fn parse(flags: &[&str]) -> AgentArgs {
+        Cli::try_parse_from(std::iter::once("agent").chain(flags.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!("500ms".parse(), Ok(HumanDuration(Duration::from_millis(500))));
+        assert_eq!("2h".parse(), Ok(HumanDuration(Duration::from_secs(7200))));
+        assert_eq!("7".parse(), Ok(HumanDuration(Duration::from_secs(7))));
+        assert!("7 parsecs".parse::<HumanDuration>().is_err());
+        assert!("".parse::<HumanDuration>().is_err());
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file: AgentArgs = toml::from_str(
+            r#"
+            listen = ["127.0.0.1:9000"]
+            self-signed = ["rsa-2048"]
+            body-size = 10
+            idle-timeout = "5s"
+            handshake-timeout = 3
+            "#,
+        )
+        .unwrap();
+        let flags = parse(&["--body-size", "20", "--self-signed", "ecdsa-p256"]);
+        let c = flags.over(file).into_config().unwrap();
+        assert_eq!(c.listen, vec!["127.0.0.1:9000".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(c.self_signed, vec![KeyKind::EcdsaP256]);
+        assert_eq!(c.body_size, 20);
+        assert_eq!(c.idle_timeout, Duration::from_secs(5));
+        assert_eq!(c.handshake_timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_pairs_are_clear_errors() {
+        let e = toml::from_str::<AgentArgs>("lisen = []").unwrap_err().to_string();
+        assert!(e.contains("unknown field `lisen`"), "{e}");
+        let e = parse(&["--cert", "a.pem"]).resolve().unwrap_err().to_string();
+        assert!(e.contains("pairs"), "{e}");
+        let e = parse(&[]).resolve().unwrap_err().to_string();
+        assert!(e.contains("no certificate"), "{e}");
+        let e = parse(&["--self-signed", "ed25519", "--client-auth", "optional"])
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--client-ca"), "{e}");
+    }
+}

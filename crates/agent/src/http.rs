@@ -1,0 +1,241 @@
+//! HTTP on an established TLS connection: the per-connection context, the built-in responder
+//! for benchmarks, and the dispatch to the reverse proxy.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body::{Body as _, Frame, SizeHint};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Response bodies: a static buffer, a generated stream, or an upstream's body.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// What the HTTP layer knows about the TLS connection it runs on.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub version: &'static str,
+    pub suite: String,
+    pub alpn: Option<String>,
+    pub sni: Option<String>,
+    pub resumed: bool,
+    /// Subject of the verified client certificate (mutual TLS), RFC 4514.
+    pub client_subject: Option<String>,
+}
+
+/// Shared by every connection: what to answer and where to count it.
+#[derive(Debug)]
+pub struct HttpService {
+    pub metrics: Arc<Metrics>,
+    pub proxy: Option<Proxy>,
+    /// `GET /` body, built once and shared (cloning `Bytes` is a reference count).
+    pub root_body: Bytes,
+    pub max_bytes: u64,
+    pub draining: tokio_util::sync::CancellationToken,
+}
+
+/// Generated bodies are slices of this one buffer.
+const CHUNK: usize = 64 * 1024;
+
+fn pattern() -> Bytes {
+    static PATTERN: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    PATTERN
+        .get_or_init(|| {
+            // Printable and not all one byte, so a body is easy to eyeball and to check.
+            Bytes::from_iter((0..CHUNK).map(|i| b"abcdefghijklmnopqrstuvwxyz0123456789\n"[i % 37]))
+        })
+        .clone()
+}
+
+/// A body of `n` bytes for `GET /` (built once at start).
+pub fn fixed_body(n: usize) -> Bytes {
+    let p = pattern();
+    if n <= p.len() {
+        p.slice(..n)
+    } else {
+        Bytes::from_iter((0..n).map(|i| p[i % p.len()]))
+    }
+}
+
+impl HttpService {
+    pub async fn handle(
+        self: Arc<Self>,
+        conn: Arc<ConnInfo>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
+        let response = match &self.proxy {
+            Some(proxy) => proxy.forward(req, &conn).await,
+            None => self.respond(req, &conn).await,
+        };
+        self.metrics.request(response.status().as_u16());
+        Ok(response)
+    }
+
+    async fn respond(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
+        let head_only = req.method() == Method::HEAD;
+        match *req.method() {
+            Method::GET | Method::HEAD => {}
+            Method::POST | Method::PUT => {
+                // Benchmarks may send bodies; read and discard them without buffering.
+                let mut body = req.into_body();
+                while let Some(frame) = body.frame().await {
+                    if frame.is_err() {
+                        return text(StatusCode::BAD_REQUEST, "request body error\n");
+                    }
+                }
+                return self.root();
+            }
+            _ => {
+                let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+                r.headers_mut()
+                    .insert(header::ALLOW, "GET, HEAD, POST, PUT".parse().expect("static"));
+                return r;
+            }
+        }
+        let path = req.uri().path();
+        let mut response = match path {
+            "/" => self.root(),
+            "/healthz" if self.draining.is_cancelled() => {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            }
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/tls" => text(StatusCode::OK, &describe(conn)),
+            _ => match path.strip_prefix("/bytes/") {
+                Some(n) => match n.parse::<u64>() {
+                    Ok(n) if n <= self.max_bytes => sized(n),
+                    Ok(_) => text(
+                        StatusCode::BAD_REQUEST,
+                        &format!("at most {} bytes (--max-bytes)\n", self.max_bytes),
+                    ),
+                    Err(_) => text(StatusCode::BAD_REQUEST, "/bytes/N takes a byte count\n"),
+                },
+                None => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+        };
+        if head_only {
+            // Keep the headers (content-length included), drop the body.
+            let len = response.body().size_hint().exact();
+            *response.body_mut() = Full::new(Bytes::new()).map_err(|e| match e {}).boxed();
+            if let Some(len) = len {
+                response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+            }
+        }
+        response
+    }
+
+    fn root(&self) -> Response<Body> {
+        let mut r = Response::new(Full::new(self.root_body.clone()).map_err(|e| match e {}).boxed());
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/octet-stream"),
+        );
+        r
+    }
+}
+
+/// `key: value` lines describing the connection (`GET /tls`), for humans and tests.
+fn describe(c: &ConnInfo) -> String {
+    format!(
+        "version: {}\nsuite: {}\nalpn: {}\nsni: {}\nresumed: {}\nclient: {}\npeer: {}\n",
+        c.version,
+        c.suite,
+        c.alpn.as_deref().unwrap_or("-"),
+        c.sni.as_deref().unwrap_or("-"),
+        c.resumed,
+        c.client_subject.as_deref().unwrap_or("-"),
+        c.peer,
+    )
+}
+
+pub fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(Bytes::copy_from_slice(body.as_bytes()))
+            .map_err(|e| match e {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn sized(n: u64) -> Response<Body> {
+    let mut r = Response::new(
+        RepeatBody {
+            remaining: n,
+            chunk: pattern(),
+        }
+        .boxed(),
+    );
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    r
+}
+
+/// `n` bytes streamed as slices of one shared buffer: any size costs one chunk of memory.
+struct RepeatBody {
+    remaining: u64,
+    chunk: Bytes,
+}
+
+impl http_body::Body for RepeatBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.remaining == 0 {
+            return Poll::Ready(None);
+        }
+        let n = self.remaining.min(self.chunk.len() as u64) as usize;
+        self.remaining -= n as u64;
+        Poll::Ready(Some(Ok(Frame::data(self.chunk.slice(..n)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn repeat_body_has_exact_length() {
+        for n in [0u64, 1, CHUNK as u64, CHUNK as u64 + 1, 3 * CHUNK as u64 + 17] {
+            let body = RepeatBody { remaining: n, chunk: pattern() };
+            assert_eq!(body.size_hint().exact(), Some(n));
+            let bytes = body.collect().await.unwrap().to_bytes();
+            assert_eq!(bytes.len() as u64, n);
+        }
+    }
+
+    #[test]
+    fn fixed_body_sizes() {
+        assert_eq!(fixed_body(0).len(), 0);
+        assert_eq!(fixed_body(1024).len(), 1024);
+        assert_eq!(fixed_body(CHUNK * 2 + 5).len(), CHUNK * 2 + 5);
+    }
+}

@@ -1,0 +1,167 @@
+//! The TCP stream as the agent sees it: bytes counted for metrics, and an idle timeout.
+//!
+//! The idle timeout lives in the stream rather than in each protocol (TLS handshake, HTTP/1.1
+//! keep-alive, HTTP/2) so that every phase where a peer can stall is covered by one mechanism:
+//! a connection that neither sends nor accepts a byte for `idle` gets `TimedOut` from its next
+//! read or write and is closed. The timer is only re-armed when an operation would block and
+//! the deadline has moved, not on every byte.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::metrics::Metrics;
+
+pub struct ConnIo<T> {
+    inner: T,
+    metrics: Arc<Metrics>,
+    idle: Duration,
+    last_activity: Instant,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<T> ConnIo<T> {
+    pub fn new(inner: T, metrics: Arc<Metrics>, idle: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            inner,
+            metrics,
+            idle,
+            last_activity: now,
+            timer: Box::pin(tokio::time::sleep_until(now + idle)),
+        }
+    }
+
+    /// Called when an operation would block: times out, or arranges to be woken at the
+    /// deadline.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let deadline = self.last_activity + self.idle;
+        if self.timer.deadline() != deadline {
+            self.timer.as_mut().reset(deadline);
+        }
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection idle for longer than --idle-timeout",
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn active(&mut self) {
+        self.last_activity = Instant::now();
+    }
+}
+
+use std::future::Future as _;
+
+impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                this.metrics.bytes_in(n);
+                this.active();
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_idle(cx).map(Err),
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                this.metrics.bytes_out(n);
+                this.active();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_idle(cx).map(Err),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(Ok(n)) => {
+                this.metrics.bytes_out(n);
+                this.active();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_idle(cx).map(Err),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Pending => this.poll_idle(cx).map(Err),
+            ready => ready,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_shutdown(cx) {
+            Poll::Pending => this.poll_idle(cx).map(Err),
+            ready => ready,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_reader_times_out_and_activity_postpones_it() {
+        let (client, server) = tokio::io::duplex(64);
+        let metrics = Arc::new(Metrics::default());
+        let mut io = ConnIo::new(server, metrics.clone(), Duration::from_secs(5));
+        let mut client = client;
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            client.write_all(b"hi").await.unwrap();
+            // then stays silent, holding the stream open
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(client);
+        });
+        let mut buf = [0u8; 2];
+        io.read_exact(&mut buf).await.unwrap();
+        let started = Instant::now();
+        let err = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert!(metrics.render().contains("baton_bytes_total{direction=\"in\"} 2"));
+        writer.abort();
+    }
+}

@@ -1,0 +1,231 @@
+//! Choosing the certificate for a ClientHello: by SNI, then by what the client can verify
+//! (ECDSA when its signature algorithms and suites allow it, else RSA).
+//!
+//! The choice itself ([`CertStore::choose`]) is a plain function of the hello's fields, tested
+//! without handshakes; [`Resolver`] adapts it to rustls and swaps the store on reload.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{CipherSuite, SignatureAlgorithm, SignatureScheme, SupportedCipherSuite};
+
+use crate::certs::CertEntry;
+
+/// All certificates of an agent, indexed by name.
+#[derive(Debug)]
+pub struct CertStore {
+    entries: Vec<CertEntry>,
+    exact: HashMap<String, Vec<usize>>,
+    /// `*.example.com` stored as `.example.com`.
+    wildcard: HashMap<String, Vec<usize>>,
+    default: Vec<usize>,
+}
+
+/// What the choice needs to know about a ClientHello.
+pub struct Hello<'a> {
+    pub server_name: Option<&'a str>,
+    pub signature_schemes: &'a [SignatureScheme],
+    pub cipher_suites: &'a [CipherSuite],
+}
+
+impl CertStore {
+    /// Indexes `entries`. The default (for unknown or absent SNI) is every certificate sharing
+    /// the first certificate's first name, so an RSA + ECDSA pair both serve as default.
+    pub fn new(entries: Vec<CertEntry>) -> Self {
+        let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut wildcard: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            for name in &e.names {
+                match name.strip_prefix('*') {
+                    Some(suffix) if suffix.starts_with('.') => {
+                        wildcard.entry(suffix.to_string()).or_default().push(i)
+                    }
+                    _ => exact.entry(name.clone()).or_default().push(i),
+                }
+            }
+        }
+        let default = match entries.first().and_then(|e| e.names.first()) {
+            Some(first) => (0..entries.len())
+                .filter(|i| entries[*i].names.contains(first))
+                .collect(),
+            None => (0..entries.len().min(1)).collect(),
+        };
+        Self {
+            entries,
+            exact,
+            wildcard,
+            default,
+        }
+    }
+
+    pub fn entries(&self) -> &[CertEntry] {
+        &self.entries
+    }
+
+    /// The certificates that may answer `server_name`.
+    fn candidates(&self, server_name: Option<&str>) -> &[usize] {
+        let Some(name) = server_name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()) else {
+            return &self.default;
+        };
+        if let Some(found) = self.exact.get(&name) {
+            return found;
+        }
+        // A wildcard covers exactly one label: `*.example.com` matches `a.example.com` only.
+        if let Some(dot) = name.find('.') {
+            if let Some(found) = self.wildcard.get(&name[dot..]) {
+                return found;
+            }
+        }
+        &self.default
+    }
+
+    /// The certificate for this hello: among those for its name, the first in
+    /// ECDSA > Ed25519 > RSA order that the client can verify and negotiate a suite with,
+    /// given the suites the agent enables. `None` only when the store is empty.
+    pub fn choose(&self, hello: &Hello<'_>, enabled: &[SupportedCipherSuite]) -> Option<&CertEntry> {
+        let candidates = self.candidates(hello.server_name);
+        let mut ranked: Vec<&CertEntry> = candidates.iter().map(|i| &self.entries[*i]).collect();
+        ranked.sort_by_key(|e| rank(e.algorithm));
+        ranked
+            .iter()
+            .copied()
+            .find(|e| usable(e, hello, enabled))
+            .or_else(|| ranked.first().copied())
+    }
+}
+
+fn rank(alg: SignatureAlgorithm) -> u8 {
+    match alg {
+        SignatureAlgorithm::ECDSA => 0,
+        SignatureAlgorithm::ED25519 => 1,
+        SignatureAlgorithm::RSA => 2,
+        _ => 3,
+    }
+}
+
+/// Whether the client could complete a handshake with this certificate.
+fn usable(e: &CertEntry, hello: &Hello<'_>, enabled: &[SupportedCipherSuite]) -> bool {
+    let offered = |s: &SupportedCipherSuite| hello.cipher_suites.contains(&s.suite());
+    let key = &e.certified.key;
+    // TLS 1.3: any common suite works with any certificate; only the signature scheme matters.
+    let tls13 = enabled
+        .iter()
+        .any(|s| matches!(s, SupportedCipherSuite::Tls13(_)) && offered(s));
+    if tls13 && key.choose_scheme(hello.signature_schemes).is_some() {
+        return true;
+    }
+    // TLS 1.2: the suite names the certificate's algorithm (ECDHE_ECDSA_* or ECDHE_RSA_*).
+    enabled.iter().any(|s| match s {
+        SupportedCipherSuite::Tls12(s12) if offered(s) => {
+            let schemes: Vec<SignatureScheme> = hello
+                .signature_schemes
+                .iter()
+                .filter(|sch| s12.sign.contains(sch))
+                .copied()
+                .collect();
+            key.choose_scheme(&schemes).is_some()
+        }
+        _ => false,
+    })
+}
+
+/// rustls' view of the store; the store is replaced whole on reload.
+#[derive(Debug)]
+pub struct Resolver {
+    store: ArcSwap<CertStore>,
+    enabled: Vec<SupportedCipherSuite>,
+}
+
+impl Resolver {
+    pub fn new(store: CertStore, enabled: Vec<SupportedCipherSuite>) -> Self {
+        Self {
+            store: ArcSwap::from_pointee(store),
+            enabled,
+        }
+    }
+
+    pub fn replace(&self, store: CertStore) {
+        self.store.store(Arc::new(store));
+    }
+
+    pub fn store(&self) -> Arc<CertStore> {
+        self.store.load_full()
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let hello = Hello {
+            server_name: client_hello.server_name(),
+            signature_schemes: client_hello.signature_schemes(),
+            cipher_suites: client_hello.cipher_suites(),
+        };
+        self.store
+            .load()
+            .choose(&hello, &self.enabled)
+            .map(|e| e.certified.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::self_signed;
+    use crate::config::KeyKind;
+    use rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES;
+
+    const ECDSA_SCHEMES: &[SignatureScheme] = &[SignatureScheme::ECDSA_NISTP256_SHA256];
+    const BOTH_SCHEMES: &[SignatureScheme] = &[
+        SignatureScheme::ECDSA_NISTP256_SHA256,
+        SignatureScheme::RSA_PSS_SHA256,
+        SignatureScheme::RSA_PKCS1_SHA256,
+    ];
+    const RSA_SCHEMES: &[SignatureScheme] =
+        &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PKCS1_SHA256];
+    const TLS13: &[CipherSuite] = &[CipherSuite::TLS13_AES_128_GCM_SHA256];
+    const TLS12_RSA_ONLY: &[CipherSuite] =
+        &[CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256];
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn store() -> CertStore {
+        let site = names(&["site.test", "www.site.test"]);
+        let other = names(&["*.other.test"]);
+        CertStore::new(vec![
+            self_signed(KeyKind::Rsa2048, &site).unwrap().0,
+            self_signed(KeyKind::EcdsaP256, &site).unwrap().0,
+            self_signed(KeyKind::EcdsaP256, &other).unwrap().0,
+        ])
+    }
+
+    fn pick<'a>(s: &'a CertStore, name: Option<&'a str>, schemes: &'a [SignatureScheme], suites: &'a [CipherSuite]) -> &'a CertEntry {
+        let hello = Hello { server_name: name, signature_schemes: schemes, cipher_suites: suites };
+        s.choose(&hello, ALL_CIPHER_SUITES).unwrap()
+    }
+
+    #[test]
+    fn ecdsa_when_the_client_allows_it_else_rsa() {
+        let s = store();
+        assert_eq!(pick(&s, Some("site.test"), BOTH_SCHEMES, TLS13).algorithm, SignatureAlgorithm::ECDSA);
+        assert_eq!(pick(&s, Some("site.test"), RSA_SCHEMES, TLS13).algorithm, SignatureAlgorithm::RSA);
+        // ECDSA signature schemes offered, but only an ECDHE_RSA suite in TLS 1.2
+        assert_eq!(pick(&s, Some("site.test"), BOTH_SCHEMES, TLS12_RSA_ONLY).algorithm, SignatureAlgorithm::RSA);
+    }
+
+    #[test]
+    fn sni_selects_and_unknown_gets_default() {
+        let s = store();
+        assert_eq!(pick(&s, Some("a.other.test"), ECDSA_SCHEMES, TLS13).names, names(&["*.other.test"]));
+        assert_eq!(pick(&s, Some("A.Other.Test."), ECDSA_SCHEMES, TLS13).names, names(&["*.other.test"]));
+        // a wildcard covers one label only
+        assert_eq!(pick(&s, Some("x.a.other.test"), ECDSA_SCHEMES, TLS13).names[0], "site.test");
+        assert_eq!(pick(&s, Some("unknown.test"), ECDSA_SCHEMES, TLS13).names[0], "site.test");
+        assert_eq!(pick(&s, None, RSA_SCHEMES, TLS13).algorithm, SignatureAlgorithm::RSA);
+        assert_eq!(pick(&s, Some("www.site.test"), ECDSA_SCHEMES, TLS13).algorithm, SignatureAlgorithm::ECDSA);
+    }
+}

@@ -1,0 +1,232 @@
+//! The agent process: listeners, the connection cap, the metrics endpoint and signals
+//! (SIGHUP reloads certificates and ticket keys, SIGTERM/SIGINT drain).
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::AgentConfig;
+use crate::http::{fixed_body, HttpService};
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::tls::Tls;
+
+/// What every connection task shares.
+pub struct Shared {
+    pub config: AgentConfig,
+    pub tls: Tls,
+    pub metrics: Arc<Metrics>,
+    pub http: Arc<HttpService>,
+    /// Cancelled on SIGTERM: listeners stop, connections finish their current request.
+    pub draining: CancellationToken,
+}
+
+/// Runs the agent until SIGTERM/SIGINT and the drain that follows.
+pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let (tls, self_signed_pem) = Tls::new(&config, metrics.clone())?;
+    if let Some(path) = &config.self_signed_out {
+        std::fs::write(path, &self_signed_pem)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let draining = CancellationToken::new();
+    let proxy = match &config.upstream {
+        Some(url) => Some(Proxy::new(url, config.idle_timeout)?),
+        None => None,
+    };
+    let http = Arc::new(HttpService {
+        metrics: metrics.clone(),
+        proxy,
+        root_body: fixed_body(config.body_size),
+        max_bytes: config.max_bytes,
+        draining: draining.clone(),
+    });
+
+    let mut listeners = Vec::new();
+    for addr in &config.listen {
+        listeners.push(bind(*addr).with_context(|| format!("listening on {addr}"))?);
+    }
+    let metrics_listener = match config.metrics {
+        Some(addr) => Some(bind(addr).with_context(|| format!("metrics on {addr}"))?),
+        None => None,
+    };
+
+    // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
+    {
+        let mut out = std::io::stdout().lock();
+        for l in &listeners {
+            writeln!(out, "listening tls {}", l.local_addr()?)?;
+        }
+        if let Some(l) = &metrics_listener {
+            writeln!(out, "listening metrics {}", l.local_addr()?)?;
+        }
+        writeln!(out, "ready")?;
+        out.flush()?;
+    }
+    for entry in tls.cert_summary() {
+        tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
+    }
+
+    let shared = Arc::new(Shared {
+        config,
+        tls,
+        metrics: metrics.clone(),
+        http,
+        draining: draining.clone(),
+    });
+    let tracker = TaskTracker::new();
+    let permits = Arc::new(Semaphore::new(shared.config.max_connections));
+    for listener in listeners {
+        tokio::spawn(accept_loop(
+            listener,
+            shared.clone(),
+            permits.clone(),
+            tracker.clone(),
+        ));
+    }
+    if let Some(l) = metrics_listener {
+        tokio::spawn(serve_metrics(l, metrics.clone(), draining.clone()));
+    }
+
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => reload(&shared),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+
+    tracing::info!(
+        connections = metrics.active_connections(),
+        "draining: no new connections, waiting for open ones"
+    );
+    draining.cancel();
+    tracker.close();
+    if tokio::time::timeout(shared.config.drain_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = metrics.active_connections(),
+            "drain timeout reached; closing remaining connections"
+        );
+    }
+    Ok(())
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    // A deep backlog absorbs connection bursts from benchmarks (the kernel caps it at somaxconn).
+    socket.listen(4096)
+}
+
+fn reload(shared: &Shared) {
+    match shared.tls.reload(&shared.config) {
+        Ok(()) => {
+            shared.metrics.reload(true);
+            tracing::info!("reloaded certificates and ticket keys");
+        }
+        Err(e) => {
+            shared.metrics.reload(false);
+            tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the running configuration");
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shared.draining.cancelled() => return,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors or similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            shared.metrics.connection_rejected();
+            drop(tcp);
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let shared = shared.clone();
+        tracker.spawn(async move {
+            shared.metrics.connection_opened();
+            crate::conn::serve(tcp, peer, shared.clone()).await;
+            shared.metrics.connection_closed();
+            drop(permit);
+        });
+    }
+}
+
+/// Plain-HTTP Prometheus endpoint: `GET /metrics`.
+async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
+    loop {
+        let (tcp, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => return,
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let metrics = metrics.clone();
+                async move {
+                    let (status, body) = match req.uri().path() {
+                        "/metrics" | "/" => (StatusCode::OK, metrics.render()),
+                        _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
+                    };
+                    let mut r = Response::new(Full::new(Bytes::from(body)));
+                    *r.status_mut() = status;
+                    r.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    );
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10));
+            let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+        });
+    }
+}

@@ -1,0 +1,184 @@
+//! The agent's rustls `ServerConfig`: policy, certificates, client authentication and the
+//! session seams, built at start and rebuilt on SIGHUP.
+//!
+//! What must survive a reload is created once and shared by every generation of the config:
+//! the session store (sessions stay resumable), the ticket sealer (its keys are replaced in
+//! place) and the generated self-signed certificates (clients may have pinned them).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use baton_session::{KeyRing, MemoryStore, SessionStore, TicketSealer};
+use rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
+use rustls::ServerConfig;
+
+use crate::certs::{self, CertEntry};
+use crate::config::{AgentConfig, ClientAuth};
+use crate::metrics::Metrics;
+use crate::policy::{self, Policy};
+use crate::resolver::{CertStore, Resolver};
+use crate::sessions::{SessionCache, Ticketer};
+
+/// The TLS side of a running agent.
+pub struct Tls {
+    config: ArcSwap<ServerConfig>,
+    parts: Parts,
+}
+
+/// What every generation of the config shares.
+struct Parts {
+    policy: Policy,
+    resolver: Arc<Resolver>,
+    self_signed: Vec<CertEntry>,
+    store: Option<Arc<dyn SessionStore>>,
+    sealer: Option<Arc<TicketSealer>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Tls {
+    /// Loads everything `cfg` names and builds the first `ServerConfig`.
+    /// Returns the PEM of generated self-signed certificates (public parts), if any.
+    pub fn new(cfg: &AgentConfig, metrics: Arc<Metrics>) -> anyhow::Result<(Self, String)> {
+        let policy = policy::build(&cfg.tls_versions, &cfg.suites, &cfg.groups)?;
+        let mut self_signed = Vec::new();
+        let mut pems = String::new();
+        for kind in &cfg.self_signed {
+            let (entry, pem) = certs::self_signed(*kind, &cfg.server_names)?;
+            self_signed.push(entry);
+            pems.push_str(&pem);
+        }
+        let resolver = Arc::new(Resolver::new(
+            cert_store(cfg, &self_signed)?,
+            policy.provider.cipher_suites.clone(),
+        ));
+        let store: Option<Arc<dyn SessionStore>> = (cfg.session_cache_size > 0).then(|| {
+            Arc::new(MemoryStore::new(cfg.session_cache_size, cfg.session_lifetime))
+                as Arc<dyn SessionStore>
+        });
+        if let Some(store) = &store {
+            metrics.set_store(store.clone());
+        }
+        let sealer = if cfg.tickets {
+            let now = Instant::now();
+            Some(Arc::new(match &cfg.ticket_key_file {
+                Some(path) => TicketSealer::external(
+                    cfg.agent_id,
+                    cfg.ticket_lifetime,
+                    read_key_file(path, now)?,
+                ),
+                None => TicketSealer::local(cfg.agent_id, cfg.ticket_lifetime, now)
+                    .context("generating ticket key")?,
+            }))
+        } else {
+            None
+        };
+        let parts = Parts {
+            policy,
+            resolver,
+            self_signed,
+            store,
+            sealer,
+            metrics,
+        };
+        let config = ArcSwap::from_pointee(parts.server_config(cfg)?);
+        Ok((Self { config, parts }, pems))
+    }
+
+    /// (origin, names) of each certificate served, for the start-up log.
+    pub fn cert_summary(&self) -> Vec<(String, Vec<String>)> {
+        let store = self.parts.resolver.store();
+        store.entries().iter().map(|e| (e.origin.clone(), e.names.clone())).collect()
+    }
+
+    /// The config for the next connection.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.config.load_full()
+    }
+
+    /// Re-reads certificate files, the client CA and the ticket key file, and swaps in a new
+    /// config for new connections. On any error the running config stays as it was.
+    pub fn reload(&self, cfg: &AgentConfig) -> anyhow::Result<()> {
+        let parts = &self.parts;
+        let store = cert_store(cfg, &parts.self_signed)?;
+        let ring = match (&cfg.ticket_key_file, &parts.sealer) {
+            (Some(path), Some(_)) => Some(read_key_file(path, Instant::now())?),
+            _ => None,
+        };
+        // Build first, then commit: a bad client CA must not leave new certificates half-applied.
+        let old_store = parts.resolver.store();
+        parts.resolver.replace(store);
+        let config = match parts.server_config(cfg) {
+            Ok(c) => c,
+            Err(e) => {
+                parts.resolver.replace(CertStore::new(old_store.entries().to_vec()));
+                return Err(e);
+            }
+        };
+        if let (Some(ring), Some(sealer)) = (ring, &parts.sealer) {
+            sealer.replace_ring(ring);
+        }
+        self.config.store(Arc::new(config));
+        Ok(())
+    }
+}
+
+impl Parts {
+    fn server_config(&self, cfg: &AgentConfig) -> anyhow::Result<ServerConfig> {
+        let provider = self.policy.provider.clone();
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&self.policy.versions)
+            .context("TLS versions")?;
+        let builder = match &cfg.client_ca {
+            Some(path) => {
+                let roots = Arc::new(certs::load_roots(path)?);
+                let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
+                let verifier = match cfg.client_auth {
+                    ClientAuth::Required => verifier,
+                    ClientAuth::Optional => verifier.allow_unauthenticated(),
+                };
+                builder.with_client_cert_verifier(verifier.build().context("client CA")?)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(self.resolver.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // With an explicit --suites list the operator's order wins, as nginx's
+        // ssl_prefer_server_ciphers; otherwise the client's (it knows if it has AES hardware).
+        config.ignore_client_order = !cfg.suites.is_empty();
+        config.session_storage = match &self.store {
+            Some(store) => Arc::new(SessionCache {
+                store: store.clone(),
+            }),
+            None => Arc::new(NoServerSessionStorage {}),
+        };
+        if let Some(sealer) = &self.sealer {
+            config.ticketer = Arc::new(Ticketer {
+                sealer: sealer.clone(),
+                metrics: self.metrics.clone(),
+            });
+        }
+        config.send_tls13_tickets = if self.sealer.is_some() || self.store.is_some() {
+            cfg.tls13_tickets
+        } else {
+            0
+        };
+        Ok(config)
+    }
+}
+
+fn cert_store(cfg: &AgentConfig, self_signed: &[CertEntry]) -> anyhow::Result<CertStore> {
+    let mut entries = Vec::new();
+    for (cert, key) in &cfg.certs {
+        entries.push(certs::load_pair(cert, key)?);
+    }
+    entries.extend(self_signed.iter().cloned());
+    Ok(CertStore::new(entries))
+}
+
+fn read_key_file(path: &std::path::Path, now: Instant) -> anyhow::Result<KeyRing> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading ticket key file {}", path.display()))?;
+    KeyRing::parse_key_file(&text, now).with_context(|| path.display().to_string())
+}
