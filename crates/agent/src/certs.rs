@@ -53,9 +53,10 @@ pub fn self_signed(kind: KeyKind, names: &[String]) -> anyhow::Result<(CertEntry
     }
     .context("generating key pair")?;
     let mut params = rcgen::CertificateParams::new(names.to_vec()).context("certificate names")?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, names.first().map_or("baton", |n| n));
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        names.first().map_or("baton", |n| n),
+    );
     let cert = params.self_signed(&key_pair).context("self-signing")?;
     let pem = cert.pem();
     let key_der = PrivateKeyDer::try_from(key_pair.serialize_der())
@@ -164,7 +165,12 @@ mod tests {
     #[test]
     fn self_signed_kinds_and_names() {
         let names = vec!["example.test".to_string(), "127.0.0.1".to_string()];
-        for kind in [KeyKind::EcdsaP256, KeyKind::EcdsaP384, KeyKind::Ed25519, KeyKind::Rsa2048] {
+        for kind in [
+            KeyKind::EcdsaP256,
+            KeyKind::EcdsaP384,
+            KeyKind::Ed25519,
+            KeyKind::Rsa2048,
+        ] {
             let (e, pem) = self_signed(kind, &names).unwrap();
             assert_eq!(e.names, names, "{kind:?}");
             assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"));

@@ -304,7 +304,9 @@ impl AgentArgs {
         } else {
             self.self_signed
         };
-        let dur = |d: Option<HumanDuration>, default: u64| d.map_or(Duration::from_secs(default), |d| d.0);
+        let dur = |d: Option<HumanDuration>, default: u64| {
+            d.map_or(Duration::from_secs(default), |d| d.0)
+        };
         let config = AgentConfig {
             listen: if self.listen.is_empty() {
                 vec!["127.0.0.1:8443".parse().expect("literal address")]
@@ -371,7 +373,11 @@ impl AgentConfig {
         if self.body_size as u64 > self.max_bytes {
             bail!("--body-size exceeds --max-bytes");
         }
-        for d in [self.handshake_timeout, self.idle_timeout, self.header_timeout] {
+        for d in [
+            self.handshake_timeout,
+            self.idle_timeout,
+            self.header_timeout,
+        ] {
             if d.is_zero() {
                 bail!("timeouts must be greater than zero");
             }
@@ -402,7 +408,10 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!("500ms".parse(), Ok(HumanDuration(Duration::from_millis(500))));
+        assert_eq!(
+            "500ms".parse(),
+            Ok(HumanDuration(Duration::from_millis(500)))
+        );
         assert_eq!("2h".parse(), Ok(HumanDuration(Duration::from_secs(7200))));
         assert_eq!("7".parse(), Ok(HumanDuration(Duration::from_secs(7))));
         assert!("7 parsecs".parse::<HumanDuration>().is_err());
@@ -423,7 +432,10 @@ mod tests {
         .unwrap();
         let flags = parse(&["--body-size", "20", "--self-signed", "ecdsa-p256"]);
         let c = flags.over(file).into_config().unwrap();
-        assert_eq!(c.listen, vec!["127.0.0.1:9000".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(
+            c.listen,
+            vec!["127.0.0.1:9000".parse::<SocketAddr>().unwrap()]
+        );
         assert_eq!(c.self_signed, vec![KeyKind::EcdsaP256]);
         assert_eq!(c.body_size, 20);
         assert_eq!(c.idle_timeout, Duration::from_secs(5));
@@ -432,9 +444,14 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_pairs_are_clear_errors() {
-        let e = toml::from_str::<AgentArgs>("lisen = []").unwrap_err().to_string();
+        let e = toml::from_str::<AgentArgs>("lisen = []")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown field `lisen`"), "{e}");
-        let e = parse(&["--cert", "a.pem"]).resolve().unwrap_err().to_string();
+        let e = parse(&["--cert", "a.pem"])
+            .resolve()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pairs"), "{e}");
         let e = parse(&[]).resolve().unwrap_err().to_string();
         assert!(e.contains("no certificate"), "{e}");

@@ -20,9 +20,25 @@ use crate::server::Shared;
 pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let cfg = &shared.config;
     let metrics = &shared.metrics;
+    let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
+    match tokio::time::timeout_at(deadline, refuse_legacy_client(&tcp)).await {
+        Ok(Ok(false)) => {}
+        Ok(Ok(true)) => {
+            metrics.failure(FailureReason::Incompatible);
+            return;
+        }
+        Ok(Err(_)) => {
+            metrics.failure(FailureReason::Eof);
+            return;
+        }
+        Err(_) => {
+            metrics.failure(FailureReason::Timeout);
+            return;
+        }
+    }
     let io = ConnIo::new(tcp, metrics.clone(), cfg.idle_timeout);
     let acceptor = TlsAcceptor::from(shared.tls.config());
-    let stream = match tokio::time::timeout(cfg.handshake_timeout, acceptor.accept(io)).await {
+    let stream = match tokio::time::timeout_at(deadline, acceptor.accept(io)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             let reason = FailureReason::of(&e);
@@ -114,5 +130,67 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// `protocol_version` alert, TLS 1.0 record framing (what a TLS 1.0/1.1 client reads).
+const PROTOCOL_VERSION_ALERT: [u8; 7] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46];
+
+/// Refuses a client whose best version is below TLS 1.2 with the alert RFC 5246 (E.1) names,
+/// `protocol_version`. rustls would refuse it too, but with `handshake_failure`: such a
+/// ClientHello lacks the signature_algorithms extension and rustls checks that first.
+/// Returns whether the client was refused. Peeks, so rustls still sees every byte.
+async fn refuse_legacy_client(tcp: &TcpStream) -> std::io::Result<bool> {
+    let mut head = [0u8; 11];
+    let n = tcp.peek(&mut head).await?;
+    if n == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    if !is_legacy_client_hello(&head[..n]) {
+        return Ok(false);
+    }
+    // Seven bytes into a fresh socket's send buffer: one try is enough, and a failure only
+    // means the client goes without its alert.
+    tcp.writable().await?;
+    let _ = tcp.try_write(&PROTOCOL_VERSION_ALERT);
+    Ok(true)
+}
+
+/// Whether these first bytes of a connection are a ClientHello whose client_version is below
+/// TLS 1.2 (0x0303). A TLS 1.3 client always sends 0x0303 there (RFC 8446 section 4.1.2), so
+/// this never refuses a client that could negotiate 1.2 or 1.3. Too few bytes: not decided here.
+pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
+    // record: type 22 (handshake), version, length; handshake: type 1 (client_hello), u24 length,
+    // then client_version.
+    head.len() >= 11
+        && head[0] == 0x16
+        && head[5] == 0x01
+        && u16::from_be_bytes([head[9], head[10]]) < 0x0303
+        && head[9] == 0x03
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_legacy_client_hello;
+
+    #[test]
+    fn legacy_client_versions() {
+        let hello = |v: [u8; 2]| {
+            [
+                0x16, 0x03, 0x01, 0x00, 0x80, 0x01, 0x00, 0x00, 0x7c, v[0], v[1],
+            ]
+        };
+        assert!(is_legacy_client_hello(&hello([0x03, 0x01])), "TLS 1.0");
+        assert!(is_legacy_client_hello(&hello([0x03, 0x02])), "TLS 1.1");
+        assert!(is_legacy_client_hello(&hello([0x03, 0x00])), "SSL 3");
+        assert!(
+            !is_legacy_client_hello(&hello([0x03, 0x03])),
+            "TLS 1.2 / 1.3"
+        );
+        assert!(
+            !is_legacy_client_hello(&hello([0x03, 0x02])[..10]),
+            "too short to tell"
+        );
+        assert!(!is_legacy_client_hello(b"GET / HTTP/1.1\r\n"), "not TLS");
     }
 }

@@ -98,8 +98,10 @@ impl HttpService {
             }
             _ => {
                 let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-                r.headers_mut()
-                    .insert(header::ALLOW, "GET, HEAD, POST, PUT".parse().expect("static"));
+                r.headers_mut().insert(
+                    header::ALLOW,
+                    "GET, HEAD, POST, PUT".parse().expect("static"),
+                );
                 return r;
             }
         }
@@ -128,14 +130,20 @@ impl HttpService {
             let len = response.body().size_hint().exact();
             *response.body_mut() = Full::new(Bytes::new()).map_err(|e| match e {}).boxed();
             if let Some(len) = len {
-                response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_LENGTH, len.into());
             }
         }
         response
     }
 
     fn root(&self) -> Response<Body> {
-        let mut r = Response::new(Full::new(self.root_body.clone()).map_err(|e| match e {}).boxed());
+        let mut r = Response::new(
+            Full::new(self.root_body.clone())
+                .map_err(|e| match e {})
+                .boxed(),
+        );
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             header::HeaderValue::from_static("application/octet-stream"),
@@ -224,8 +232,17 @@ mod tests {
 
     #[tokio::test]
     async fn repeat_body_has_exact_length() {
-        for n in [0u64, 1, CHUNK as u64, CHUNK as u64 + 1, 3 * CHUNK as u64 + 17] {
-            let body = RepeatBody { remaining: n, chunk: pattern() };
+        for n in [
+            0u64,
+            1,
+            CHUNK as u64,
+            CHUNK as u64 + 1,
+            3 * CHUNK as u64 + 17,
+        ] {
+            let body = RepeatBody {
+                remaining: n,
+                chunk: pattern(),
+            };
             assert_eq!(body.size_hint().exact(), Some(n));
             let bytes = body.collect().await.unwrap().to_bytes();
             assert_eq!(bytes.len() as u64, n);

@@ -132,23 +132,23 @@ fn meter_suite(suite: SupportedCipherSuite) -> SupportedCipherSuite {
         confidentiality_limit: c.confidentiality_limit,
     };
     match suite {
-        SupportedCipherSuite::Tls13(s) => SupportedCipherSuite::Tls13(Box::leak(Box::new(
-            Tls13CipherSuite {
+        SupportedCipherSuite::Tls13(s) => {
+            SupportedCipherSuite::Tls13(Box::leak(Box::new(Tls13CipherSuite {
                 common: common(&s.common),
                 hkdf_provider: s.hkdf_provider,
                 aead_alg: Box::leak(Box::new(MeteredTls13Aead(s.aead_alg))),
                 quic: s.quic,
-            },
-        ))),
-        SupportedCipherSuite::Tls12(s) => SupportedCipherSuite::Tls12(Box::leak(Box::new(
-            Tls12CipherSuite {
+            })))
+        }
+        SupportedCipherSuite::Tls12(s) => {
+            SupportedCipherSuite::Tls12(Box::leak(Box::new(Tls12CipherSuite {
                 common: common(&s.common),
                 prf_provider: s.prf_provider,
                 kx: s.kx,
                 sign: s.sign,
                 aead_alg: Box::leak(Box::new(MeteredTls12Aead(s.aead_alg))),
-            },
-        ))),
+            })))
+        }
     }
 }
 
@@ -157,15 +157,20 @@ fn meter_verification(base: WebPkiSupportedAlgorithms) -> WebPkiSupportedAlgorit
     let wrap = |alg: &'static dyn SignatureVerificationAlgorithm| -> &'static dyn SignatureVerificationAlgorithm {
         Box::leak(Box::new(MeteredVerify(alg)))
     };
-    let all: Vec<(&'static dyn SignatureVerificationAlgorithm, &'static dyn SignatureVerificationAlgorithm)> =
-        base.all.iter().map(|a| (*a, wrap(*a))).collect();
+    let all: Vec<(
+        &'static dyn SignatureVerificationAlgorithm,
+        &'static dyn SignatureVerificationAlgorithm,
+    )> = base.all.iter().map(|a| (*a, wrap(*a))).collect();
     let find = |alg: &'static dyn SignatureVerificationAlgorithm| {
         all.iter()
             .find(|(orig, _)| std::ptr::addr_eq(*orig, alg))
             .map(|(_, w)| *w)
             .unwrap_or_else(|| wrap(alg))
     };
-    let mapping: Vec<(SignatureScheme, &'static [&'static dyn SignatureVerificationAlgorithm])> = base
+    let mapping: Vec<(
+        SignatureScheme,
+        &'static [&'static dyn SignatureVerificationAlgorithm],
+    )> = base
         .mapping
         .iter()
         .map(|(scheme, algs)| {
@@ -303,7 +308,9 @@ impl ActiveKeyExchange for MeteredKx {
         self: Box<Self>,
         peer_pub_key: &[u8],
     ) -> Result<SharedSecret, Error> {
-        METER.time(CryptoOp::Kx, || self.0.complete_hybrid_component(peer_pub_key))
+        METER.time(CryptoOp::Kx, || {
+            self.0.complete_hybrid_component(peer_pub_key)
+        })
     }
     fn pub_key(&self) -> &[u8] {
         self.0.pub_key()

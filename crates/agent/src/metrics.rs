@@ -163,7 +163,11 @@ impl Metrics {
     }
 
     pub fn reload(&self, ok: bool) {
-        let c = if ok { &self.reloads_ok } else { &self.reloads_failed };
+        let c = if ok {
+            &self.reloads_ok
+        } else {
+            &self.reloads_failed
+        };
         c.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -180,72 +184,235 @@ impl Metrics {
         let mut out = String::with_capacity(4096);
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
 
-        family(&mut out, "baton_handshakes_total", "counter", "Completed TLS handshakes.");
+        family(
+            &mut out,
+            "baton_handshakes_total",
+            "counter",
+            "Completed TLS handshakes.",
+        );
         for (vi, v) in ["1.2", "1.3"].iter().enumerate() {
             for (ki, k) in ["full", "resumed"].iter().enumerate() {
                 let n = load(&self.handshakes[vi][ki]);
-                let _ = writeln!(out, "baton_handshakes_total{{version=\"{v}\",kind=\"{k}\"}} {n}");
+                let _ = writeln!(
+                    out,
+                    "baton_handshakes_total{{version=\"{v}\",kind=\"{k}\"}} {n}"
+                );
             }
         }
-        family(&mut out, "baton_hello_retry_requests_total", "counter", "Full handshakes that needed a HelloRetryRequest.");
-        let _ = writeln!(out, "baton_hello_retry_requests_total {}", load(&self.hello_retries));
+        family(
+            &mut out,
+            "baton_hello_retry_requests_total",
+            "counter",
+            "Full handshakes that needed a HelloRetryRequest.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_hello_retry_requests_total {}",
+            load(&self.hello_retries)
+        );
 
-        family(&mut out, "baton_handshake_failures_total", "counter", "TLS handshakes that failed, by reason.");
+        family(
+            &mut out,
+            "baton_handshake_failures_total",
+            "counter",
+            "TLS handshakes that failed, by reason.",
+        );
         for r in FailureReason::ALL {
             let n = load(&self.failures[r as usize]);
-            let _ = writeln!(out, "baton_handshake_failures_total{{reason=\"{}\"}} {n}", r.label());
+            let _ = writeln!(
+                out,
+                "baton_handshake_failures_total{{reason=\"{}\"}} {n}",
+                r.label()
+            );
         }
 
-        family(&mut out, "baton_connections_active", "gauge", "TCP connections being served.");
-        let _ = writeln!(out, "baton_connections_active {}", self.active_connections());
-        family(&mut out, "baton_connections_total", "counter", "TCP connections accepted.");
-        let _ = writeln!(out, "baton_connections_total {}", load(&self.connections_total));
-        family(&mut out, "baton_connections_rejected_total", "counter", "TCP connections closed at accept because --max-connections was reached.");
-        let _ = writeln!(out, "baton_connections_rejected_total {}", load(&self.connections_rejected));
+        family(
+            &mut out,
+            "baton_connections_active",
+            "gauge",
+            "TCP connections being served.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_connections_active {}",
+            self.active_connections()
+        );
+        family(
+            &mut out,
+            "baton_connections_total",
+            "counter",
+            "TCP connections accepted.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_connections_total {}",
+            load(&self.connections_total)
+        );
+        family(
+            &mut out,
+            "baton_connections_rejected_total",
+            "counter",
+            "TCP connections closed at accept because --max-connections was reached.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_connections_rejected_total {}",
+            load(&self.connections_rejected)
+        );
 
-        family(&mut out, "baton_bytes_total", "counter", "Bytes on the wire (TLS records), by direction.");
-        let _ = writeln!(out, "baton_bytes_total{{direction=\"in\"}} {}", load(&self.bytes_in));
-        let _ = writeln!(out, "baton_bytes_total{{direction=\"out\"}} {}", load(&self.bytes_out));
+        family(
+            &mut out,
+            "baton_bytes_total",
+            "counter",
+            "Bytes on the wire (TLS records), by direction.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_bytes_total{{direction=\"in\"}} {}",
+            load(&self.bytes_in)
+        );
+        let _ = writeln!(
+            out,
+            "baton_bytes_total{{direction=\"out\"}} {}",
+            load(&self.bytes_out)
+        );
 
-        family(&mut out, "baton_http_requests_total", "counter", "HTTP responses sent, by status class.");
+        family(
+            &mut out,
+            "baton_http_requests_total",
+            "counter",
+            "HTTP responses sent, by status class.",
+        );
         for (i, c) in STATUS_CLASSES.iter().enumerate() {
-            let _ = writeln!(out, "baton_http_requests_total{{code=\"{c}\"}} {}", load(&self.requests[i]));
+            let _ = writeln!(
+                out,
+                "baton_http_requests_total{{code=\"{c}\"}} {}",
+                load(&self.requests[i])
+            );
         }
 
-        family(&mut out, "baton_tickets_total", "counter", "Session tickets issued, opened, rejected.");
+        family(
+            &mut out,
+            "baton_tickets_total",
+            "counter",
+            "Session tickets issued, opened, rejected.",
+        );
         for (i, r) in TICKET_RESULTS.iter().enumerate() {
-            let _ = writeln!(out, "baton_tickets_total{{result=\"{r}\"}} {}", load(&self.tickets[i]));
+            let _ = writeln!(
+                out,
+                "baton_tickets_total{{result=\"{r}\"}} {}",
+                load(&self.tickets[i])
+            );
         }
 
-        if let Some(store) = self.store.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(store) = self
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             let s = store.stats();
-            family(&mut out, "baton_session_cache_entries", "gauge", "Sessions in the session cache.");
+            family(
+                &mut out,
+                "baton_session_cache_entries",
+                "gauge",
+                "Sessions in the session cache.",
+            );
             let _ = writeln!(out, "baton_session_cache_entries {}", s.entries);
-            family(&mut out, "baton_session_cache_lookups_total", "counter", "Session cache lookups, by result.");
-            let _ = writeln!(out, "baton_session_cache_lookups_total{{result=\"hit\"}} {}", s.hits);
-            let _ = writeln!(out, "baton_session_cache_lookups_total{{result=\"miss\"}} {}", s.misses);
-            family(&mut out, "baton_session_cache_removed_total", "counter", "Sessions dropped from the cache, by cause.");
-            let _ = writeln!(out, "baton_session_cache_removed_total{{cause=\"evicted\"}} {}", s.evictions);
-            let _ = writeln!(out, "baton_session_cache_removed_total{{cause=\"expired\"}} {}", s.expirations);
+            family(
+                &mut out,
+                "baton_session_cache_lookups_total",
+                "counter",
+                "Session cache lookups, by result.",
+            );
+            let _ = writeln!(
+                out,
+                "baton_session_cache_lookups_total{{result=\"hit\"}} {}",
+                s.hits
+            );
+            let _ = writeln!(
+                out,
+                "baton_session_cache_lookups_total{{result=\"miss\"}} {}",
+                s.misses
+            );
+            family(
+                &mut out,
+                "baton_session_cache_removed_total",
+                "counter",
+                "Sessions dropped from the cache, by cause.",
+            );
+            let _ = writeln!(
+                out,
+                "baton_session_cache_removed_total{{cause=\"evicted\"}} {}",
+                s.evictions
+            );
+            let _ = writeln!(
+                out,
+                "baton_session_cache_removed_total{{cause=\"expired\"}} {}",
+                s.expirations
+            );
         }
 
-        family(&mut out, "baton_crypto_seconds_total", "counter", "Seconds spent in cryptography, by operation.");
+        family(
+            &mut out,
+            "baton_crypto_seconds_total",
+            "counter",
+            "Seconds spent in cryptography, by operation.",
+        );
         for op in CryptoOp::ALL {
-            let _ = writeln!(out, "baton_crypto_seconds_total{{op=\"{}\"}} {:.9}", op.label(), METER.seconds(op));
+            let _ = writeln!(
+                out,
+                "baton_crypto_seconds_total{{op=\"{}\"}} {:.9}",
+                op.label(),
+                METER.seconds(op)
+            );
         }
-        family(&mut out, "baton_crypto_operations_total", "counter", "Cryptographic operations (records for bulk), by operation.");
+        family(
+            &mut out,
+            "baton_crypto_operations_total",
+            "counter",
+            "Cryptographic operations (records for bulk), by operation.",
+        );
         for op in CryptoOp::ALL {
-            let _ = writeln!(out, "baton_crypto_operations_total{{op=\"{}\"}} {}", op.label(), METER.calls(op));
+            let _ = writeln!(
+                out,
+                "baton_crypto_operations_total{{op=\"{}\"}} {}",
+                op.label(),
+                METER.calls(op)
+            );
         }
 
-        family(&mut out, "baton_reloads_total", "counter", "SIGHUP reloads of certificates and ticket keys, by result.");
-        let _ = writeln!(out, "baton_reloads_total{{result=\"ok\"}} {}", load(&self.reloads_ok));
-        let _ = writeln!(out, "baton_reloads_total{{result=\"failed\"}} {}", load(&self.reloads_failed));
+        family(
+            &mut out,
+            "baton_reloads_total",
+            "counter",
+            "SIGHUP reloads of certificates and ticket keys, by result.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_reloads_total{{result=\"ok\"}} {}",
+            load(&self.reloads_ok)
+        );
+        let _ = writeln!(
+            out,
+            "baton_reloads_total{{result=\"failed\"}} {}",
+            load(&self.reloads_failed)
+        );
 
         let usage = crate::process::usage();
-        family(&mut out, "process_cpu_seconds_total", "counter", "User and system CPU time of the agent process.");
+        family(
+            &mut out,
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time of the agent process.",
+        );
         let _ = writeln!(out, "process_cpu_seconds_total {:.6}", usage.cpu_seconds);
-        family(&mut out, "process_resident_memory_bytes", "gauge", "Resident memory of the agent process.");
+        family(
+            &mut out,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the agent process.",
+        );
         let _ = writeln!(out, "process_resident_memory_bytes {}", usage.rss_bytes);
         out
     }

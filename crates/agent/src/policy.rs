@@ -24,13 +24,34 @@ pub struct Policy {
 const OPENSSL_NAMES: &[(&str, &str)] = &[
     ("TLS_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"),
     ("TLS_AES_256_GCM_SHA384", "TLS13_AES_256_GCM_SHA384"),
-    ("TLS_CHACHA20_POLY1305_SHA256", "TLS13_CHACHA20_POLY1305_SHA256"),
-    ("ECDHE-ECDSA-AES128-GCM-SHA256", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
-    ("ECDHE-ECDSA-AES256-GCM-SHA384", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"),
-    ("ECDHE-ECDSA-CHACHA20-POLY1305", "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"),
-    ("ECDHE-RSA-AES128-GCM-SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
-    ("ECDHE-RSA-AES256-GCM-SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
-    ("ECDHE-RSA-CHACHA20-POLY1305", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"),
+    (
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "TLS13_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
 ];
 
 /// Other spellings of group names.
@@ -58,7 +79,11 @@ pub fn build(versions: &[String], suites: &[String], groups: &[String]) -> anyho
         anyhow::anyhow!(
             "--suites: `{bad}` is not accepted; Baton offers only these AEAD suites (TLS 1.2 \
              ECDHE only, no RSA key exchange, CBC, RC4, 3DES or anonymous suites): {}",
-            base.cipher_suites.iter().map(suite_name).collect::<Vec<_>>().join(", ")
+            base.cipher_suites
+                .iter()
+                .map(suite_name)
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     })?;
     if suites.is_empty() {
@@ -73,17 +98,26 @@ pub fn build(versions: &[String], suites: &[String], groups: &[String]) -> anyho
     if cipher_suites.is_empty() {
         bail!("--suites and --tls-versions leave no cipher suite");
     }
-    let mut kx_groups = select(&base.kx_groups, groups, |g| group_name(*g), |name| {
-        let lower = name.to_ascii_lowercase();
-        GROUP_ALIASES
-            .iter()
-            .find(|(alias, _)| *alias == lower)
-            .map_or(lower, |(_, canonical)| canonical.to_string())
-    })
+    let mut kx_groups = select(
+        &base.kx_groups,
+        groups,
+        |g| group_name(*g),
+        |name| {
+            let lower = name.to_ascii_lowercase();
+            GROUP_ALIASES
+                .iter()
+                .find(|(alias, _)| *alias == lower)
+                .map_or(lower, |(_, canonical)| canonical.to_string())
+        },
+    )
     .map_err(|bad| {
         anyhow::anyhow!(
             "--groups: `{bad}` is not supported; choose from {}",
-            base.kx_groups.iter().map(|g| group_name(*g)).collect::<Vec<_>>().join(", ")
+            base.kx_groups
+                .iter()
+                .map(|g| group_name(*g))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     })?;
     if groups.is_empty() {
@@ -109,7 +143,12 @@ fn parse_versions(names: &[String]) -> anyhow::Result<Vec<&'static SupportedProt
     }
     let mut out = Vec::new();
     for name in names {
-        let v = match name.trim().to_ascii_lowercase().trim_start_matches("tls").trim_start_matches('v') {
+        let v = match name
+            .trim()
+            .to_ascii_lowercase()
+            .trim_start_matches("tls")
+            .trim_start_matches('v')
+        {
             "1.3" | "13" => &rustls::version::TLS13,
             "1.2" | "12" => &rustls::version::TLS12,
             "1.0" | "1.1" | "1" | "10" | "11" => {
@@ -165,27 +204,49 @@ mod tests {
         let p = build(&[], &[], &[]).unwrap();
         assert_eq!(p.versions.len(), 2);
         assert_eq!(p.provider.cipher_suites.len(), 9);
-        assert!(p.provider.kx_groups.iter().any(|g| group_name(*g) == "X25519"));
+        assert!(p
+            .provider
+            .kx_groups
+            .iter()
+            .any(|g| group_name(*g) == "X25519"));
     }
 
     #[test]
     fn narrowing_by_either_name_and_order_kept() {
         let p = build(
             &[],
-            &s(&["ECDHE-RSA-AES128-GCM-SHA256", "tls13_chacha20_poly1305_sha256"]),
+            &s(&[
+                "ECDHE-RSA-AES128-GCM-SHA256",
+                "tls13_chacha20_poly1305_sha256",
+            ]),
             &s(&["P-256", "x25519"]),
         )
         .unwrap();
         let names: Vec<_> = p.provider.cipher_suites.iter().map(suite_name).collect();
-        assert_eq!(names, ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS13_CHACHA20_POLY1305_SHA256"]);
-        let groups: Vec<_> = p.provider.kx_groups.iter().map(|g| group_name(*g)).collect();
+        assert_eq!(
+            names,
+            [
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "TLS13_CHACHA20_POLY1305_SHA256"
+            ]
+        );
+        let groups: Vec<_> = p
+            .provider
+            .kx_groups
+            .iter()
+            .map(|g| group_name(*g))
+            .collect();
         assert_eq!(groups, ["secp256r1", "X25519"]);
     }
 
     #[test]
     fn versions_filter_suites() {
         let p = build(&s(&["1.2"]), &[], &[]).unwrap();
-        assert!(p.provider.cipher_suites.iter().all(|s| s.version() == &rustls::version::TLS12));
+        assert!(p
+            .provider
+            .cipher_suites
+            .iter()
+            .all(|s| s.version() == &rustls::version::TLS12));
         assert!(build(&s(&["1.3"]), &s(&["ECDHE-RSA-AES128-GCM-SHA256"]), &[]).is_err());
     }
 
@@ -193,7 +254,9 @@ mod tests {
     fn weak_things_are_refused_with_reasons() {
         let e = build(&s(&["1.1"]), &[], &[]).unwrap_err().to_string();
         assert!(e.contains("refused"), "{e}");
-        let e = build(&[], &s(&["AES128-SHA"]), &[]).unwrap_err().to_string();
+        let e = build(&[], &s(&["AES128-SHA"]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no RSA key exchange, CBC"), "{e}");
         assert!(build(&[], &[], &s(&["ffdhe2048x"])).is_err());
     }

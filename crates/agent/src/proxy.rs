@@ -104,7 +104,11 @@ impl Proxy {
             .authority()
             .map(|a| a.as_str().to_owned())
             .or_else(|| {
-                parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(String::from)
+                parts
+                    .headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(String::from)
             });
         let path = parts
             .uri
@@ -160,7 +164,10 @@ mod tests {
 
     #[test]
     fn upstream_urls() {
-        assert_eq!(parse_upstream("http://127.0.0.1:8080").unwrap().as_str(), "127.0.0.1:8080");
+        assert_eq!(
+            parse_upstream("http://127.0.0.1:8080").unwrap().as_str(),
+            "127.0.0.1:8080"
+        );
         assert!(parse_upstream("https://127.0.0.1:8080").is_err());
         assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
         assert!(parse_upstream("127.0.0.1:8080").is_err());

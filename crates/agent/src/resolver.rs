@@ -85,7 +85,11 @@ impl CertStore {
     /// The certificate for this hello: among those for its name, the first in
     /// ECDSA > Ed25519 > RSA order that the client can verify and negotiate a suite with,
     /// given the suites the agent enables. `None` only when the store is empty.
-    pub fn choose(&self, hello: &Hello<'_>, enabled: &[SupportedCipherSuite]) -> Option<&CertEntry> {
+    pub fn choose(
+        &self,
+        hello: &Hello<'_>,
+        enabled: &[SupportedCipherSuite],
+    ) -> Option<&CertEntry> {
         let candidates = self.candidates(hello.server_name);
         let mut ranked: Vec<&CertEntry> = candidates.iter().map(|i| &self.entries[*i]).collect();
         ranked.sort_by_key(|e| rank(e.algorithm));
@@ -183,11 +187,12 @@ mod tests {
         SignatureScheme::RSA_PSS_SHA256,
         SignatureScheme::RSA_PKCS1_SHA256,
     ];
-    const RSA_SCHEMES: &[SignatureScheme] =
-        &[SignatureScheme::RSA_PSS_SHA256, SignatureScheme::RSA_PKCS1_SHA256];
+    const RSA_SCHEMES: &[SignatureScheme] = &[
+        SignatureScheme::RSA_PSS_SHA256,
+        SignatureScheme::RSA_PKCS1_SHA256,
+    ];
     const TLS13: &[CipherSuite] = &[CipherSuite::TLS13_AES_128_GCM_SHA256];
-    const TLS12_RSA_ONLY: &[CipherSuite] =
-        &[CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256];
+    const TLS12_RSA_ONLY: &[CipherSuite] = &[CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256];
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
@@ -203,29 +208,65 @@ mod tests {
         ])
     }
 
-    fn pick<'a>(s: &'a CertStore, name: Option<&'a str>, schemes: &'a [SignatureScheme], suites: &'a [CipherSuite]) -> &'a CertEntry {
-        let hello = Hello { server_name: name, signature_schemes: schemes, cipher_suites: suites };
+    fn pick<'a>(
+        s: &'a CertStore,
+        name: Option<&'a str>,
+        schemes: &'a [SignatureScheme],
+        suites: &'a [CipherSuite],
+    ) -> &'a CertEntry {
+        let hello = Hello {
+            server_name: name,
+            signature_schemes: schemes,
+            cipher_suites: suites,
+        };
         s.choose(&hello, ALL_CIPHER_SUITES).unwrap()
     }
 
     #[test]
     fn ecdsa_when_the_client_allows_it_else_rsa() {
         let s = store();
-        assert_eq!(pick(&s, Some("site.test"), BOTH_SCHEMES, TLS13).algorithm, SignatureAlgorithm::ECDSA);
-        assert_eq!(pick(&s, Some("site.test"), RSA_SCHEMES, TLS13).algorithm, SignatureAlgorithm::RSA);
+        assert_eq!(
+            pick(&s, Some("site.test"), BOTH_SCHEMES, TLS13).algorithm,
+            SignatureAlgorithm::ECDSA
+        );
+        assert_eq!(
+            pick(&s, Some("site.test"), RSA_SCHEMES, TLS13).algorithm,
+            SignatureAlgorithm::RSA
+        );
         // ECDSA signature schemes offered, but only an ECDHE_RSA suite in TLS 1.2
-        assert_eq!(pick(&s, Some("site.test"), BOTH_SCHEMES, TLS12_RSA_ONLY).algorithm, SignatureAlgorithm::RSA);
+        assert_eq!(
+            pick(&s, Some("site.test"), BOTH_SCHEMES, TLS12_RSA_ONLY).algorithm,
+            SignatureAlgorithm::RSA
+        );
     }
 
     #[test]
     fn sni_selects_and_unknown_gets_default() {
         let s = store();
-        assert_eq!(pick(&s, Some("a.other.test"), ECDSA_SCHEMES, TLS13).names, names(&["*.other.test"]));
-        assert_eq!(pick(&s, Some("A.Other.Test."), ECDSA_SCHEMES, TLS13).names, names(&["*.other.test"]));
+        assert_eq!(
+            pick(&s, Some("a.other.test"), ECDSA_SCHEMES, TLS13).names,
+            names(&["*.other.test"])
+        );
+        assert_eq!(
+            pick(&s, Some("A.Other.Test."), ECDSA_SCHEMES, TLS13).names,
+            names(&["*.other.test"])
+        );
         // a wildcard covers one label only
-        assert_eq!(pick(&s, Some("x.a.other.test"), ECDSA_SCHEMES, TLS13).names[0], "site.test");
-        assert_eq!(pick(&s, Some("unknown.test"), ECDSA_SCHEMES, TLS13).names[0], "site.test");
-        assert_eq!(pick(&s, None, RSA_SCHEMES, TLS13).algorithm, SignatureAlgorithm::RSA);
-        assert_eq!(pick(&s, Some("www.site.test"), ECDSA_SCHEMES, TLS13).algorithm, SignatureAlgorithm::ECDSA);
+        assert_eq!(
+            pick(&s, Some("x.a.other.test"), ECDSA_SCHEMES, TLS13).names[0],
+            "site.test"
+        );
+        assert_eq!(
+            pick(&s, Some("unknown.test"), ECDSA_SCHEMES, TLS13).names[0],
+            "site.test"
+        );
+        assert_eq!(
+            pick(&s, None, RSA_SCHEMES, TLS13).algorithm,
+            SignatureAlgorithm::RSA
+        );
+        assert_eq!(
+            pick(&s, Some("www.site.test"), ECDSA_SCHEMES, TLS13).algorithm,
+            SignatureAlgorithm::ECDSA
+        );
     }
 }

@@ -57,13 +57,21 @@ impl ProducesTickets for Ticketer {
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
         let ticket = self.sealer.seal_at(plain, Instant::now());
-        self.metrics.ticket(if ticket.is_some() { "issued" } else { "seal_failed" });
+        self.metrics.ticket(if ticket.is_some() {
+            "issued"
+        } else {
+            "seal_failed"
+        });
         ticket
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
         let plain = self.sealer.open_at(cipher, Instant::now());
-        self.metrics.ticket(if plain.is_some() { "opened" } else { "rejected" });
+        self.metrics.ticket(if plain.is_some() {
+            "opened"
+        } else {
+            "rejected"
+        });
         plain
     }
 }

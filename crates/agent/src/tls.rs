@@ -54,8 +54,10 @@ impl Tls {
             policy.provider.cipher_suites.clone(),
         ));
         let store: Option<Arc<dyn SessionStore>> = (cfg.session_cache_size > 0).then(|| {
-            Arc::new(MemoryStore::new(cfg.session_cache_size, cfg.session_lifetime))
-                as Arc<dyn SessionStore>
+            Arc::new(MemoryStore::new(
+                cfg.session_cache_size,
+                cfg.session_lifetime,
+            )) as Arc<dyn SessionStore>
         });
         if let Some(store) = &store {
             metrics.set_store(store.clone());
@@ -89,7 +91,11 @@ impl Tls {
     /// (origin, names) of each certificate served, for the start-up log.
     pub fn cert_summary(&self) -> Vec<(String, Vec<String>)> {
         let store = self.parts.resolver.store();
-        store.entries().iter().map(|e| (e.origin.clone(), e.names.clone())).collect()
+        store
+            .entries()
+            .iter()
+            .map(|e| (e.origin.clone(), e.names.clone()))
+            .collect()
     }
 
     /// The config for the next connection.
@@ -112,7 +118,9 @@ impl Tls {
         let config = match parts.server_config(cfg) {
             Ok(c) => c,
             Err(e) => {
-                parts.resolver.replace(CertStore::new(old_store.entries().to_vec()));
+                parts
+                    .resolver
+                    .replace(CertStore::new(old_store.entries().to_vec()));
                 return Err(e);
             }
         };

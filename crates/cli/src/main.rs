@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "baton", version, about = "TLS termination cluster and TLS benchmark")]
+#[command(
+    name = "baton",
+    version,
+    about = "TLS termination cluster and TLS benchmark"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,7 +31,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::run(*args),
-        Command::TicketKey(args) => baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS),
+        Command::TicketKey(args) => {
+            baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
@@ -45,5 +51,6 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }

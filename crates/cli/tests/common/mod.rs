@@ -1,0 +1,403 @@
+//! Test support: a real `baton agent` process on 127.0.0.1, a small PKI written to a temporary
+//! directory, and blocking TLS/HTTP clients (rustls, `openssl s_client`, `curl`).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+/// A running `baton agent`, killed on drop.
+pub struct Agent {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub metrics: SocketAddr,
+}
+
+impl Agent {
+    /// Starts `baton agent --listen 127.0.0.1:0 --metrics 127.0.0.1:0 ARGS` and waits for
+    /// `ready`.
+    pub fn start(args: &[&str]) -> Agent {
+        let mut child = Command::new(BATON)
+            .arg("agent")
+            .args(["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn baton agent");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let (mut addr, mut metrics) = (None, None);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let Some(Ok(line)) = lines.next() else {
+                panic!("baton agent exited before ready: {:?}", child.wait());
+            };
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["listening", "tls", a] => addr = Some(a.parse().unwrap()),
+                ["listening", "metrics", a] => metrics = Some(a.parse().unwrap()),
+                ["ready"] => break,
+                _ => {}
+            }
+        }
+        // Keep draining stdout so the agent never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Agent {
+            child,
+            addr: addr.expect("tls address"),
+            metrics: metrics.expect("metrics address"),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn connect(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port())
+    }
+
+    /// The metrics page.
+    pub fn metrics_text(&self) -> String {
+        let (status, body) = plain_get(self.metrics, "/metrics");
+        assert_eq!(status, 200);
+        body
+    }
+
+    /// The value of one metric line, `name{labels}` exactly as rendered.
+    pub fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics_text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {series} in\n{text}"))
+    }
+
+    pub fn handshakes(&self, version: &str, kind: &str) -> u64 {
+        self.metric(&format!(
+            "baton_handshakes_total{{version=\"{version}\",kind=\"{kind}\"}}"
+        )) as u64
+    }
+
+    pub fn failures(&self, reason: &str) -> u64 {
+        self.metric(&format!(
+            "baton_handshake_failures_total{{reason=\"{reason}\"}}"
+        )) as u64
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Waits for the process to exit (after SIGTERM), at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn rss_bytes(&self) -> u64 {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Plain HTTP/1.0 GET (for the metrics endpoint and test backends).
+pub fn plain_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let (status, body) = parse_response(&raw);
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Status code and body of a complete HTTP/1.x response (Content-Length or close-delimited).
+pub fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = raw[split + 4..].to_vec();
+    if let Some(len) = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())?
+    }) {
+        assert_eq!(body.len(), len, "body length vs Content-Length");
+    }
+    (status, body)
+}
+
+/// A throwaway directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("baton-test-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn arg(&self, name: &str) -> String {
+        self.path(name).to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A CA, an ECDSA and an RSA server certificate for `localhost`/127.0.0.1 signed by it, a
+/// client CA and a client certificate, as PEM files:
+/// `ca.pem`, `ecdsa.pem`/`ecdsa.key`, `rsa.pem`/`rsa.key`, `client-ca.pem`,
+/// `client.pem`/`client.key`, `other-client.pem`/`other-client.key` (signed by an unrelated CA).
+pub struct Pki {
+    pub dir: TempDir,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let dir = TempDir::new("pki");
+        let write = |name: &str, text: &str| std::fs::write(dir.path(name), text).unwrap();
+
+        let ca = |cn: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.distinguished_name.push(DnType::CommonName, cn);
+            let cert = p.self_signed(&key).unwrap();
+            (cert, rcgen::Issuer::new(p, key))
+        };
+        let (ca_cert, issuer) = ca("Baton Test CA");
+        write("ca.pem", &ca_cert.pem());
+        let leaf =
+            |names: Vec<String>, key: &KeyPair, issuer: &rcgen::Issuer<'_, KeyPair>, cn: &str| {
+                let mut p = CertificateParams::new(names).unwrap();
+                p.distinguished_name.push(DnType::CommonName, cn);
+                p.distinguished_name
+                    .push(DnType::OrganizationName, "Baton Tests");
+                p.signed_by(key, issuer).unwrap()
+            };
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let ecdsa_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        write(
+            "ecdsa.pem",
+            &leaf(names.clone(), &ecdsa_key, &issuer, "localhost").pem(),
+        );
+        write("ecdsa.key", &ecdsa_key.serialize_pem());
+        let rsa_key =
+            KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).unwrap();
+        write(
+            "rsa.pem",
+            &leaf(names.clone(), &rsa_key, &issuer, "localhost").pem(),
+        );
+        write("rsa.key", &rsa_key.serialize_pem());
+
+        let (cca_cert, client_issuer) = ca("Baton Client CA");
+        write("client-ca.pem", &cca_cert.pem());
+        let client_key = KeyPair::generate().unwrap();
+        write(
+            "client.pem",
+            &leaf(vec![], &client_key, &client_issuer, "client-one").pem(),
+        );
+        write("client.key", &client_key.serialize_pem());
+
+        let (_, other_issuer) = ca("Unrelated CA");
+        let other_key = KeyPair::generate().unwrap();
+        write(
+            "other-client.pem",
+            &leaf(vec![], &other_key, &other_issuer, "intruder").pem(),
+        );
+        write("other-client.key", &other_key.serialize_pem());
+        Pki { dir }
+    }
+
+    pub fn arg(&self, name: &str) -> String {
+        self.dir.arg(name)
+    }
+
+    pub fn certs(&self, name: &str) -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(self.dir.path(name))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    pub fn key(&self, name: &str) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::from_pem_file(self.dir.path(name)).unwrap()
+    }
+
+    /// The `--cert/--key` flags for the ECDSA and RSA server certificates.
+    pub fn server_args(&self) -> Vec<String> {
+        ["ecdsa", "rsa"]
+            .iter()
+            .flat_map(|k| {
+                [
+                    "--cert".to_string(),
+                    self.arg(&format!("{k}.pem")),
+                    "--key".to_string(),
+                    self.arg(&format!("{k}.key")),
+                ]
+            })
+            .collect()
+    }
+
+    /// A rustls client config trusting the test CA, for the given versions, with an optional
+    /// client certificate (`client` / `other-client`).
+    pub fn client(
+        &self,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        client_cert: Option<&str>,
+    ) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in self.certs("ca.pem") {
+            roots.add(c).unwrap();
+        }
+        let b = rustls::ClientConfig::builder_with_protocol_versions(versions)
+            .with_root_certificates(roots);
+        match client_cert {
+            Some(name) => b
+                .with_client_auth_cert(
+                    self.certs(&format!("{name}.pem")),
+                    self.key(&format!("{name}.key")),
+                )
+                .unwrap(),
+            None => b.with_no_client_auth(),
+        }
+    }
+}
+
+/// The outcome of one HTTPS request made with rustls.
+pub struct Fetched {
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub version: rustls::ProtocolVersion,
+    pub kind: rustls::HandshakeKind,
+    pub peer_cert: CertificateDer<'static>,
+}
+
+impl Fetched {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One connection, one `GET path` with `Connection: close`, read to the end.
+pub fn fetch(
+    agent: &Agent,
+    config: &Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Result<Fetched, String> {
+    let tcp = TcpStream::connect(agent.addr).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // Servers may close without close_notify after Connection: close; the length check in
+        // parse_response still proves the body complete.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let (status, body) = parse_response(&raw);
+    Ok(Fetched {
+        status,
+        body,
+        version: tls.conn.protocol_version().unwrap(),
+        kind: tls.conn.handshake_kind().unwrap(),
+        peer_cert: tls.conn.peer_certificates().unwrap()[0].clone(),
+    })
+}
+
+/// Runs `openssl s_client -connect ADDR ARGS`, with stdin held open for `hold` so TLS 1.3
+/// tickets arrive, and returns its output.
+pub fn s_client(agent: &Agent, args: &[&str], hold: Duration) -> Output {
+    let mut child = Command::new("openssl")
+        .arg("s_client")
+        .args(["-connect", &agent.connect()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(hold);
+    let _ = stdin.write_all(b"");
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+pub fn text_of(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn curl(args: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl")
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
