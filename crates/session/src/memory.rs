@@ -142,9 +142,7 @@ impl SessionStore for MemoryStore {
         let mut inner = self.lock();
         inner.lookup(key, now)?;
         // `lookup` proved the entry exists; moving the value out avoids a copy of the secret.
-        inner
-            .remove(key)
-            .map(|mut e| std::mem::take(&mut *e.value))
+        inner.remove(key).map(|mut e| std::mem::take(&mut *e.value))
     }
 
     fn stats(&self) -> StoreStats {

@@ -60,7 +60,9 @@ pub struct TicketKey {
 impl std::fmt::Debug for TicketKey {
     // The key itself is never printed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TicketKey").field("id", &format_args!("{:08x}", self.id)).finish()
+        f.debug_struct("TicketKey")
+            .field("id", &format_args!("{:08x}", self.id))
+            .finish()
     }
 }
 
@@ -121,7 +123,9 @@ impl KeyRing {
             let bad = |what: &str| Error::KeyFile(format!("line {}: {what}", n + 1));
             let mut fields = line.split_whitespace();
             let (Some(id), Some(key), None) = (fields.next(), fields.next(), fields.next()) else {
-                return Err(bad("expected `<key id: 8 hex digits> <key: 64 hex digits>`"));
+                return Err(bad(
+                    "expected `<key id: 8 hex digits> <key: 64 hex digits>`",
+                ));
             };
             let id = decode_hex::<4>(id).ok_or_else(|| bad("key id is not 8 hex digits"))?;
             let secret = Zeroizing::new(
@@ -169,8 +173,8 @@ impl KeyRing {
     fn open(&self, ticket: &[u8]) -> Option<Vec<u8>> {
         let header = TicketHeader::parse(ticket)?;
         let key = self.keys.iter().find(|k| k.id == header.key_id)?;
-        let nonce = Nonce::try_assume_unique_for_key(&ticket[HEADER_LEN..HEADER_LEN + NONCE_LEN])
-            .ok()?;
+        let nonce =
+            Nonce::try_assume_unique_for_key(&ticket[HEADER_LEN..HEADER_LEN + NONCE_LEN]).ok()?;
         let mut body = ticket[HEADER_LEN + NONCE_LEN..].to_vec();
         let plain_len = key
             .key
@@ -237,7 +241,10 @@ impl TicketSealer {
     }
 
     pub fn key_ids(&self) -> Vec<u32> {
-        self.ring.read().unwrap_or_else(|p| p.into_inner()).key_ids()
+        self.ring
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .key_ids()
     }
 
     pub fn seal_at(&self, plain: &[u8], now: Instant) -> Option<Vec<u8>> {
@@ -347,11 +354,19 @@ mod tests {
         // one rotation later the old ticket still opens, new tickets use a new key
         let t1 = t0 + HOUR;
         let new = s.seal_at(b"new", t1).unwrap();
-        assert_ne!(TicketHeader::parse(&old).unwrap().key_id, TicketHeader::parse(&new).unwrap().key_id);
+        assert_ne!(
+            TicketHeader::parse(&old).unwrap().key_id,
+            TicketHeader::parse(&new).unwrap().key_id
+        );
         assert_eq!(s.open_at(&old, t1 + HOUR / 2).as_deref(), Some(&b"old"[..]));
         // once its key has been retired for a full lifetime, it no longer opens
-        assert_eq!(s.open_at(&old, t0 + 2 * HOUR + Duration::from_secs(1)), None);
-        assert!(s.open_at(&new, t0 + 2 * HOUR + Duration::from_secs(1)).is_some());
+        assert_eq!(
+            s.open_at(&old, t0 + 2 * HOUR + Duration::from_secs(1)),
+            None
+        );
+        assert!(s
+            .open_at(&new, t0 + 2 * HOUR + Duration::from_secs(1))
+            .is_some());
     }
 
     #[test]
@@ -359,12 +374,16 @@ mod tests {
         let t = Instant::now();
         let line1 = generate_key_line().unwrap();
         let line2 = generate_key_line().unwrap();
-        let ring = KeyRing::parse_key_file(&format!("# comment\n{line1}\n\n{line2} # old\n"), t).unwrap();
+        let ring =
+            KeyRing::parse_key_file(&format!("# comment\n{line1}\n\n{line2} # old\n"), t).unwrap();
         assert_eq!(ring.key_ids().len(), 2);
         assert_eq!(format!("{:08x}", ring.key_ids()[0]), line1[..8]);
         assert!(KeyRing::parse_key_file("", t).is_err());
         assert!(KeyRing::parse_key_file("0011 22", t).is_err());
-        assert!(KeyRing::parse_key_file(&format!("{line1}\n{line1}"), t).is_err(), "dup id");
+        assert!(
+            KeyRing::parse_key_file(&format!("{line1}\n{line1}"), t).is_err(),
+            "dup id"
+        );
         let bad = format!("{} zz{}", &line1[..8], &line1[11..]);
         assert!(KeyRing::parse_key_file(&bad, t).is_err());
     }
