@@ -87,6 +87,32 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
     };
     let h2 = info.alpn.as_deref() == Some("h2");
+
+    // hyper allocates ~16 KiB of buffers per connection as soon as it starts, so it starts only
+    // once the client has sent something: connections that idle after the handshake (browser
+    // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
+    // here: either rustls already holds request bytes, or the socket becomes readable.
+    let mut stream = stream;
+    loop {
+        let (io, tls) = stream.get_mut();
+        match tls.process_new_packets() {
+            Ok(state) if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() => break,
+            Ok(_) => {}
+            Err(_) => break, // let hyper meet the error and close cleanly
+        }
+        tokio::select! {
+            r = io.readable() => if r.is_err() { return },
+            _ = shared.draining.cancelled() => return,
+        }
+        // Move what arrived into rustls; a short read loop ends when the socket is drained.
+        let (io, tls) = stream.get_mut();
+        match tls.read_tls(&mut SyncRead(io)) {
+            Ok(0) => break, // EOF: hyper sees it and ends the connection
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
     let info = Arc::new(info);
     let http = shared.http.clone();
     let service = service_fn(move |req| http.clone().handle(info.clone(), req));
@@ -100,8 +126,8 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             .max_header_list_size(cfg.max_header_bytes as u32)
             .max_concurrent_streams(256)
             .max_pending_accept_reset_streams(64);
-        let conn = builder.serve_connection(io, service);
-        tokio::pin!(conn);
+        // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
+        let mut conn = Box::pin(builder.serve_connection(io, service));
         tokio::select! {
             r = conn.as_mut() => r,
             _ = draining.cancelled() => {
@@ -118,8 +144,8 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             .max_header_size(cfg.max_header_bytes)
             // Bounds what one connection may buffer (pipelined requests, body reads).
             .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
-        let conn = builder.serve_connection(io, service);
-        tokio::pin!(conn);
+        // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
+        let mut conn = Box::pin(builder.serve_connection(io, service));
         tokio::select! {
             r = conn.as_mut() => r,
             _ = draining.cancelled() => {
@@ -192,5 +218,14 @@ mod tests {
             "too short to tell"
         );
         assert!(!is_legacy_client_hello(b"GET / HTTP/1.1\r\n"), "not TLS");
+    }
+}
+
+/// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.
+struct SyncRead<'a>(&'a mut ConnIo<TcpStream>);
+
+impl std::io::Read for SyncRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.try_read(buf)
     }
 }

@@ -37,6 +37,10 @@ impl<T> ConnIo<T> {
         }
     }
 
+    fn active(&mut self) {
+        self.last_activity = Instant::now();
+    }
+
     /// Called when an operation would block: times out, or arranges to be woken at the
     /// deadline.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
@@ -52,9 +56,27 @@ impl<T> ConnIo<T> {
             Poll::Pending => Poll::Pending,
         }
     }
+}
 
-    fn active(&mut self) {
-        self.last_activity = Instant::now();
+impl ConnIo<tokio::net::TcpStream> {
+    /// Waits until the socket has bytes to read (or the idle timeout passes), reading none.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        let deadline = self.last_activity + self.idle;
+        match tokio::time::timeout_at(deadline, self.inner.readable()).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection idle for longer than --idle-timeout",
+            )),
+        }
+    }
+
+    /// Reads what the socket holds without waiting (`WouldBlock` if nothing).
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.try_read(buf)?;
+        self.metrics.bytes_in(n);
+        self.active();
+        Ok(n)
     }
 }
 
