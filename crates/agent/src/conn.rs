@@ -195,6 +195,15 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
         && head[9] == 0x03
 }
 
+/// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.
+struct SyncRead<'a>(&'a mut ConnIo<TcpStream>);
+
+impl std::io::Read for SyncRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_legacy_client_hello;
@@ -218,14 +227,5 @@ mod tests {
             "too short to tell"
         );
         assert!(!is_legacy_client_hello(b"GET / HTTP/1.1\r\n"), "not TLS");
-    }
-}
-
-/// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.
-struct SyncRead<'a>(&'a mut ConnIo<TcpStream>);
-
-impl std::io::Read for SyncRead<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.try_read(buf)
     }
 }
