@@ -12,7 +12,7 @@ use rustls::sign::CertifiedKey;
 use rustls::SignatureAlgorithm;
 
 use crate::config::KeyKind;
-use crate::metering::{metered_provider, metered_signing_key};
+use crate::metering::metered_signing_key;
 
 /// A certificate chain with its key, and the names (lower-case DNS names, `*.suffix` wildcards,
 /// IP addresses) it may be presented for.
@@ -78,13 +78,14 @@ fn kind_name(kind: KeyKind) -> &'static str {
 
 fn entry(
     chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    mut key: PrivateKeyDer<'static>,
     origin: String,
 ) -> anyhow::Result<CertEntry> {
-    let signing = metered_provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| anyhow!("{origin}: private key not supported: {e}"))?;
+    // Loaded by reference so that our copy of the key's bytes can be wiped right after;
+    // aws-lc keeps its own (and cleanses it when freed).
+    let signing = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key);
+    zeroize::Zeroize::zeroize(&mut key);
+    let signing = signing.map_err(|e| anyhow!("{origin}: private key not supported: {e}"))?;
     let algorithm = signing.algorithm();
     let certified = CertifiedKey::new(chain, metered_signing_key(signing));
     certified

@@ -74,9 +74,11 @@ impl HttpService {
         conn: Arc<ConnInfo>,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
+        // hyper keeps the box holding this future for the connection's life, so it must stay
+        // small: the proxy's (large) future gets a box of its own, freed with the request.
         let response = match &self.proxy {
-            Some(proxy) => proxy.forward(req, &conn).await,
-            None => self.respond(req, &conn).await,
+            Some(proxy) => Box::pin(proxy.forward(req, &conn)).await,
+            None => Box::pin(self.respond(req, &conn)).await,
         };
         self.metrics.request(response.status().as_u16());
         Ok(response)
