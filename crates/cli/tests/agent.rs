@@ -60,6 +60,45 @@ fn ecdsa_certificate_when_client_allows_it_else_rsa() {
 }
 
 #[test]
+fn sni_selects_the_certificate_and_unknown_names_get_the_default() {
+    let pki = Pki::new();
+    let agent = agent_with_pki(
+        &pki,
+        &[
+            "--cert",
+            &pki.arg("other.pem"),
+            "--key",
+            &pki.arg("other.key"),
+        ],
+    );
+    let config = Arc::new(pki.client(&[&TLS13], None));
+    let other = pki.certs("other.pem")[0].clone();
+    let default = pki.certs("ecdsa.pem")[0].clone();
+    assert_eq!(
+        fetch_sni(&agent, &config, "other.test", "/")
+            .unwrap()
+            .peer_cert,
+        other
+    );
+    let f = fetch_sni(&agent, &config, "a.wild.test", "/tls").unwrap();
+    assert_eq!(f.peer_cert, other);
+    assert!(f.text().contains("sni: a.wild.test"), "{}", f.text());
+    assert_eq!(
+        fetch_sni(&agent, &config, "localhost", "/")
+            .unwrap()
+            .peer_cert,
+        default
+    );
+    // unknown name: the default certificate (which the client then rejects for the name)
+    let out = s_client(&agent, &["-servername", "unknown.test"], Duration::ZERO);
+    assert!(
+        text_of(&out).contains("subject=CN = localhost"),
+        "{}",
+        text_of(&out)
+    );
+}
+
+#[test]
 fn tls12_and_tls13_with_rustls_curl_and_http2() {
     let pki = Pki::new();
     let agent = agent_with_pki(&pki, &[]);

@@ -406,5 +406,17 @@ mod tests {
             let _ = s.open_at(&bytes, t);
             let _ = TicketHeader::parse(&bytes);
         }
+
+        #[test]
+        fn key_file_parser_never_panics(text in "\\PC{0,300}") {
+            let _ = KeyRing::parse_key_file(&text, Instant::now());
+        }
+
+        #[test]
+        fn key_file_round_trips_generated_lines(n in 1usize..5) {
+            let lines: Vec<String> = (0..n).map(|_| generate_key_line().unwrap()).collect();
+            let ring = KeyRing::parse_key_file(&lines.join("\n"), Instant::now()).unwrap();
+            prop_assert_eq!(ring.key_ids().len(), n);
+        }
     }
 }

@@ -196,7 +196,8 @@ impl Drop for TempDir {
 /// A CA, an ECDSA and an RSA server certificate for `localhost`/127.0.0.1 signed by it, a
 /// client CA and a client certificate, as PEM files:
 /// `ca.pem`, `ecdsa.pem`/`ecdsa.key`, `rsa.pem`/`rsa.key`, `client-ca.pem`,
-/// `client.pem`/`client.key`, `other-client.pem`/`other-client.key` (signed by an unrelated CA).
+/// `client.pem`/`client.key`, `other-client.pem`/`other-client.key` (signed by an unrelated CA),
+/// `other.pem`/`other.key` (ECDSA, for `other.test` and `*.wild.test`).
 pub struct Pki {
     pub dir: TempDir,
 }
@@ -239,6 +240,20 @@ impl Pki {
             &leaf(names.clone(), &rsa_key, &issuer, "localhost").pem(),
         );
         write("rsa.key", &rsa_key.serialize_pem());
+
+        // a second site, for SNI
+        let other_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        write(
+            "other.pem",
+            &leaf(
+                vec!["other.test".into(), "*.wild.test".into()],
+                &other_key,
+                &issuer,
+                "other.test",
+            )
+            .pem(),
+        );
+        write("other.key", &other_key.serialize_pem());
 
         let (cca_cert, client_issuer) = ca("Baton Client CA");
         write("client-ca.pem", &cca_cert.pem());
@@ -335,9 +350,19 @@ pub fn fetch(
     config: &Arc<rustls::ClientConfig>,
     path: &str,
 ) -> Result<Fetched, String> {
+    fetch_sni(agent, config, "localhost", path)
+}
+
+/// As [`fetch`], for server name `sni`.
+pub fn fetch_sni(
+    agent: &Agent,
+    config: &Arc<rustls::ClientConfig>,
+    sni: &str,
+    path: &str,
+) -> Result<Fetched, String> {
     let tcp = TcpStream::connect(agent.addr).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let name = ServerName::try_from("localhost").unwrap();
+    let name = ServerName::try_from(sni.to_string()).unwrap();
     let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     write!(
