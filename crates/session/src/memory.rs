@@ -102,8 +102,14 @@ impl Inner {
     }
 }
 
-impl SessionStore for MemoryStore {
-    fn put(&self, key: &[u8], value: &[u8], now: Instant) -> bool {
+impl MemoryStore {
+    /// Stores `value` for at most `ttl` (never longer than the store's own TTL): for sessions
+    /// that arrive from elsewhere with part of their life already spent.
+    pub fn put_for(&self, key: &[u8], value: &[u8], ttl: Duration, now: Instant) -> bool {
+        self.insert(key, value, ttl.min(self.ttl), now)
+    }
+
+    fn insert(&self, key: &[u8], value: &[u8], ttl: Duration, now: Instant) -> bool {
         if self.capacity == 0 || key.len() > MAX_KEY_LEN || value.len() > MAX_VALUE_LEN {
             return false;
         }
@@ -127,11 +133,17 @@ impl SessionStore for MemoryStore {
             key.to_vec(),
             Entry {
                 value: Zeroizing::new(value.to_vec()),
-                expires: now + self.ttl,
+                expires: now + ttl,
                 stamp,
             },
         );
         true
+    }
+}
+
+impl SessionStore for MemoryStore {
+    fn put(&self, key: &[u8], value: &[u8], now: Instant) -> bool {
+        self.insert(key, value, self.ttl, now)
     }
 
     fn get(&self, key: &[u8], now: Instant) -> Option<Vec<u8>> {
@@ -151,6 +163,13 @@ impl SessionStore for MemoryStore {
             entries: inner.entries.len() as u64,
             ..inner.stats
         }
+    }
+}
+
+impl MemoryStore {
+    /// Removes `key` if present, without counting a lookup (a removal replicated from a peer).
+    pub fn remove(&self, key: &[u8]) {
+        self.lock().remove(key);
     }
 }
 

@@ -26,4 +26,14 @@ pub struct StoreStats {
     pub misses: u64,
     pub evictions: u64,
     pub expirations: u64,
+    /// Sessions (and removals) sent to the shared store or to peers.
+    pub sent: u64,
+    /// Sessions (and removals) received from peers, or found in the shared store.
+    pub received: u64,
+    /// Sends dropped because a queue was full or a peer unreachable.
+    pub dropped: u64,
+    /// Frames or blobs refused (failed authentication, malformed, expired).
+    pub rejected: u64,
+    /// Lookups answered "miss" because the shared store was down or slow (a full handshake).
+    pub fallbacks: u64,
 }

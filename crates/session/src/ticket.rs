@@ -146,7 +146,9 @@ impl KeyRing {
         Ok(Self { keys })
     }
 
-    fn seal(&self, issuer: u16, plain: &[u8]) -> Option<Vec<u8>> {
+    /// Seals `plain`; `context` is bound into the associated data without being sent (the
+    /// opener must supply the same), which ties a blob to a channel or a position in it.
+    pub fn seal(&self, issuer: u16, plain: &[u8], context: &[u8]) -> Option<Vec<u8>> {
         let key = self.keys.first()?;
         if plain.len() > MAX_PLAIN_LEN {
             return None;
@@ -159,10 +161,11 @@ impl KeyRing {
         out.extend_from_slice(&issuer.to_be_bytes());
         out.extend_from_slice(&nonce);
         let mut body = plain.to_vec();
+        let aad = [&out[..HEADER_LEN], context].concat();
         key.key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(&out[..HEADER_LEN]),
+                Aad::from(&aad[..]),
                 &mut body,
             )
             .ok()?;
@@ -170,7 +173,8 @@ impl KeyRing {
         Some(out)
     }
 
-    fn open(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+    /// Opens what [`KeyRing::seal`] sealed with the same `context`; `None` for anything else.
+    pub fn open(&self, ticket: &[u8], context: &[u8]) -> Option<Vec<u8>> {
         let header = TicketHeader::parse(ticket)?;
         let key = self.keys.iter().find(|k| k.id == header.key_id)?;
         let nonce =
@@ -178,7 +182,11 @@ impl KeyRing {
         let mut body = ticket[HEADER_LEN + NONCE_LEN..].to_vec();
         let plain_len = key
             .key
-            .open_in_place(nonce, Aad::from(&ticket[..HEADER_LEN]), &mut body)
+            .open_in_place(
+                nonce,
+                Aad::from(&[&ticket[..HEADER_LEN], context].concat()[..]),
+                &mut body,
+            )
             .ok()?
             .len();
         body.truncate(plain_len);
@@ -252,7 +260,7 @@ impl TicketSealer {
         self.ring
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .seal(self.issuer, plain)
+            .seal(self.issuer, plain, &[])
     }
 
     pub fn open_at(&self, ticket: &[u8], now: Instant) -> Option<Vec<u8>> {
@@ -260,7 +268,7 @@ impl TicketSealer {
         self.ring
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .open(ticket)
+            .open(ticket, &[])
     }
 
     fn rotate_if_due(&self, now: Instant) {

@@ -1,0 +1,321 @@
+//! The peer replication protocol: each agent tells every other agent about the sessions it
+//! creates (the paper's broadcast), over a channel that is authenticated and sealed with the
+//! cluster key. Plain state machines; `peers.rs` runs them on sockets.
+//!
+//! ```text
+//! receiver -> sender, once:  "BTNP" 0x01 challenge[16]
+//! sender -> receiver, each:  len u32 | seq u64 | KeyRing::seal(sender id, message,
+//!                                                    context = challenge || seq)
+//! message:                   op u8 (1 put, 2 remove) | key_len u8 | key
+//!                            | put only: ttl_ms u32 | value
+//! ```
+//!
+//! The challenge binds every frame to one connection and the sequence number to one place in
+//! it, so a recorded frame can be neither replayed on another connection nor repeated or
+//! reordered on the same one. A frame that fails any check ends the connection.
+
+use zeroize::Zeroizing;
+
+use crate::ticket::KeyRing;
+
+pub const MAGIC: &[u8; 4] = b"BTNP";
+pub const VERSION: u8 = 1;
+pub const CHALLENGE_LEN: usize = 16;
+pub const HELLO_LEN: usize = MAGIC.len() + 1 + CHALLENGE_LEN;
+/// Largest sealed frame accepted: a session with a client certificate chain is a few KB.
+pub const MAX_FRAME: usize = 80 * 1024;
+const FRAME_HEADER: usize = 4 + 8;
+
+/// What one agent tells another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A new session: store `value` under `key` for `ttl_ms`.
+    Put {
+        key: Vec<u8>,
+        value: Zeroizing<Vec<u8>>,
+        ttl_ms: u32,
+    },
+    /// A single-use session (TLS 1.3 stateful ticket) was consumed: forget it everywhere.
+    Remove { key: Vec<u8> },
+}
+
+/// Why a replication channel was closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicationError {
+    #[error("peer hello malformed or of another protocol version")]
+    BadHello,
+    #[error("frame of {0} bytes exceeds the limit")]
+    TooLarge(usize),
+    #[error("frame out of sequence: expected {expected}, got {got}")]
+    Sequence { expected: u64, got: u64 },
+    #[error("frame failed authentication (wrong cluster key, or tampered)")]
+    Auth,
+    #[error("message malformed")]
+    Malformed,
+}
+
+impl Message {
+    pub fn encode(&self) -> Zeroizing<Vec<u8>> {
+        let mut out = Zeroizing::new(Vec::new());
+        match self {
+            Message::Put { key, value, ttl_ms } => {
+                out.push(1);
+                out.push(key.len() as u8);
+                out.extend_from_slice(key);
+                out.extend_from_slice(&ttl_ms.to_be_bytes());
+                out.extend_from_slice(value);
+            }
+            Message::Remove { key } => {
+                out.push(2);
+                out.push(key.len() as u8);
+                out.extend_from_slice(key);
+            }
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, ReplicationError> {
+        let (&op, rest) = bytes.split_first().ok_or(ReplicationError::Malformed)?;
+        let (&klen, rest) = rest.split_first().ok_or(ReplicationError::Malformed)?;
+        let key = rest
+            .get(..klen as usize)
+            .ok_or(ReplicationError::Malformed)?
+            .to_vec();
+        let rest = &rest[klen as usize..];
+        match op {
+            1 => {
+                let ttl = rest.get(..4).ok_or(ReplicationError::Malformed)?;
+                let ttl_ms =
+                    u32::from_be_bytes(ttl.try_into().map_err(|_| ReplicationError::Malformed)?);
+                Ok(Message::Put {
+                    key,
+                    value: Zeroizing::new(rest[4..].to_vec()),
+                    ttl_ms,
+                })
+            }
+            2 if rest.is_empty() => Ok(Message::Remove { key }),
+            _ => Err(ReplicationError::Malformed),
+        }
+    }
+
+    /// Whether the message fits the protocol (keys are at most 255 bytes).
+    pub fn is_valid(&self) -> bool {
+        match self {
+            Message::Put { key, .. } | Message::Remove { key } => key.len() <= u8::MAX as usize,
+        }
+    }
+}
+
+/// The receiving end of one connection.
+#[derive(Debug)]
+pub struct Inbound {
+    challenge: [u8; CHALLENGE_LEN],
+    expected_seq: u64,
+    buf: Vec<u8>,
+}
+
+impl Inbound {
+    pub fn new(challenge: [u8; CHALLENGE_LEN]) -> Self {
+        Self {
+            challenge,
+            expected_seq: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The bytes to send to the peer first.
+    pub fn hello(&self) -> Vec<u8> {
+        [&MAGIC[..], &[VERSION], &self.challenge].concat()
+    }
+
+    /// Feeds received bytes; returns the messages completed by them with their sender's id.
+    /// Buffers at most one frame.
+    pub fn push(
+        &mut self,
+        ring: &KeyRing,
+        bytes: &[u8],
+    ) -> Result<Vec<(u16, Message)>, ReplicationError> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(len) = self.buf.get(..4) {
+            let len = u32::from_be_bytes(len.try_into().map_err(|_| ReplicationError::Malformed)?)
+                as usize;
+            if len > MAX_FRAME {
+                return Err(ReplicationError::TooLarge(len));
+            }
+            if self.buf.len() < FRAME_HEADER + len {
+                break;
+            }
+            let seq = u64::from_be_bytes(
+                self.buf[4..12]
+                    .try_into()
+                    .map_err(|_| ReplicationError::Malformed)?,
+            );
+            if seq != self.expected_seq {
+                return Err(ReplicationError::Sequence {
+                    expected: self.expected_seq,
+                    got: seq,
+                });
+            }
+            let sealed = &self.buf[FRAME_HEADER..FRAME_HEADER + len];
+            let sender = crate::ticket::TicketHeader::parse(sealed)
+                .ok_or(ReplicationError::Auth)?
+                .issuer;
+            let plain = Zeroizing::new(
+                ring.open(sealed, &context(&self.challenge, seq))
+                    .ok_or(ReplicationError::Auth)?,
+            );
+            out.push((sender, Message::decode(&plain)?));
+            self.expected_seq += 1;
+            self.buf.drain(..FRAME_HEADER + len);
+        }
+        Ok(out)
+    }
+}
+
+/// The sending end of one connection, once the peer's hello has arrived.
+#[derive(Debug)]
+pub struct Outbound {
+    sender: u16,
+    challenge: [u8; CHALLENGE_LEN],
+    next_seq: u64,
+}
+
+impl Outbound {
+    pub fn new(sender: u16, hello: &[u8]) -> Result<Self, ReplicationError> {
+        if hello.len() != HELLO_LEN || &hello[..4] != MAGIC || hello[4] != VERSION {
+            return Err(ReplicationError::BadHello);
+        }
+        let mut challenge = [0u8; CHALLENGE_LEN];
+        challenge.copy_from_slice(&hello[5..]);
+        Ok(Self {
+            sender,
+            challenge,
+            next_seq: 0,
+        })
+    }
+
+    /// One frame carrying `msg`; `None` if the ring has no key or the message is invalid.
+    pub fn frame(&mut self, ring: &KeyRing, msg: &Message) -> Option<Vec<u8>> {
+        if !msg.is_valid() {
+            return None;
+        }
+        let seq = self.next_seq;
+        let sealed = ring.seal(self.sender, &msg.encode(), &context(&self.challenge, seq))?;
+        if sealed.len() > MAX_FRAME {
+            return None;
+        }
+        self.next_seq += 1;
+        let mut out = Vec::with_capacity(FRAME_HEADER + sealed.len());
+        out.extend_from_slice(&(sealed.len() as u32).to_be_bytes());
+        out.extend_from_slice(&seq.to_be_bytes());
+        out.extend_from_slice(&sealed);
+        Some(out)
+    }
+}
+
+fn context(challenge: &[u8; CHALLENGE_LEN], seq: u64) -> Vec<u8> {
+    [&challenge[..], &seq.to_be_bytes()].concat()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ticket::generate_key_line;
+    use proptest::prelude::*;
+    use std::time::Instant;
+
+    fn ring(line: &str) -> KeyRing {
+        KeyRing::parse_key_file(line, Instant::now()).unwrap()
+    }
+
+    fn put(k: &[u8], v: &[u8]) -> Message {
+        Message::Put {
+            key: k.to_vec(),
+            value: Zeroizing::new(v.to_vec()),
+            ttl_ms: 60_000,
+        }
+    }
+
+    fn pair(ch: u8) -> (Inbound, Outbound) {
+        let inbound = Inbound::new([ch; CHALLENGE_LEN]);
+        let outbound = Outbound::new(7, &inbound.hello()).unwrap();
+        (inbound, outbound)
+    }
+
+    #[test]
+    fn frames_round_trip_in_any_chunking() {
+        let key = ring(&generate_key_line().unwrap());
+        let (mut rx, mut tx) = pair(1);
+        let msgs = [
+            put(b"id-1", b"secret"),
+            Message::Remove {
+                key: b"id-1".to_vec(),
+            },
+            put(b"", b""),
+        ];
+        let wire: Vec<u8> = msgs
+            .iter()
+            .flat_map(|m| tx.frame(&key, m).unwrap())
+            .collect();
+        let mut got = Vec::new();
+        for chunk in wire.chunks(5) {
+            got.extend(rx.push(&key, chunk).unwrap());
+        }
+        assert_eq!(got, msgs.iter().map(|m| (7, m.clone())).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn wrong_key_replay_and_reorder_are_refused() {
+        let key = ring(&generate_key_line().unwrap());
+        let other = ring(&generate_key_line().unwrap());
+        let (mut rx, mut tx) = pair(1);
+        let f0 = tx.frame(&key, &put(b"a", b"1")).unwrap();
+        let f1 = tx.frame(&key, &put(b"b", b"2")).unwrap();
+        // wrong cluster key
+        assert_eq!(pair(1).0.push(&other, &f0), Err(ReplicationError::Auth));
+        // a frame recorded on one connection does not open on another
+        assert_eq!(pair(2).0.push(&key, &f0), Err(ReplicationError::Auth));
+        // reordering and repetition
+        assert!(matches!(
+            pair(1).0.push(&key, &f1),
+            Err(ReplicationError::Sequence { .. })
+        ));
+        rx.push(&key, &f0).unwrap();
+        assert!(matches!(
+            rx.push(&key, &f0),
+            Err(ReplicationError::Sequence { .. })
+        ));
+    }
+
+    #[test]
+    fn oversized_frames_and_bad_hellos_are_refused() {
+        let key = ring(&generate_key_line().unwrap());
+        let mut rx = Inbound::new([0; CHALLENGE_LEN]);
+        assert_eq!(
+            rx.push(&key, &u32::MAX.to_be_bytes()),
+            Err(ReplicationError::TooLarge(u32::MAX as usize))
+        );
+        assert!(Outbound::new(1, b"BTNP\x02xxxxxxxxxxxxxxxx").is_err());
+        assert!(Outbound::new(1, b"HTTP").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics_and_buffers_at_most_a_frame(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
+            let key = ring("00000001 0000000000000000000000000000000000000000000000000000000000000000");
+            let mut rx = Inbound::new([0; CHALLENGE_LEN]);
+            let _ = rx.push(&key, &bytes);
+            prop_assert!(rx.buf.len() <= FRAME_HEADER + MAX_FRAME);
+            let _ = Message::decode(&bytes);
+        }
+
+        #[test]
+        fn messages_round_trip(key in proptest::collection::vec(any::<u8>(), 0..255), value in proptest::collection::vec(any::<u8>(), 0..500), ttl in any::<u32>()) {
+            let m = Message::Put { key: key.clone(), value: Zeroizing::new(value), ttl_ms: ttl };
+            prop_assert_eq!(Message::decode(&m.encode()).unwrap(), m);
+            let r = Message::Remove { key };
+            prop_assert_eq!(Message::decode(&r.encode()).unwrap(), r);
+        }
+    }
+}
