@@ -99,6 +99,29 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE")]
     pub ticket_key_file: Option<PathBuf>,
 
+    /// Where sessions live: `memory` (this agent only), `peers` (replicated to every --peer),
+    /// `redis` or `redis=URL` (a shared Redis; default redis://127.0.0.1:6379/). Default memory.
+    #[arg(long, value_name = "KIND")]
+    pub store: Option<String>,
+
+    /// Another agent's replication address, for `--store peers` (repeatable).
+    #[arg(long, value_name = "ADDR")]
+    pub peer: Vec<SocketAddr>,
+
+    /// Where this agent accepts replication from its peers, for `--store peers`.
+    #[arg(long, value_name = "ADDR")]
+    pub peer_listen: Option<SocketAddr>,
+
+    /// Cluster key file (same format as --ticket-key-file) sealing sessions between agents and
+    /// in Redis; reloaded on SIGHUP. Required by `peers` and `redis`.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+
+    /// Longest a handshake waits for the shared store on a local miss; then it is a miss
+    /// (full handshake). Default 20ms.
+    #[arg(long, value_name = "DURATION")]
+    pub store_wait: Option<HumanDuration>,
+
     /// This agent's id in a cluster: written into the tickets it issues. Default 0.
     #[arg(long, value_name = "N")]
     pub agent_id: Option<u16>,
@@ -220,10 +243,54 @@ impl<'de> Deserialize<'de> for HumanDuration {
     }
 }
 
+/// Where sessions live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    Memory,
+    Peers {
+        listen: SocketAddr,
+        peers: Vec<SocketAddr>,
+    },
+    Redis {
+        url: String,
+    },
+}
+
+fn store_kind(
+    store: Option<&str>,
+    peer_listen: Option<SocketAddr>,
+    peers: Vec<SocketAddr>,
+) -> anyhow::Result<StoreKind> {
+    let kind = match store.unwrap_or("memory") {
+        "memory" => StoreKind::Memory,
+        "peers" => StoreKind::Peers {
+            listen: peer_listen
+                .ok_or_else(|| anyhow::anyhow!("--store peers needs --peer-listen ADDR"))?,
+            peers,
+        },
+        "redis" => StoreKind::Redis {
+            url: "redis://127.0.0.1:6379/".into(),
+        },
+        other => match other.strip_prefix("redis=") {
+            Some(url) if url.starts_with("redis://") => StoreKind::Redis { url: url.into() },
+            _ => {
+                bail!("--store: `{other}` is not memory, peers, redis or redis=redis://HOST:PORT/")
+            }
+        },
+    };
+    if !matches!(kind, StoreKind::Peers { .. }) && (peer_listen.is_some()) {
+        bail!("--peer-listen only applies to --store peers");
+    }
+    Ok(kind)
+}
+
 /// The resolved configuration: every default filled in, every value checked.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub listen: Vec<SocketAddr>,
+    pub store: StoreKind,
+    pub cluster_key_file: Option<PathBuf>,
+    pub store_wait: Duration,
     pub certs: Vec<(PathBuf, PathBuf)>,
     pub self_signed: Vec<KeyKind>,
     pub server_names: Vec<String>,
@@ -281,7 +348,8 @@ impl AgentArgs {
                 }
             };
         }
-        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups;
+        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer;
+            store, peer_listen, cluster_key_file, store_wait,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, body_size,
             max_bytes, upstream, metrics, workers, max_connections, handshake_timeout,
@@ -307,7 +375,14 @@ impl AgentArgs {
         let dur = |d: Option<HumanDuration>, default: u64| {
             d.map_or(Duration::from_secs(default), |d| d.0)
         };
+        let store = store_kind(self.store.as_deref(), self.peer_listen, self.peer)?;
+        if store != StoreKind::Memory && self.cluster_key_file.is_none() {
+            bail!("--store peers/redis needs --cluster-key-file (the key sealing shared sessions)");
+        }
         let config = AgentConfig {
+            store,
+            cluster_key_file: self.cluster_key_file,
+            store_wait: self.store_wait.map_or(Duration::from_millis(20), |d| d.0),
             listen: if self.listen.is_empty() {
                 vec!["127.0.0.1:8443".parse().expect("literal address")]
             } else {

@@ -21,6 +21,7 @@ mod proxy;
 mod resolver;
 mod server;
 mod sessions;
+mod store;
 mod tls;
 
 use std::io::Write as _;
@@ -28,7 +29,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-pub use config::{AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind};
+pub use config::{AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind, StoreKind};
 
 /// `baton agent`: resolves the configuration and runs until SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {

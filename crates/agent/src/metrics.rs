@@ -351,6 +351,24 @@ impl Metrics {
                 "baton_session_cache_removed_total{{cause=\"expired\"}} {}",
                 s.expirations
             );
+            family(
+                &mut out,
+                "baton_session_store_events_total",
+                "counter",
+                "Shared session store (peers, Redis) traffic and faults, by event.",
+            );
+            for (event, n) in [
+                ("sent", s.sent),
+                ("received", s.received),
+                ("dropped", s.dropped),
+                ("rejected", s.rejected),
+                ("fallback", s.fallbacks),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "baton_session_store_events_total{{event=\"{event}\"}} {n}"
+                );
+            }
         }
 
         family(

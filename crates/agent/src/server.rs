@@ -37,7 +37,8 @@ pub struct Shared {
 /// Runs the agent until SIGTERM/SIGINT and the drain that follows.
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let (tls, self_signed_pem) = Tls::new(&config, metrics.clone())?;
+    let opened = crate::store::open(&config).await?;
+    let (tls, self_signed_pem) = Tls::new(&config, metrics.clone(), opened)?;
     if let Some(path) = &config.self_signed_out {
         std::fs::write(path, &self_signed_pem)
             .with_context(|| format!("writing {}", path.display()))?;

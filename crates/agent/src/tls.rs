@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use baton_session::{KeyRing, MemoryStore, SessionStore, TicketSealer};
+use baton_session::{SessionStore, TicketSealer};
 use rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
 use rustls::ServerConfig;
 
@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::policy::{self, Policy};
 use crate::resolver::{CertStore, Resolver};
 use crate::sessions::{SessionCache, Ticketer};
+use crate::store::read_ring;
 
 /// The TLS side of a running agent.
 pub struct Tls {
@@ -29,6 +30,8 @@ pub struct Tls {
 
 /// What every generation of the config shares.
 struct Parts {
+    /// Seals sessions shared with peers or Redis; replaced on reload.
+    cluster_ring: Option<baton_session::SharedRing>,
     policy: Policy,
     resolver: Arc<Resolver>,
     self_signed: Vec<CertEntry>,
@@ -40,7 +43,11 @@ struct Parts {
 impl Tls {
     /// Loads everything `cfg` names and builds the first `ServerConfig`.
     /// Returns the PEM of generated self-signed certificates (public parts), if any.
-    pub fn new(cfg: &AgentConfig, metrics: Arc<Metrics>) -> anyhow::Result<(Self, String)> {
+    pub fn new(
+        cfg: &AgentConfig,
+        metrics: Arc<Metrics>,
+        opened: crate::store::Opened,
+    ) -> anyhow::Result<(Self, String)> {
         let policy = policy::build(&cfg.tls_versions, &cfg.suites, &cfg.groups)?;
         let mut self_signed = Vec::new();
         let mut pems = String::new();
@@ -53,23 +60,16 @@ impl Tls {
             cert_store(cfg, &self_signed)?,
             policy.provider.cipher_suites.clone(),
         ));
-        let store: Option<Arc<dyn SessionStore>> = (cfg.session_cache_size > 0).then(|| {
-            Arc::new(MemoryStore::new(
-                cfg.session_cache_size,
-                cfg.session_lifetime,
-            )) as Arc<dyn SessionStore>
-        });
+        let store = opened.store;
         if let Some(store) = &store {
             metrics.set_store(store.clone());
         }
         let sealer = if cfg.tickets {
             let now = Instant::now();
             Some(Arc::new(match &cfg.ticket_key_file {
-                Some(path) => TicketSealer::external(
-                    cfg.agent_id,
-                    cfg.ticket_lifetime,
-                    read_key_file(path, now)?,
-                ),
+                Some(path) => {
+                    TicketSealer::external(cfg.agent_id, cfg.ticket_lifetime, read_ring(path)?)
+                }
                 None => TicketSealer::local(cfg.agent_id, cfg.ticket_lifetime, now)
                     .context("generating ticket key")?,
             }))
@@ -77,6 +77,7 @@ impl Tls {
             None
         };
         let parts = Parts {
+            cluster_ring: opened.ring,
             policy,
             resolver,
             self_signed,
@@ -109,7 +110,11 @@ impl Tls {
         let parts = &self.parts;
         let store = cert_store(cfg, &parts.self_signed)?;
         let ring = match (&cfg.ticket_key_file, &parts.sealer) {
-            (Some(path), Some(_)) => Some(read_key_file(path, Instant::now())?),
+            (Some(path), Some(_)) => Some(read_ring(path)?),
+            _ => None,
+        };
+        let cluster = match (&cfg.cluster_key_file, &parts.cluster_ring) {
+            (Some(path), Some(_)) => Some(read_ring(path)?),
             _ => None,
         };
         // Build first, then commit: a bad client CA must not leave new certificates half-applied.
@@ -126,6 +131,9 @@ impl Tls {
         };
         if let (Some(ring), Some(sealer)) = (ring, &parts.sealer) {
             sealer.replace_ring(ring);
+        }
+        if let (Some(new), Some(shared)) = (cluster, &parts.cluster_ring) {
+            *shared.write().unwrap_or_else(|p| p.into_inner()) = new;
         }
         self.config.store(Arc::new(config));
         Ok(())
@@ -183,10 +191,4 @@ fn cert_store(cfg: &AgentConfig, self_signed: &[CertEntry]) -> anyhow::Result<Ce
     }
     entries.extend(self_signed.iter().cloned());
     Ok(CertStore::new(entries))
-}
-
-fn read_key_file(path: &std::path::Path, now: Instant) -> anyhow::Result<KeyRing> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading ticket key file {}", path.display()))?;
-    KeyRing::parse_key_file(&text, now).with_context(|| path.display().to_string())
 }
