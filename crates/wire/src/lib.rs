@@ -11,6 +11,7 @@ pub mod enums;
 mod error;
 pub mod fuzzing;
 pub mod hello;
+pub mod proxy_v2;
 pub mod record;
 pub mod server_hello;
 
