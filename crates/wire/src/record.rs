@@ -427,5 +427,13 @@ mod tests {
         assert_eq!(a.push(&wire), Err(Malformed::DataAfterHello.into()));
         let mut a = HandshakeAssembler::new(HandshakeType::CLIENT_HELLO, 100, true);
         assert_eq!(a.push(&wire), Ok(Some(HEADER_LEN + 6)));
+        // even a single byte after it
+        let mut one = handshake(1, &[1, 2]);
+        one.push(0);
+        let mut a = HandshakeAssembler::new(HandshakeType::CLIENT_HELLO, 100, false);
+        assert_eq!(
+            a.push(&records(&one, 1000)),
+            Err(Malformed::DataAfterHello.into())
+        );
     }
 }
