@@ -231,7 +231,7 @@ pub fn encode_vec(out: &mut Vec<u8>, len: Len, body: impl FnOnce(&mut Vec<u8>)) 
         Width::U16 => 2,
         Width::U24 => 3,
     };
-    out.extend_from_slice(&[0u8; 3][..width]);
+    out.resize(at + width, 0);
     body(out);
     let n = out.len() - at - width;
     debug_assert!(

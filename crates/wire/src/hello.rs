@@ -571,7 +571,7 @@ impl HelloReader {
         self.assembler.limit()
     }
 
-    /// Bytes of the stream consumed over all pushes.
+    /// Bytes of the stream consumed by pushes that needed more or completed the hello.
     pub fn consumed(&self) -> usize {
         self.assembler.consumed()
     }

@@ -5,6 +5,23 @@
 //! bytes they have read and get back either "need more", a parsed message, or an error. Every
 //! input, however hostile, yields one of those: nothing here panics on input (fuzzed, see
 //! `fuzz/` and [`fuzzing`]), and what is buffered is bounded by a limit the caller sets.
+//!
+//! ```
+//! use baton_wire::{Error, HelloReader, NotTls, Progress};
+//!
+//! // The dispatcher pushes each read, forwards the same bytes to the chosen agent, and stops
+//! // peeking at `Done` (or routes by address only on an error).
+//! let mut reader = HelloReader::new();
+//! match reader.push(b"GET / HTTP/1.1\r\n") {
+//!     Err(Error::NotTls(NotTls::ContentType(_))) => {} // plain HTTP on the TLS port
+//!     other => panic!("{other:?}"),
+//! }
+//! # let hello_bytes: &[u8] = &[];
+//! let mut reader = HelloReader::new();
+//! if let Ok(Progress::Done(hello, _consumed)) = reader.push(hello_bytes) {
+//!     let _route_on = (hello.server_name(), hello.pre_shared_key(), hello.session_id.clone());
+//! }
+//! ```
 
 pub mod codec;
 pub mod enums;

@@ -285,7 +285,8 @@ impl HandshakeAssembler {
         self.limit
     }
 
-    /// Stream bytes consumed over all pushes.
+    /// Stream bytes consumed over all pushes that needed more or completed the message (a push
+    /// that failed is not counted: after an error the stream is not parsed any further).
     pub fn consumed(&self) -> usize {
         self.consumed
     }
