@@ -143,6 +143,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
 
+    /// Expect a PROXY protocol v2 header on every connection (from `baton dispatch
+    /// --proxy-protocol` or an L4 balancer) and use the client address it carries. Default false.
+    #[arg(long, value_name = "BOOL")]
+    pub proxy_protocol: Option<bool>,
+
     /// Runtime worker threads. Default: one per CPU.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -311,6 +316,7 @@ pub struct AgentConfig {
     pub max_bytes: u64,
     pub upstream: Option<String>,
     pub metrics: Option<SocketAddr>,
+    pub proxy_protocol: bool,
     pub workers: usize,
     pub max_connections: usize,
     pub handshake_timeout: Duration,
@@ -352,7 +358,7 @@ impl AgentArgs {
             store, peer_listen, cluster_key_file, store_wait,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, body_size,
-            max_bytes, upstream, metrics, workers, max_connections, handshake_timeout,
+            max_bytes, upstream, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
     }
 
@@ -412,6 +418,7 @@ impl AgentArgs {
             max_bytes: self.max_bytes.unwrap_or(64 << 20),
             upstream: self.upstream,
             metrics: self.metrics,
+            proxy_protocol: self.proxy_protocol.unwrap_or(false),
             workers: self
                 .workers
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),

@@ -16,7 +16,6 @@ mod io;
 pub mod metering;
 pub mod metrics;
 mod policy;
-mod process;
 mod proxy;
 mod resolver;
 mod server;

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use baton_session::SessionStore;
 
+use baton_ops::family;
+
 use crate::metering::{CryptoOp, METER};
 
 /// TLS version of a handshake, as a label.
@@ -417,27 +419,9 @@ impl Metrics {
             load(&self.reloads_failed)
         );
 
-        let usage = crate::process::usage();
-        family(
-            &mut out,
-            "process_cpu_seconds_total",
-            "counter",
-            "User and system CPU time of the agent process.",
-        );
-        let _ = writeln!(out, "process_cpu_seconds_total {:.6}", usage.cpu_seconds);
-        family(
-            &mut out,
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory of the agent process.",
-        );
-        let _ = writeln!(out, "process_resident_memory_bytes {}", usage.rss_bytes);
+        baton_ops::render_process(&mut out);
         out
     }
-}
-
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 #[cfg(test)]

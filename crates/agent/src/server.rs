@@ -7,11 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
@@ -99,7 +94,12 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         ));
     }
     if let Some(l) = metrics_listener {
-        tokio::spawn(serve_metrics(l, metrics.clone(), draining.clone()));
+        let m = metrics.clone();
+        tokio::spawn(baton_ops::serve_metrics(
+            l,
+            Arc::new(move || m.render()),
+            draining.clone(),
+        ));
     }
 
     let mut hup = signal(SignalKind::hangup())?;
@@ -188,46 +188,6 @@ async fn accept_loop(
             crate::conn::serve(tcp, peer, shared.clone()).await;
             shared.metrics.connection_closed();
             drop(permit);
-        });
-    }
-}
-
-/// Plain-HTTP Prometheus endpoint: `GET /metrics`.
-async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
-    loop {
-        let (tcp, _) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            _ = stop.cancelled() => return,
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                async move {
-                    let (status, body) = match req.uri().path() {
-                        "/metrics" | "/" => (StatusCode::OK, metrics.render()),
-                        _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
-                    };
-                    let mut r = Response::new(Full::new(Bytes::from(body)));
-                    *r.status_mut() = status;
-                    r.headers_mut().insert(
-                        http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
-                    );
-                    Ok::<_, std::convert::Infallible>(r)
-                }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10));
-            let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
         });
     }
 }

@@ -21,6 +21,8 @@ enum Command {
     Agent(Box<baton_agent::AgentArgs>),
     /// Measure TLS transactions per second of any TLS server.
     Bench(Box<baton_bench::BenchArgs>),
+    /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
+    Dispatch(Box<baton_dispatch::DispatchArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
 }
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::run(*args),
+        Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }

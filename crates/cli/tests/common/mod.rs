@@ -25,40 +25,15 @@ impl Agent {
     /// Starts `baton agent --listen 127.0.0.1:0 --metrics 127.0.0.1:0 ARGS` and waits for
     /// `ready`.
     pub fn start(args: &[&str]) -> Agent {
-        let mut child = Command::new(BATON)
-            .arg("agent")
-            .args(["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
-            .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn baton agent");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let (mut addr, mut metrics) = (None, None);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let Some(Ok(line)) = lines.next() else {
-                panic!("baton agent exited before ready: {:?}", child.wait());
-            };
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["listening", "tls", a] => addr = Some(a.parse().unwrap()),
-                ["listening", "metrics", a] => metrics = Some(a.parse().unwrap()),
-                ["ready"] => break,
-                _ => {}
-            }
-        }
-        // Keep draining stdout so the agent never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let (child, addrs) = spawn_ready(
+            "agent",
+            &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+            args,
+        );
         Agent {
             child,
-            addr: addr.expect("tls address"),
-            metrics: metrics.expect("metrics address"),
+            addr: addrs["tls"],
+            metrics: addrs["metrics"],
         }
     }
 
@@ -130,6 +105,106 @@ impl Agent {
 }
 
 impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `baton SUBCOMMAND FIXED ARGS`, waits for `ready` on stdout and returns the
+/// addresses announced as `listening KIND ADDR`.
+pub fn spawn_ready(
+    subcommand: &str,
+    fixed: &[&str],
+    args: &[&str],
+) -> (Child, std::collections::HashMap<String, SocketAddr>) {
+    let mut child = Command::new(BATON)
+        .arg(subcommand)
+        .args(fixed)
+        .args(args)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn baton {subcommand}: {e}"));
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut addrs = std::collections::HashMap::new();
+    loop {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("baton {subcommand} exited before ready: {:?}", child.wait());
+        };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["listening", kind, a] => {
+                addrs.insert(kind.to_string(), a.parse().unwrap());
+            }
+            ["ready"] => break,
+            _ => {}
+        }
+    }
+    // Keep draining stdout so the process never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addrs)
+}
+
+/// Something clients connect to with TLS: an agent, or a dispatcher in front of agents.
+pub trait Endpoint {
+    fn tls_addr(&self) -> SocketAddr;
+}
+
+impl Endpoint for Agent {
+    fn tls_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Endpoint for Dispatcher {
+    fn tls_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// A running `baton dispatch`, killed on drop.
+pub struct Dispatcher {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub metrics: SocketAddr,
+}
+
+impl Dispatcher {
+    /// `baton dispatch --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --agent ... ARGS`.
+    pub fn start(agents: &[&Agent], args: &[&str]) -> Dispatcher {
+        let mut all: Vec<String> = agents
+            .iter()
+            .flat_map(|a| ["--agent".to_string(), a.addr.to_string()])
+            .collect();
+        all.extend(args.iter().map(|s| s.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let (child, addrs) = spawn_ready(
+            "dispatch",
+            &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+            &all,
+        );
+        Dispatcher {
+            child,
+            addr: addrs["dispatch"],
+            metrics: addrs["metrics"],
+        }
+    }
+
+    pub fn metric(&self, series: &str) -> f64 {
+        let (_, text) = plain_get(self.metrics, "/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {series} in\n{text}"))
+    }
+}
+
+impl Drop for Dispatcher {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -346,7 +421,7 @@ impl Fetched {
 
 /// One connection, one `GET path` with `Connection: close`, read to the end.
 pub fn fetch(
-    agent: &Agent,
+    agent: &impl Endpoint,
     config: &Arc<rustls::ClientConfig>,
     path: &str,
 ) -> Result<Fetched, String> {
@@ -355,12 +430,12 @@ pub fn fetch(
 
 /// As [`fetch`], for server name `sni`.
 pub fn fetch_sni(
-    agent: &Agent,
+    agent: &impl Endpoint,
     config: &Arc<rustls::ClientConfig>,
     sni: &str,
     path: &str,
 ) -> Result<Fetched, String> {
-    let tcp = TcpStream::connect(agent.addr).map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect(agent.tls_addr()).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let name = ServerName::try_from(sni.to_string()).unwrap();
     let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
@@ -390,10 +465,10 @@ pub fn fetch_sni(
 
 /// Runs `openssl s_client -connect ADDR ARGS`, with stdin held open for `hold` so TLS 1.3
 /// tickets arrive, and returns its output.
-pub fn s_client(agent: &Agent, args: &[&str], hold: Duration) -> Output {
+pub fn s_client(agent: &impl Endpoint, args: &[&str], hold: Duration) -> Output {
     let mut child = Command::new("openssl")
         .arg("s_client")
-        .args(["-connect", &agent.connect()])
+        .args(["-connect", &agent.tls_addr().to_string()])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,0 +1,158 @@
+//! The dispatcher's settings: flags, the same keys in TOML, and the resolved configuration.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+use crate::route::Policy;
+
+/// `baton dispatch`: spread TLS connections over agents.
+#[derive(clap::Args, Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DispatchArgs {
+    /// TOML file with any of these settings (keys are the flag names); flags override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to accept clients on (repeatable). Default 127.0.0.1:8443; port 0 picks one and
+    /// prints `listening dispatch ADDR`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<SocketAddr>,
+    /// An agent's TLS address (repeatable). The order is the agents' ids: the first is agent
+    /// 0, and must run with `--agent-id 0` for ticket affinity.
+    #[arg(long, value_name = "ADDR")]
+    pub agent: Vec<SocketAddr>,
+    /// round-robin, least-conn, client-ip or session. Default round-robin.
+    #[arg(long, value_name = "POLICY")]
+    pub policy: Option<Policy>,
+    /// Send a PROXY protocol v2 header to agents (run them with `--proxy-protocol true`).
+    #[arg(long, value_name = "BOOL")]
+    pub proxy_protocol: Option<bool>,
+    /// Expect a PROXY protocol v2 header from an L4 balancer in front, and route on the client
+    /// address it carries.
+    #[arg(long, value_name = "BOOL")]
+    pub accept_proxy_protocol: Option<bool>,
+    /// Address for Prometheus metrics (plain HTTP, /metrics).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Time allowed for the ClientHello to arrive. Default 10s.
+    #[arg(long, value_name = "SECONDS")]
+    pub hello_timeout: Option<f64>,
+    /// Time allowed to connect to an agent. Default 2s.
+    #[arg(long, value_name = "SECONDS")]
+    pub connect_timeout: Option<f64>,
+    /// Time between health checks of each agent. Default 0.5s; two failures in a row take an
+    /// agent out, one success brings it back.
+    #[arg(long, value_name = "SECONDS")]
+    pub health_interval: Option<f64>,
+    /// Connections relayed at once; more are closed at accept. Default 20000.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Runtime worker threads. Default: one per CPU.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub listen: Vec<SocketAddr>,
+    pub agents: Vec<SocketAddr>,
+    pub policy: Policy,
+    pub proxy_protocol: bool,
+    pub accept_proxy_protocol: bool,
+    pub metrics: Option<SocketAddr>,
+    pub hello_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub health_interval: Duration,
+    pub max_connections: usize,
+    pub workers: usize,
+}
+
+impl DispatchArgs {
+    pub fn resolve(self) -> anyhow::Result<DispatchConfig> {
+        let args = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                let file: DispatchArgs = toml::from_str(&text)
+                    .with_context(|| format!("config file {}", path.display()))?;
+                self.over(file)
+            }
+            None => self,
+        };
+        if args.agent.is_empty() {
+            bail!("no agents: give --agent ADDR for each agent, in agent-id order");
+        }
+        let secs = |v: Option<f64>, d: f64, name: &str| -> anyhow::Result<Duration> {
+            let v = v.unwrap_or(d);
+            if !(v > 0.0 && v < 3600.0) {
+                bail!("--{name} must be between 0 and 3600 seconds");
+            }
+            Ok(Duration::from_secs_f64(v))
+        };
+        Ok(DispatchConfig {
+            listen: if args.listen.is_empty() {
+                vec!["127.0.0.1:8443".parse().expect("literal address")]
+            } else {
+                args.listen
+            },
+            agents: args.agent,
+            policy: args.policy.unwrap_or(Policy::RoundRobin),
+            proxy_protocol: args.proxy_protocol.unwrap_or(false),
+            accept_proxy_protocol: args.accept_proxy_protocol.unwrap_or(false),
+            metrics: args.metrics,
+            hello_timeout: secs(args.hello_timeout, 10.0, "hello-timeout")?,
+            connect_timeout: secs(args.connect_timeout, 2.0, "connect-timeout")?,
+            health_interval: secs(args.health_interval, 0.5, "health-interval")?,
+            max_connections: args.max_connections.unwrap_or(20_000).max(1),
+            workers: args
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+        })
+    }
+
+    fn over(self, file: Self) -> Self {
+        let list = |a: Vec<SocketAddr>, b: Vec<SocketAddr>| if a.is_empty() { b } else { a };
+        Self {
+            config: self.config,
+            listen: list(self.listen, file.listen),
+            agent: list(self.agent, file.agent),
+            policy: self.policy.or(file.policy),
+            proxy_protocol: self.proxy_protocol.or(file.proxy_protocol),
+            accept_proxy_protocol: self.accept_proxy_protocol.or(file.accept_proxy_protocol),
+            metrics: self.metrics.or(file.metrics),
+            hello_timeout: self.hello_timeout.or(file.hello_timeout),
+            connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            health_interval: self.health_interval.or(file.health_interval),
+            max_connections: self.max_connections.or(file.max_connections),
+            workers: self.workers.or(file.workers),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_and_flags() {
+        let file: DispatchArgs = toml::from_str(
+            "agent = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\npolicy = \"session\"\nhello-timeout = 3\n",
+        )
+        .unwrap();
+        let flags = DispatchArgs {
+            policy: Some(Policy::LeastConn),
+            ..Default::default()
+        };
+        let c = flags.over(file).resolve().unwrap();
+        assert_eq!(c.agents.len(), 2);
+        assert_eq!(c.policy, Policy::LeastConn);
+        assert_eq!(c.hello_timeout, Duration::from_secs(3));
+        assert!(DispatchArgs::default().resolve().is_err());
+        assert!(toml::from_str::<DispatchArgs>("agents = []").is_err());
+    }
+}

@@ -1,0 +1,25 @@
+//! `baton dispatch`: the TLS-aware dispatcher of seed 000 (the RAgent) in front of the agents.
+//! It reads a new connection's ClientHello without terminating TLS, picks an agent
+//! (`route.rs`, a pure state machine), optionally prefixes a PROXY v2 header so the agent sees
+//! the real client, and splices bytes both ways (`server.rs`). Health checks (`health.rs`) take
+//! dead agents out; counters are served as Prometheus text (`metrics.rs`).
+
+mod config;
+mod health;
+mod metrics;
+pub mod route;
+mod server;
+
+pub use config::{DispatchArgs, DispatchConfig};
+pub use route::{Policy, Reason, Router};
+
+/// `baton dispatch`: runs until SIGTERM/SIGINT.
+pub fn run(args: DispatchArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.workers)
+        .thread_name("baton-dispatch")
+        .enable_all()
+        .build()?;
+    runtime.block_on(server::run(config))
+}

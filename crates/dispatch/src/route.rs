@@ -1,0 +1,413 @@
+//! The dispatcher's routing decision: which agent gets a new connection, from its ClientHello,
+//! the client's address, and what the dispatcher knows of the agents. A pure state machine —
+//! no sockets, no clock — so every policy is tested here without a network.
+//!
+//! Policies (seed 000's balancers, plus TLS 1.3):
+//! - `round-robin` (LB-RR): the next healthy agent in turn;
+//! - `least-conn`: the healthy agent with the fewest open connections;
+//! - `client-ip` (LB-IP): one agent per client address, for persistence;
+//! - `session` (SSL session-id balancing, extended to 1.3): a resumption goes to the agent that
+//!   issued its ticket (the issuer id is in the ticket's clear header) or that holds its TLS 1.2
+//!   session id (learned from ServerHellos); anything else to the least-loaded agent.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+use baton_session::TicketHeader;
+use baton_wire::ClientHello;
+
+/// How connections are spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    RoundRobin,
+    LeastConn,
+    ClientIp,
+    Session,
+}
+
+/// Why an agent was chosen (a metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The policy's own choice.
+    Policy,
+    /// `session`: the ticket's issuer.
+    Ticket,
+    /// `session`: the agent that holds this TLS 1.2 session id.
+    SessionId,
+    /// `session`/`client-ip`: the preferred agent is down, so the least-loaded one.
+    Fallback,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 4] = [
+        Reason::Policy,
+        Reason::Ticket,
+        Reason::SessionId,
+        Reason::Fallback,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Policy => "policy",
+            Reason::Ticket => "ticket",
+            Reason::SessionId => "session_id",
+            Reason::Fallback => "fallback",
+        }
+    }
+}
+
+/// What the router knows of one agent.
+#[derive(Debug, Clone, Default)]
+struct AgentState {
+    healthy: bool,
+    active: u32,
+}
+
+/// The routing state. Agent `i` is the agent whose `--agent-id` is `i`.
+#[derive(Debug)]
+pub struct Router {
+    policy: Policy,
+    agents: Vec<AgentState>,
+    next: usize,
+    sessions: SessionIds,
+}
+
+impl Router {
+    pub fn new(policy: Policy, agents: usize) -> Self {
+        Self {
+            policy,
+            agents: vec![
+                AgentState {
+                    healthy: true,
+                    active: 0
+                };
+                agents
+            ],
+            next: 0,
+            sessions: SessionIds::new(100_000),
+        }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Picks the agent for a new connection and counts it as open there. `None` when every
+    /// agent is down. `hello` is `None` when the first bytes were not a parsable ClientHello
+    /// (the connection is still forwarded; the agent answers with the proper alert).
+    pub fn route(
+        &mut self,
+        hello: Option<&ClientHello>,
+        client: IpAddr,
+    ) -> Option<(usize, Reason)> {
+        let choice = match self.policy {
+            Policy::RoundRobin => self.round_robin().map(|a| (a, Reason::Policy)),
+            Policy::LeastConn => self.least_conn().map(|a| (a, Reason::Policy)),
+            Policy::ClientIp => self.by_client(client),
+            Policy::Session => self
+                .by_session(hello)
+                .or_else(|| self.least_conn().map(|a| (a, Reason::Policy))),
+        }?;
+        self.agents[choice.0].active += 1;
+        Some(choice)
+    }
+
+    /// A connection routed to `agent` has ended.
+    pub fn closed(&mut self, agent: usize) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.active = a.active.saturating_sub(1);
+        }
+    }
+
+    pub fn set_health(&mut self, agent: usize, healthy: bool) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.healthy = healthy;
+        }
+    }
+
+    pub fn is_healthy(&self, agent: usize) -> bool {
+        self.agents.get(agent).is_some_and(|a| a.healthy)
+    }
+
+    pub fn active(&self, agent: usize) -> u32 {
+        self.agents.get(agent).map_or(0, |a| a.active)
+    }
+
+    /// A TLS 1.2 ServerHello from `agent` named `session_id`: later resumptions of it go there.
+    pub fn learned_session_id(&mut self, session_id: &[u8], agent: usize) {
+        if !session_id.is_empty() && agent < self.agents.len() {
+            self.sessions.insert(session_id, agent);
+        }
+    }
+
+    fn round_robin(&mut self) -> Option<usize> {
+        let n = self.agents.len();
+        for i in 0..n {
+            let a = (self.next + i) % n;
+            if self.agents[a].healthy {
+                self.next = (a + 1) % n;
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    fn least_conn(&mut self) -> Option<usize> {
+        // Ties are broken in turn, so equal agents share the load instead of the first taking all.
+        let n = self.agents.len();
+        let start = self.next;
+        let best = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|a| self.agents[*a].healthy)
+            .min_by_key(|a| self.agents[*a].active)?;
+        self.next = (best + 1) % n;
+        Some(best)
+    }
+
+    fn by_client(&mut self, client: IpAddr) -> Option<(usize, Reason)> {
+        let n = self.agents.len();
+        if n == 0 {
+            return None;
+        }
+        let home = (fnv1a(&ip_bytes(client)) % n as u64) as usize;
+        if self.agents[home].healthy {
+            return Some((home, Reason::Policy));
+        }
+        self.least_conn().map(|a| (a, Reason::Fallback))
+    }
+
+    fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {
+        let hello = hello?;
+        let healthy = |r: &Self, a: usize| r.agents.get(a).is_some_and(|s| s.healthy);
+        // TLS 1.3: the first PSK identity is the client's preferred ticket.
+        let ticket = hello
+            .pre_shared_key()
+            .and_then(|p| p.identities.first())
+            .map(|i| i.identity.as_slice())
+            .or_else(|| hello.session_ticket().filter(|t| !t.is_empty()));
+        if let Some(issuer) = ticket
+            .and_then(TicketHeader::parse)
+            .map(|h| h.issuer as usize)
+        {
+            if healthy(self, issuer) {
+                return Some((issuer, Reason::Ticket));
+            }
+            return self.least_conn().map(|a| (a, Reason::Fallback));
+        }
+        if !hello.offers_tls13() && !hello.session_id.is_empty() {
+            if let Some(agent) = self.sessions.get(&hello.session_id) {
+                if healthy(self, agent) {
+                    return Some((agent, Reason::SessionId));
+                }
+                return self.least_conn().map(|a| (a, Reason::Fallback));
+            }
+        }
+        None
+    }
+}
+
+fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+/// FNV-1a: a stable hash, so a client keeps its agent across dispatcher restarts.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// TLS 1.2 session id -> agent, bounded: the oldest entries go first.
+#[derive(Debug)]
+struct SessionIds {
+    map: HashMap<Vec<u8>, usize>,
+    order: VecDeque<Vec<u8>>,
+    capacity: usize,
+}
+
+impl SessionIds {
+    fn new(capacity: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            capacity,
+        }
+    }
+
+    fn insert(&mut self, id: &[u8], agent: usize) {
+        if self.map.insert(id.to_vec(), agent).is_none() {
+            self.order.push_back(id.to_vec());
+        }
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+
+    fn get(&self, id: &[u8]) -> Option<usize> {
+        self.map.get(id).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_wire::{ClientExtension, OfferedPsks, PskIdentity};
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn hello() -> ClientHello {
+        ClientHello {
+            legacy_version: baton_wire::ProtocolVersion::TLSV1_2,
+            random: [7; 32],
+            session_id: vec![],
+            cipher_suites: vec![baton_wire::CipherSuite(0xc02b)],
+            compression_methods: vec![baton_wire::Compression(0)],
+            extensions: vec![],
+        }
+    }
+
+    fn ticket_from(issuer: u16) -> Vec<u8> {
+        let sealer = baton_session::TicketSealer::local(
+            issuer,
+            std::time::Duration::from_secs(60),
+            std::time::Instant::now(),
+        )
+        .unwrap();
+        sealer
+            .seal_at(b"session", std::time::Instant::now())
+            .unwrap()
+    }
+
+    #[test]
+    fn round_robin_skips_the_dead() {
+        let mut r = Router::new(Policy::RoundRobin, 3);
+        let picks: Vec<usize> = (0..6)
+            .map(|_| r.route(None, ip("127.0.0.1")).unwrap().0)
+            .collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+        r.set_health(1, false);
+        let picks: Vec<usize> = (0..4)
+            .map(|_| r.route(None, ip("127.0.0.1")).unwrap().0)
+            .collect();
+        assert_eq!(picks, [0, 2, 0, 2]);
+        for a in 0..3 {
+            r.set_health(a, false);
+        }
+        assert_eq!(r.route(None, ip("127.0.0.1")), None);
+    }
+
+    #[test]
+    fn least_conn_follows_open_connections() {
+        let mut r = Router::new(Policy::LeastConn, 3);
+        let (a, _) = r.route(None, ip("127.0.0.1")).unwrap();
+        let (b, _) = r.route(None, ip("127.0.0.1")).unwrap();
+        let (c, _) = r.route(None, ip("127.0.0.1")).unwrap();
+        assert_eq!(
+            {
+                let mut v = vec![a, b, c];
+                v.sort();
+                v
+            },
+            [0, 1, 2]
+        );
+        r.closed(1);
+        //             agents: 0 1 2
+        // open after close:   1 0 1
+        //                       ^ least loaded
+        assert_eq!(r.route(None, ip("127.0.0.1")).unwrap().0, 1);
+    }
+
+    #[test]
+    fn client_ip_is_sticky_and_spreads_addresses() {
+        let mut r = Router::new(Policy::ClientIp, 3);
+        let first = r.route(None, ip("10.0.0.7")).unwrap().0;
+        for _ in 0..5 {
+            assert_eq!(
+                r.route(None, ip("10.0.0.7")).unwrap(),
+                (first, Reason::Policy)
+            );
+        }
+        let used: std::collections::HashSet<usize> = (1..=50u8)
+            .map(|i| r.route(None, IpAddr::from([127, 0, 0, i])).unwrap().0)
+            .collect();
+        assert_eq!(used.len(), 3, "50 addresses use every agent");
+        r.set_health(first, false);
+        let (other, reason) = r.route(None, ip("10.0.0.7")).unwrap();
+        assert_ne!(other, first);
+        assert_eq!(reason, Reason::Fallback);
+    }
+
+    #[test]
+    fn session_policy_follows_ticket_issuer_and_session_ids() {
+        let mut r = Router::new(Policy::Session, 3);
+        // TLS 1.3 PSK identity issued by agent 2
+        let mut h = hello();
+        h.extensions.push(ClientExtension::SupportedVersions(vec![
+            baton_wire::ProtocolVersion::TLSV1_3,
+        ]));
+        h.extensions
+            .push(ClientExtension::PreSharedKey(OfferedPsks {
+                identities: vec![PskIdentity {
+                    identity: ticket_from(2),
+                    obfuscated_ticket_age: 1,
+                }],
+                binders: vec![vec![0; 32]],
+            }));
+        assert_eq!(
+            r.route(Some(&h), ip("127.0.0.1")),
+            Some((2, Reason::Ticket))
+        );
+        // TLS 1.2 ticket extension issued by agent 1
+        let mut h12 = hello();
+        h12.extensions
+            .push(ClientExtension::SessionTicket(ticket_from(1)));
+        assert_eq!(
+            r.route(Some(&h12), ip("127.0.0.1")),
+            Some((1, Reason::Ticket))
+        );
+        // TLS 1.2 session id learned from agent 0's ServerHello
+        r.learned_session_id(&[9; 32], 0);
+        let mut hid = hello();
+        hid.session_id = vec![9; 32];
+        assert_eq!(
+            r.route(Some(&hid), ip("127.0.0.1")),
+            Some((0, Reason::SessionId))
+        );
+        // a foreign ticket / unknown id: least loaded
+        let mut unknown = hello();
+        unknown.session_id = vec![1; 32];
+        unknown
+            .extensions
+            .push(ClientExtension::SessionTicket(vec![0xde, 0xad]));
+        assert_eq!(
+            r.route(Some(&unknown), ip("127.0.0.1")).unwrap().1,
+            Reason::Policy
+        );
+        // the issuer is down: somebody else, marked as a fallback
+        r.set_health(2, false);
+        assert_eq!(
+            r.route(Some(&h), ip("127.0.0.1")).unwrap().1,
+            Reason::Fallback
+        );
+    }
+
+    #[test]
+    fn session_ids_are_bounded() {
+        let mut s = SessionIds::new(2);
+        s.insert(b"a", 0);
+        s.insert(b"b", 1);
+        s.insert(b"c", 2);
+        assert_eq!(
+            (s.get(b"a"), s.get(b"b"), s.get(b"c")),
+            (None, Some(1), Some(2))
+        );
+    }
+}
