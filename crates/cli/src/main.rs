@@ -23,6 +23,8 @@ enum Command {
     Bench(Box<baton_bench::BenchArgs>),
     /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
     Dispatch(Box<baton_dispatch::DispatchArgs>),
+    /// Start a local cluster: a dispatcher and N agents on this machine.
+    Up(Box<baton_lab::UpArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
 }
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::run(*args),
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
+        Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }

@@ -501,3 +501,73 @@ pub fn curl(args: &[&str]) -> Output {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// Handshake counts as a client saw them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Mix {
+    pub full: u64,
+    pub resumed: u64,
+    pub failed: u64,
+}
+
+/// `clients` threads, each making `per_client` one-request connections to `addr`, every
+/// `full_every`-th of them with a fresh session (full handshake) and the others resuming the
+/// client's last session — seed 001's 1 full : K-1 resumed browser pattern.
+pub fn virtual_clients(
+    addr: SocketAddr,
+    config: &rustls::ClientConfig,
+    clients: usize,
+    per_client: usize,
+    full_every: usize,
+) -> Mix {
+    let handles: Vec<_> = (0..clients)
+        .map(|_| {
+            let base = config.clone();
+            std::thread::spawn(move || {
+                let mut mix = Mix::default();
+                let mut config = Arc::new(base.clone());
+                for i in 0..per_client {
+                    if i % full_every == 0 {
+                        // a fresh session store: this connection cannot resume
+                        let mut c = base.clone();
+                        c.resumption = rustls::client::Resumption::in_memory_sessions(4);
+                        config = Arc::new(c);
+                    }
+                    match fetch_addr(addr, &config, "/") {
+                        Ok(f) if f.status == 200 => match f.kind {
+                            rustls::HandshakeKind::Resumed => mix.resumed += 1,
+                            _ => mix.full += 1,
+                        },
+                        _ => mix.failed += 1,
+                    }
+                }
+                mix
+            })
+        })
+        .collect();
+    handles.into_iter().fold(Mix::default(), |acc, h| {
+        let m = h.join().unwrap();
+        Mix {
+            full: acc.full + m.full,
+            resumed: acc.resumed + m.resumed,
+            failed: acc.failed + m.failed,
+        }
+    })
+}
+
+struct Addr(SocketAddr);
+
+impl Endpoint for Addr {
+    fn tls_addr(&self) -> SocketAddr {
+        self.0
+    }
+}
+
+/// [`fetch`] to a bare address.
+pub fn fetch_addr(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Result<Fetched, String> {
+    fetch(&Addr(addr), config, path)
+}

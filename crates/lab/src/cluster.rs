@@ -1,0 +1,330 @@
+//! A local cluster: N `baton agent` processes and a `baton dispatch` in front, on 127.0.0.1,
+//! sharing one generated certificate and (for shared stores) a cluster key and ticket key.
+//! Every process is a child of this one and is killed when the [`Cluster`] is dropped.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use serde::Serialize;
+
+use crate::pki::{self, Pki};
+
+/// Where the agents keep sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    /// Each agent its own sessions and ticket keys: the paper's LB-RR baseline.
+    Memory,
+    /// Sessions replicated to every agent; one ticket key for all (CSSL-SL).
+    Peers,
+    /// Sessions in a shared Redis; one ticket key for all.
+    Redis(String),
+}
+
+impl std::str::FromStr for Store {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "memory" => Ok(Store::Memory),
+            "peers" => Ok(Store::Peers),
+            "redis" => Ok(Store::Redis("redis://127.0.0.1:6379/".into())),
+            _ => match s.strip_prefix("redis=") {
+                Some(url) => Ok(Store::Redis(url.into())),
+                None => Err(format!("`{s}`: memory, peers, redis or redis=URL")),
+            },
+        }
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// The `baton` binary to run.
+    pub baton: PathBuf,
+    /// Directory for certificates, keys and logs (created).
+    pub dir: PathBuf,
+    pub listen: SocketAddr,
+    pub agents: usize,
+    /// Dispatcher policy name (`round-robin`, `least-conn`, `client-ip`, `session`).
+    pub policy: String,
+    pub store: Store,
+    /// RSA-2048 instead of ECDSA P-256.
+    pub rsa: bool,
+    /// More flags for every agent.
+    pub agent_args: Vec<String>,
+}
+
+/// One running child and the addresses it announced.
+#[derive(Debug)]
+pub struct Proc {
+    pub child: Child,
+    pub addrs: HashMap<String, SocketAddr>,
+}
+
+impl Proc {
+    pub fn addr(&self, kind: &str) -> Option<SocketAddr> {
+        self.addrs.get(kind).copied()
+    }
+}
+
+/// A running cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    pub dispatcher: Proc,
+    pub agents: Vec<Proc>,
+    pub pki: Pki,
+    pub dir: PathBuf,
+}
+
+#[derive(Serialize)]
+struct State<'a> {
+    dispatcher: SocketAddr,
+    dispatcher_metrics: Option<SocketAddr>,
+    ca: &'a Path,
+    agents: Vec<AgentState>,
+}
+
+#[derive(Serialize)]
+struct AgentState {
+    id: usize,
+    pid: u32,
+    tls: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+impl Cluster {
+    pub fn start(spec: &ClusterSpec) -> anyhow::Result<Cluster> {
+        if spec.agents == 0 || spec.agents > 64 {
+            bail!("--agents must be between 1 and 64");
+        }
+        std::fs::create_dir_all(&spec.dir)
+            .with_context(|| format!("creating {}", spec.dir.display()))?;
+        let pki = pki::generate(&spec.dir, spec.rsa)?;
+        let shared = spec.store != Store::Memory;
+        let cluster_key = spec.dir.join("cluster.key");
+        let ticket_key = spec.dir.join("ticket.key");
+        if shared {
+            for path in [&cluster_key, &ticket_key] {
+                let line = baton_session::generate_key_line()?;
+                pki::write_private(path, format!("{line}\n").as_bytes())?;
+            }
+        }
+        let peer_ports: Vec<u16> = match spec.store {
+            Store::Peers => (0..spec.agents)
+                .map(|_| free_port())
+                .collect::<anyhow::Result<_>>()?,
+            _ => Vec::new(),
+        };
+        let mut agents = Vec::new();
+        for id in 0..spec.agents {
+            let mut args: Vec<String> = vec![
+                "agent".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--metrics".into(),
+                "127.0.0.1:0".into(),
+                "--agent-id".into(),
+                id.to_string(),
+                "--cert".into(),
+                path(&pki.cert),
+                "--key".into(),
+                path(&pki.key),
+                "--proxy-protocol".into(),
+                "true".into(),
+            ];
+            if shared {
+                args.extend([
+                    "--cluster-key-file".into(),
+                    path(&cluster_key),
+                    "--ticket-key-file".into(),
+                    path(&ticket_key),
+                ]);
+            }
+            match &spec.store {
+                Store::Memory => {}
+                Store::Peers => {
+                    args.extend(["--store".into(), "peers".into()]);
+                    args.extend([
+                        "--peer-listen".into(),
+                        format!("127.0.0.1:{}", peer_ports[id]),
+                    ]);
+                    for (j, p) in peer_ports.iter().enumerate() {
+                        if j != id {
+                            args.extend(["--peer".into(), format!("127.0.0.1:{p}")]);
+                        }
+                    }
+                }
+                Store::Redis(url) => args.extend(["--store".into(), format!("redis={url}")]),
+            }
+            args.extend(spec.agent_args.iter().cloned());
+            let log = spec.dir.join(format!("agent-{id}.log"));
+            agents.push(spawn_ready(&spec.baton, &args, &log)?);
+        }
+        let mut args: Vec<String> = vec![
+            "dispatch".into(),
+            "--listen".into(),
+            spec.listen.to_string(),
+            "--metrics".into(),
+            "127.0.0.1:0".into(),
+            "--policy".into(),
+            spec.policy.clone(),
+            "--proxy-protocol".into(),
+            "true".into(),
+        ];
+        for a in &agents {
+            let addr = a
+                .addr("tls")
+                .ok_or_else(|| anyhow!("agent announced no TLS address"))?;
+            args.extend(["--agent".into(), addr.to_string()]);
+        }
+        let dispatcher = spawn_ready(&spec.baton, &args, &spec.dir.join("dispatch.log"))?;
+        Ok(Cluster {
+            dispatcher,
+            agents,
+            pki,
+            dir: spec.dir.clone(),
+        })
+    }
+
+    /// The dispatcher's client-facing address.
+    pub fn addr(&self) -> SocketAddr {
+        self.dispatcher
+            .addr("dispatch")
+            .expect("dispatcher announced its address before ready")
+    }
+
+    /// Writes the cluster's addresses as JSON (for scripts and tests).
+    pub fn write_state(&self, file: &Path) -> anyhow::Result<()> {
+        let state = State {
+            dispatcher: self.addr(),
+            dispatcher_metrics: self.dispatcher.addr("metrics"),
+            ca: &self.pki.ca,
+            agents: self
+                .agents
+                .iter()
+                .enumerate()
+                .map(|(id, a)| AgentState {
+                    id,
+                    pid: a.child.id(),
+                    tls: a.addr("tls"),
+                    metrics: a.addr("metrics"),
+                })
+                .collect(),
+        };
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
+        std::fs::rename(&tmp, file)?;
+        Ok(())
+    }
+
+    /// Index and exit status of the first child that has exited, if any.
+    pub fn exited(&mut self) -> Option<(String, std::process::ExitStatus)> {
+        if let Ok(Some(s)) = self.dispatcher.child.try_wait() {
+            return Some(("dispatcher".into(), s));
+        }
+        for (i, a) in self.agents.iter_mut().enumerate() {
+            if let Ok(Some(s)) = a.child.try_wait() {
+                return Some((format!("agent {i}"), s));
+            }
+        }
+        None
+    }
+
+    /// Stops every process: SIGTERM (agents drain), then SIGKILL after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        let mut all: Vec<&mut Child> = std::iter::once(&mut self.dispatcher.child)
+            .chain(self.agents.iter_mut().map(|a| &mut a.child))
+            .collect();
+        for c in all.iter_mut() {
+            // SAFETY: kill(2) on a child pid we own; no memory is touched.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = std::time::Instant::now() + grace;
+        for c in all.iter_mut() {
+            while std::time::Instant::now() < deadline {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop(Duration::from_millis(500));
+    }
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts `baton ARGS` with stderr to `log`, and waits (at most 30 s) for `ready` on stdout,
+/// collecting `listening KIND ADDR` lines.
+pub fn spawn_ready(baton: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
+    let stderr =
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut child = Command::new(baton)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {} {}", baton.display(), args[0]))?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                // nobody listens any more; keep draining so the child never blocks
+            }
+        }
+    });
+    let mut addrs = HashMap::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["listening", kind, addr] => {
+                        addrs.insert(kind.to_string(), addr.parse()?);
+                    }
+                    ["ready"] => return Ok(Proc { child, addrs }),
+                    _ => {}
+                }
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                let tail = std::fs::read_to_string(log).unwrap_or_default();
+                bail!(
+                    "baton {} did not start ({status:?}); its log:\n{}",
+                    args[0],
+                    tail.lines()
+                        .rev()
+                        .take(10)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
+            }
+        }
+    }
+}

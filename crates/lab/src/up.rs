@@ -1,0 +1,108 @@
+//! `baton up`: a local cluster (dispatcher + N agents) until SIGTERM/SIGINT.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cluster::{Cluster, ClusterSpec, Store};
+
+/// `baton up`: start a dispatcher and N agents on this machine.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UpArgs {
+    /// Where clients connect (the dispatcher). Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8443", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Number of agents.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub agents: usize,
+    /// Dispatcher policy: round-robin, least-conn, client-ip, session.
+    #[arg(long, default_value = "round-robin", value_name = "POLICY")]
+    pub policy: String,
+    /// Session store: memory (per agent, nothing shared), peers, redis or redis=URL.
+    #[arg(long, default_value = "memory", value_name = "STORE")]
+    pub store: Store,
+    /// Write the cluster's addresses (and the CA to trust) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Directory for certificates, keys and logs. Default: a new one under /tmp.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// RSA-2048 certificate instead of ECDSA P-256.
+    #[arg(long)]
+    pub rsa: bool,
+    /// A flag passed to every agent (repeatable), e.g. --agent-arg=--body-size=4096.
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub agent_args: Vec<String>,
+}
+
+pub fn up(args: UpArgs) -> anyhow::Result<()> {
+    let baton = std::env::current_exe().context("locating the baton binary")?;
+    let owns_dir = args.dir.is_none();
+    let dir = match args.dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("baton-up-{}", std::process::id())),
+    };
+    let policy = args.policy.clone();
+    let mut cluster = Cluster::start(&ClusterSpec {
+        baton,
+        dir: dir.clone(),
+        listen: args.listen,
+        agents: args.agents,
+        policy: args.policy,
+        store: args.store.clone(),
+        rsa: args.rsa,
+        agent_args: args.agent_args,
+    })?;
+    if let Some(state) = &args.state {
+        cluster.write_state(state)?;
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening dispatch {}", cluster.addr())?;
+        if let Some(m) = cluster.dispatcher.addr("metrics") {
+            writeln!(out, "listening metrics {m}")?;
+        }
+        for (i, a) in cluster.agents.iter().enumerate() {
+            if let (Some(tls), Some(m)) = (a.addr("tls"), a.addr("metrics")) {
+                writeln!(out, "agent {i} tls {tls} metrics {m}")?;
+            }
+        }
+        writeln!(out, "ca {}", cluster.pki.ca.display())?;
+        writeln!(out, "ready")?;
+        out.flush()?;
+    }
+    eprintln!(
+        "baton up: {} agents, policy {policy}, store {:?}, clients -> https://{} (trust {}); Ctrl-C stops",
+        cluster.agents.len(),
+        args.store,
+        cluster.addr(),
+        cluster.pki.ca.display()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let ended = runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok::<_, anyhow::Error>(None),
+                _ = int.recv() => return Ok(None),
+                _ = tick.tick() => if let Some(gone) = cluster.exited() { return Ok(Some(gone)) },
+            }
+        }
+    })?;
+    cluster.stop(Duration::from_secs(5));
+    if owns_dir {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match ended {
+        Some((who, status)) => anyhow::bail!("{who} exited ({status}); cluster stopped"),
+        None => Ok(()),
+    }
+}
