@@ -1,0 +1,93 @@
+//! Exact handshake accounting, as negotiated: what the server did, not what the client hoped.
+
+use rustls::HandshakeKind;
+
+/// How one handshake went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    Full,
+    Resumed,
+    /// The client offered a session and the server did a full handshake instead: counted as
+    /// full *and* as refused.
+    ResumeRefused,
+}
+
+pub fn classify(offered_session: bool, kind: HandshakeKind) -> Handshake {
+    match kind {
+        HandshakeKind::Resumed => Handshake::Resumed,
+        HandshakeKind::Full | HandshakeKind::FullWithHelloRetryRequest if offered_session => {
+            Handshake::ResumeRefused
+        }
+        _ => Handshake::Full,
+    }
+}
+
+/// Which virtual client makes the `m`-th connection of a run of `n` connections shared by `c`
+/// clients: connections are dealt in blocks of `k` (the --full-every period), so each client's
+/// share is a whole number of periods and exactly `ceil(n / k)` handshakes are full.
+/// Returns, for client `client`, how many connections it makes.
+pub fn share(n: u64, clients: u64, k: u64, client: u64) -> u64 {
+    let blocks = n.div_ceil(k);
+    let last_block = blocks.saturating_sub(1);
+    // blocks client, client + C, client + 2C, ... up to last_block
+    if client > last_block {
+        return 0;
+    }
+    let mine = (last_block - client) / clients + 1;
+    let mut count = mine * k;
+    if (last_block - client) % clients == 0 {
+        // this client has the last block, which may be short
+        count -= blocks * k - n;
+    }
+    count
+}
+
+/// The global position of client `client`'s `m`-th connection in the dealing order (for
+/// open-loop schedules: connection `i` is due at `start + i / rate`).
+pub fn global_index(clients: u64, k: u64, client: u64, m: u64) -> u64 {
+    let block = client + clients * (m / k);
+    block * k + m % k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn refused_resumptions_are_full_and_flagged() {
+        assert_eq!(classify(false, HandshakeKind::Full), Handshake::Full);
+        assert_eq!(
+            classify(true, HandshakeKind::Full),
+            Handshake::ResumeRefused
+        );
+        assert_eq!(
+            classify(true, HandshakeKind::FullWithHelloRetryRequest),
+            Handshake::ResumeRefused
+        );
+        assert_eq!(classify(true, HandshakeKind::Resumed), Handshake::Resumed);
+    }
+
+    #[test]
+    fn papers_numbers() {
+        // -n 300 -c 10 --full-every 3: 30 each, 100 full
+        assert!((0..10).all(|c| share(300, 10, 3, c) == 30));
+        // -n 3000 -c 30 --full-every 3: shares are whole periods, 1,000 full
+        let shares: Vec<u64> = (0..30).map(|c| share(3000, 30, 3, c)).collect();
+        assert_eq!(shares.iter().sum::<u64>(), 3000);
+        assert_eq!(shares.iter().map(|s| s.div_ceil(3)).sum::<u64>(), 1000);
+    }
+
+    proptest! {
+        #[test]
+        fn shares_add_up_and_fulls_are_exact(n in 1u64..5000, c in 1u64..64, k in 1u64..10) {
+            let shares: Vec<u64> = (0..c).map(|x| share(n, c, k, x)).collect();
+            prop_assert_eq!(shares.iter().sum::<u64>(), n);
+            prop_assert_eq!(shares.iter().map(|s| s.div_ceil(k)).sum::<u64>(), n.div_ceil(k));
+            // the dealing order is a permutation of 0..n
+            let mut seen: Vec<u64> = (0..c).flat_map(|x| (0..shares[x as usize]).map(move |m| global_index(c, k, x, m))).collect();
+            seen.sort();
+            prop_assert_eq!(seen, (0..n).collect::<Vec<_>>());
+        }
+    }
+}

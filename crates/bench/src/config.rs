@@ -1,0 +1,471 @@
+//! `baton bench` settings: flags, the same keys in a TOML file (seed 001's text configuration),
+//! and the resolved configuration.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+/// `baton bench URL`: TLS transactions per second with exact handshake accounting.
+#[derive(clap::Args, Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BenchArgs {
+    /// https://HOST:PORT/PATH to load.
+    #[arg(value_name = "URL")]
+    pub url: Option<String>,
+    /// TOML file with any of these settings (keys are the flag names); flags override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Connections (transactions) in total. Default 1000 unless -d is given.
+    #[arg(short = 'n', long = "connections", value_name = "N")]
+    pub connections: Option<u64>,
+    /// Run for this long instead (e.g. 10s, 2m).
+    #[arg(short = 'd', long = "duration", value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Virtual clients, each a loop of connections. Default 10.
+    #[arg(short = 'c', long = "clients", value_name = "C")]
+    pub clients: Option<usize>,
+    /// Requests per connection (1 = one transaction per connection; more = keep-alive).
+    #[arg(long, value_name = "K")]
+    pub requests_per_conn: Option<u32>,
+    /// HTTP method. Default GET.
+    #[arg(long, value_name = "METHOD")]
+    pub method: Option<String>,
+    /// Extra request header `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub header: Vec<String>,
+    /// Request body.
+    #[arg(long, value_name = "TEXT")]
+    pub body: Option<String>,
+    /// TLS version: 1.2 or 1.3. Default: both offered.
+    #[arg(long, value_name = "V")]
+    pub tls_version: Option<String>,
+    /// Cipher suite to offer (IANA or OpenSSL name; repeatable).
+    #[arg(long, value_name = "SUITE")]
+    pub suite: Vec<String>,
+    /// Key exchange group to offer (x25519, secp256r1, secp384r1, x25519mlkem768; repeatable).
+    #[arg(long, value_name = "GROUP")]
+    pub group: Vec<String>,
+    /// Signature scheme to accept from the server (e.g. ecdsa_secp256r1_sha256,
+    /// rsa_pss_rsae_sha256, rsa_pkcs1_sha256, ed25519; repeatable).
+    #[arg(long, value_name = "SCHEME")]
+    pub sigalg: Vec<String>,
+    /// Server name to send (SNI). Default: the URL's host.
+    #[arg(long, value_name = "NAME")]
+    pub sni: Option<String>,
+    /// ALPN protocol: http/1.1 (default) or h2.
+    #[arg(long, value_name = "PROTO")]
+    pub alpn: Option<String>,
+    /// CA certificates (PEM) to verify the server with. Default: the system's.
+    #[arg(long, value_name = "PEM")]
+    pub ca: Option<PathBuf>,
+    /// Do not verify the server certificate.
+    #[arg(long)]
+    #[serde(default)]
+    pub insecure: bool,
+    /// Client certificate chain (PEM), for mutual TLS.
+    #[arg(long, value_name = "PEM")]
+    pub cert: Option<PathBuf>,
+    /// Client private key (PEM).
+    #[arg(long, value_name = "PEM")]
+    pub key: Option<PathBuf>,
+    /// Every K-th connection of a virtual client is a full handshake, the others resume the
+    /// client's last session (3 = seed 001's 1 full : 2 resumed). Default 1 (all full) with
+    /// --resume none, else 3.
+    #[arg(long, value_name = "K")]
+    pub full_every: Option<u64>,
+    /// How to resume: none, id (TLS 1.2 session id), ticket, auto. Default auto.
+    #[arg(long, value_name = "MODE")]
+    pub resume: Option<String>,
+    /// Open loop: start this many transactions per second in total, latency measured from
+    /// when each should have started (coordinated omission corrected).
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Bind virtual clients to these source addresses in turn (repeatable, e.g. 127.0.0.2).
+    #[arg(long, value_name = "IP")]
+    pub source_ip: Vec<IpAddr>,
+    /// Per-phase timeout (connect, handshake, response). Default 10s.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Write the result as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// A Baton agent's metrics URL (http://HOST:PORT/metrics), scraped before and after.
+    #[arg(long, value_name = "URL")]
+    pub server_metrics: Vec<String>,
+    /// Runtime worker threads. Default: one per CPU.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// No progress bar, no summary (JSON only).
+    #[arg(long)]
+    #[serde(default)]
+    pub quiet: bool,
+}
+
+/// How the client resumes sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resume {
+    None,
+    Id,
+    Ticket,
+    Auto,
+}
+
+/// The resolved configuration (also written into the JSON result).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchConfig {
+    pub url: String,
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+    pub connections: Option<u64>,
+    pub duration_s: Option<f64>,
+    pub clients: usize,
+    pub requests_per_conn: u32,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<String>,
+    pub tls_version: Option<String>,
+    pub suites: Vec<String>,
+    pub groups: Vec<String>,
+    pub sigalgs: Vec<String>,
+    pub sni: String,
+    pub alpn: String,
+    pub ca: Option<PathBuf>,
+    pub insecure: bool,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub full_every: u64,
+    pub resume: Resume,
+    pub rate: Option<f64>,
+    pub source_ips: Vec<IpAddr>,
+    pub timeout_s: f64,
+    #[serde(skip)]
+    pub json: Option<PathBuf>,
+    pub server_metrics: Vec<String>,
+    pub workers: usize,
+    #[serde(skip)]
+    pub quiet: bool,
+}
+
+impl BenchConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_s)
+    }
+}
+
+pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .with_context(|| format!("`{s}` is not a duration like 500ms, 10s, 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => bail!("`{s}`: unknown unit `{unit}` (ms, s, m, h)"),
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        bail!("`{s}` must be a positive duration");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl BenchArgs {
+    pub fn resolve(self) -> anyhow::Result<BenchConfig> {
+        let a = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                let file: BenchArgs = toml::from_str(&text)
+                    .with_context(|| format!("config file {}", path.display()))?;
+                self.over(file)
+            }
+            None => self,
+        };
+        let url = a
+            .url
+            .clone()
+            .context("no URL: give https://HOST:PORT/PATH")?;
+        let (host, port, path) = split_url(&url)?;
+        let resume = match a.resume.as_deref().unwrap_or("auto") {
+            "none" => Resume::None,
+            "id" => Resume::Id,
+            "ticket" => Resume::Ticket,
+            "auto" => Resume::Auto,
+            other => bail!("--resume `{other}`: none, id, ticket or auto"),
+        };
+        let full_every = a
+            .full_every
+            .unwrap_or(if resume == Resume::None { 1 } else { 3 });
+        if full_every == 0 {
+            bail!("--full-every must be at least 1");
+        }
+        if a.connections.is_some() && a.duration.is_some() {
+            bail!("give -n or -d, not both");
+        }
+        let duration_s = a
+            .duration
+            .as_deref()
+            .map(parse_duration)
+            .transpose()?
+            .map(|d| d.as_secs_f64());
+        let connections = match (a.connections, duration_s) {
+            (Some(0), _) => bail!("-n must be at least 1"),
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(1000),
+        };
+        let clients = a.clients.unwrap_or(10);
+        if clients == 0 {
+            bail!("-c must be at least 1");
+        }
+        let requests_per_conn = a.requests_per_conn.unwrap_or(1);
+        if requests_per_conn == 0 {
+            bail!("--requests-per-conn must be at least 1");
+        }
+        if let Some(r) = a.rate {
+            if !(r > 0.0 && r.is_finite()) {
+                bail!("--rate must be a positive number of transactions per second");
+            }
+        }
+        if let Some(v) = &a.tls_version {
+            if v != "1.2" && v != "1.3" {
+                bail!("--tls-version `{v}`: 1.2 or 1.3 (older versions need --engine openssl)");
+            }
+        }
+        if a.cert.is_some() != a.key.is_some() {
+            bail!("--cert and --key go together");
+        }
+        if a.insecure && a.ca.is_some() {
+            bail!("--insecure and --ca contradict each other");
+        }
+        let alpn = a.alpn.clone().unwrap_or_else(|| "http/1.1".into());
+        if alpn != "http/1.1" && alpn != "h2" {
+            bail!("--alpn `{alpn}`: http/1.1 or h2");
+        }
+        let mut headers = Vec::new();
+        for h in &a.header {
+            let (name, value) = h
+                .split_once(':')
+                .with_context(|| format!("-H `{h}`: expected `Name: value`"))?;
+            headers.push((name.trim().to_string(), value.trim().to_string()));
+        }
+        let timeout_s = a
+            .timeout
+            .as_deref()
+            .map(parse_duration)
+            .transpose()?
+            .map_or(10.0, |d| d.as_secs_f64());
+        Ok(BenchConfig {
+            sni: a.sni.clone().unwrap_or_else(|| host.clone()),
+            url,
+            host,
+            port,
+            path,
+            connections,
+            duration_s,
+            clients,
+            requests_per_conn,
+            method: a
+                .method
+                .clone()
+                .unwrap_or_else(|| "GET".into())
+                .to_ascii_uppercase(),
+            headers,
+            body: a.body,
+            tls_version: a.tls_version,
+            suites: a.suite,
+            groups: a.group,
+            sigalgs: a.sigalg,
+            alpn,
+            ca: a.ca,
+            insecure: a.insecure,
+            cert: a.cert,
+            key: a.key,
+            full_every,
+            resume,
+            rate: a.rate,
+            source_ips: a.source_ip,
+            timeout_s,
+            json: a.json,
+            server_metrics: a.server_metrics,
+            workers: a
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+            quiet: a.quiet,
+        })
+    }
+
+    fn over(self, f: Self) -> Self {
+        fn list<T>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
+            if a.is_empty() {
+                b
+            } else {
+                a
+            }
+        }
+        Self {
+            config: self.config,
+            url: self.url.or(f.url),
+            connections: self.connections.or(f.connections),
+            duration: self.duration.or(f.duration),
+            clients: self.clients.or(f.clients),
+            requests_per_conn: self.requests_per_conn.or(f.requests_per_conn),
+            method: self.method.or(f.method),
+            header: list(self.header, f.header),
+            body: self.body.or(f.body),
+            tls_version: self.tls_version.or(f.tls_version),
+            suite: list(self.suite, f.suite),
+            group: list(self.group, f.group),
+            sigalg: list(self.sigalg, f.sigalg),
+            sni: self.sni.or(f.sni),
+            alpn: self.alpn.or(f.alpn),
+            ca: self.ca.or(f.ca),
+            insecure: self.insecure || f.insecure,
+            cert: self.cert.or(f.cert),
+            key: self.key.or(f.key),
+            full_every: self.full_every.or(f.full_every),
+            resume: self.resume.or(f.resume),
+            rate: self.rate.or(f.rate),
+            source_ip: list(self.source_ip, f.source_ip),
+            timeout: self.timeout.or(f.timeout),
+            json: self.json.or(f.json),
+            server_metrics: list(self.server_metrics, f.server_metrics),
+            workers: self.workers.or(f.workers),
+            quiet: self.quiet || f.quiet,
+        }
+    }
+}
+
+/// `https://host:port/path` -> (host, port, path). Only https.
+fn split_url(url: &str) -> anyhow::Result<(String, u16, String)> {
+    let rest = url
+        .strip_prefix("https://")
+        .with_context(|| format!("`{url}`: only https:// URLs (this is a TLS benchmark)"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, p) = v6
+            .split_once(']')
+            .with_context(|| format!("`{url}`: bad IPv6 host"))?;
+        (h.to_string(), p.strip_prefix(':').unwrap_or("443"))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p),
+            None => (authority.to_string(), "443"),
+        }
+    };
+    if host.is_empty() {
+        bail!("`{url}`: no host");
+    }
+    let port: u16 = port.parse().with_context(|| format!("`{url}`: bad port"))?;
+    Ok((host, port, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> BenchArgs {
+        BenchArgs {
+            url: Some(url.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            split_url("https://localhost:8443/x?y=1").unwrap(),
+            ("localhost".into(), 8443, "/x?y=1".into())
+        );
+        assert_eq!(
+            split_url("https://example.test").unwrap(),
+            ("example.test".into(), 443, "/".into())
+        );
+        assert_eq!(
+            split_url("https://[::1]:9/").unwrap(),
+            ("::1".into(), 9, "/".into())
+        );
+        assert!(split_url("http://x/").is_err());
+        assert!(split_url("https://x:y/").is_err());
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = args("https://127.0.0.1:1/").resolve().unwrap();
+        assert_eq!(
+            (c.connections, c.clients, c.full_every, c.resume),
+            (Some(1000), 10, 3, Resume::Auto)
+        );
+        let c = BenchArgs {
+            resume: Some("none".into()),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.full_every, 1);
+        for bad in [
+            BenchArgs {
+                resume: Some("sometimes".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                connections: Some(1),
+                duration: Some("1s".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                tls_version: Some("1.1".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                cert: Some("c".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                full_every: Some(0),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                header: vec!["nocolon".into()],
+                ..args("https://a:1/")
+            },
+            BenchArgs::default(),
+        ] {
+            assert!(bad.resolve().is_err());
+        }
+    }
+
+    #[test]
+    fn config_file_with_flag_overrides() {
+        let file: BenchArgs = toml::from_str(
+            "url = \"https://h:2/p\"\nclients = 4\nfull-every = 2\nresume = \"id\"\n",
+        )
+        .unwrap();
+        let flags = BenchArgs {
+            clients: Some(8),
+            ..Default::default()
+        };
+        let c = flags.over(file).resolve().unwrap();
+        assert_eq!(
+            (c.clients, c.full_every, c.resume, c.path.as_str()),
+            (8, 2, Resume::Id, "/p")
+        );
+        assert!(toml::from_str::<BenchArgs>("clientz = 1").is_err());
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+    }
+}

@@ -1,0 +1,203 @@
+//! The result: a JSON document (the contract other tools read) and a human summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::config::BenchConfig;
+use crate::scrape::Sample;
+use crate::stats::{raw, summary, ErrorClass, RawHistogram, Stats, Summary, PHASES};
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub url: String,
+    pub handshakes: Handshakes,
+    pub requests: Requests,
+    pub errors: BTreeMap<ErrorClass, u64>,
+    pub latency_ms: BTreeMap<&'static str, Summary>,
+    /// Transactions per second (connections that completed their requests).
+    pub tps: f64,
+    /// Successful requests per second.
+    pub rps: f64,
+    /// Bytes received from the server (HTTP heads and bodies, after TLS).
+    pub bytes: u64,
+    pub connections: u64,
+    pub duration_s: f64,
+    /// This process's CPU time (user + system) during the run.
+    pub client_cpu_s: f64,
+    pub config: BenchConfig,
+    /// Server counters scraped before and after (`--server-metrics`), per URL: the deltas.
+    pub server: BTreeMap<String, Sample>,
+    /// Raw latency histograms per phase, for exact merging (`bench merge`).
+    pub histograms: BTreeMap<&'static str, RawHistogram>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Handshakes {
+    pub full: u64,
+    pub resumed: u64,
+    pub resume_refused: u64,
+    pub failed: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Requests {
+    pub ok: u64,
+    pub failed: u64,
+    pub by_status: BTreeMap<u16, u64>,
+}
+
+pub fn build(
+    cfg: &BenchConfig,
+    s: &Stats,
+    elapsed_s: f64,
+    cpu_s: f64,
+    server: BTreeMap<String, Sample>,
+) -> Report {
+    let completed = s.latency[3].len();
+    let per_s = |x: u64| {
+        if elapsed_s > 0.0 {
+            x as f64 / elapsed_s
+        } else {
+            0.0
+        }
+    };
+    Report {
+        url: cfg.url.clone(),
+        handshakes: Handshakes {
+            full: s.full,
+            resumed: s.resumed,
+            resume_refused: s.resume_refused,
+            failed: s.handshake_failed,
+        },
+        requests: Requests {
+            ok: s.requests_ok,
+            failed: s.requests_failed,
+            by_status: s.by_status.clone(),
+        },
+        errors: s.errors.clone(),
+        latency_ms: PHASES
+            .iter()
+            .zip(s.latency.iter())
+            .map(|(p, h)| (*p, summary(h)))
+            .collect(),
+        tps: per_s(completed),
+        rps: per_s(s.requests_ok),
+        bytes: s.bytes,
+        connections: s.transactions,
+        duration_s: elapsed_s,
+        client_cpu_s: cpu_s,
+        config: cfg.clone(),
+        server,
+        histograms: PHASES
+            .iter()
+            .zip(s.latency.iter())
+            .map(|(p, h)| (*p, raw(h)))
+            .collect(),
+    }
+}
+
+/// The summary a person reads: a few aligned tables.
+pub fn human(r: &Report) -> String {
+    let c = &r.config;
+    let mut o = String::new();
+    let version = c
+        .tls_version
+        .as_deref()
+        .map_or("TLS 1.2+1.3".to_string(), |v| format!("TLS {v}"));
+    let _ = writeln!(
+        o,
+        "baton bench {}  {} connections, {} clients, {} req/conn, {}, resume {:?} full-every {}{}",
+        r.url,
+        r.connections,
+        c.clients,
+        c.requests_per_conn,
+        version,
+        c.resume,
+        c.full_every,
+        c.rate
+            .map_or(String::new(), |x| format!(", open loop {x}/s"))
+    );
+    let h = &r.handshakes;
+    let _ = writeln!(
+        o,
+        "\n  handshakes   full {:>8}   resumed {:>8}   resume refused {:>6}   failed {:>6}",
+        h.full, h.resumed, h.resume_refused, h.failed
+    );
+    let statuses: Vec<String> = r
+        .requests
+        .by_status
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  requests     ok   {:>8}   failed  {:>8}   ({})",
+        r.requests.ok,
+        r.requests.failed,
+        statuses.join(", ")
+    );
+    let errors: Vec<String> = r
+        .errors
+        .iter()
+        .map(|(k, v)| format!("{k:?}: {v}").to_lowercase())
+        .collect();
+    let _ = writeln!(
+        o,
+        "  errors       {}",
+        if errors.is_empty() {
+            "none".into()
+        } else {
+            errors.join(", ")
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  throughput   {:.1} TPS   {:.1} RPS   {:.2} MB in {:.2} s",
+        r.tps,
+        r.rps,
+        r.bytes as f64 / 1e6,
+        r.duration_s
+    );
+    let _ = writeln!(
+        o,
+        "\n  latency ms   {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "p50", "p90", "p99", "p99.9", "max", "mean"
+    );
+    for (phase, s) in PHASES
+        .iter()
+        .filter_map(|p| Some((p, r.latency_ms.get(p)?)))
+    {
+        let _ = writeln!(
+            o,
+            "  {:<11}  {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+            phase, s.p50, s.p90, s.p99, s.p999, s.max, s.mean
+        );
+    }
+    let per_tx = if r.connections > 0 {
+        r.client_cpu_s / r.connections as f64 * 1000.0
+    } else {
+        0.0
+    };
+    let _ = writeln!(
+        o,
+        "\n  client CPU   {:.3} s ({per_tx:.3} ms per connection)",
+        r.client_cpu_s
+    );
+    for (url, d) in &r.server {
+        let get = |k: &str| d.get(k).copied().unwrap_or(0.0);
+        let full = get("baton_handshakes_total{version=\"1.2\",kind=\"full\"}")
+            + get("baton_handshakes_total{version=\"1.3\",kind=\"full\"}");
+        let resumed = get("baton_handshakes_total{version=\"1.2\",kind=\"resumed\"}")
+            + get("baton_handshakes_total{version=\"1.3\",kind=\"resumed\"}");
+        let cpu = get("process_cpu_seconds_total");
+        let crypto: f64 = d
+            .iter()
+            .filter(|(k, _)| k.starts_with("baton_crypto_seconds_total"))
+            .map(|(_, v)| v)
+            .sum();
+        let _ = writeln!(o, "  server       {url}: full {full:.0}  resumed {resumed:.0}  CPU {cpu:.3} s  crypto {crypto:.3} s ({:.0}% of CPU)", if cpu > 0.0 { crypto / cpu * 100.0 } else { 0.0 });
+    }
+    o
+}

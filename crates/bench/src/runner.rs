@@ -1,0 +1,120 @@
+//! Runs the virtual clients: closed loop (each starts its next transaction when the last one
+//! ends) or open loop at `--rate` (each transaction has a due time; latency counts from it, so
+//! a slow server cannot hide its queueing — wrk2's correction for coordinated omission).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::time::Instant;
+
+use crate::accounting::{global_index, share};
+use crate::config::BenchConfig;
+use crate::stats::Stats;
+use crate::tls::Tls;
+use crate::transaction::{request_bytes, Client};
+
+/// The merged result and how long the run took.
+pub struct Outcome {
+    pub stats: Stats,
+    pub elapsed: Duration,
+}
+
+pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcome> {
+    let tls = Tls::new(&cfg)?;
+    let addr = tokio::net::lookup_host((cfg.host.as_str(), cfg.port))
+        .await
+        .with_context(|| format!("resolving {}", cfg.host))?
+        .next()
+        .with_context(|| format!("{} has no address", cfg.host))?;
+    let request = request_bytes(&cfg);
+    let bar = progress.then(|| {
+        let bar = match cfg.connections {
+            Some(n) => ProgressBar::new(n),
+            None => ProgressBar::new((cfg.duration_s.unwrap_or(0.0) * 10.0) as u64),
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let start = Instant::now();
+    let deadline = cfg.duration_s.map(|d| start + Duration::from_secs_f64(d));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    let clients = cfg.clients as u64;
+    for c in 0..clients {
+        let (config, sessions) = tls.client();
+        let client = Client {
+            cfg: cfg.clone(),
+            config,
+            sessions,
+            server_name: tls.server_name.clone(),
+            addr,
+            source: (!cfg.source_ips.is_empty())
+                .then(|| cfg.source_ips[c as usize % cfg.source_ips.len()]),
+            request: request.clone(),
+        };
+        let my_share = cfg
+            .connections
+            .map(|n| share(n, clients, cfg.full_every, c));
+        let bar = bar.clone().filter(|_| cfg.connections.is_some());
+        let stop = stop.clone();
+        let cfg = cfg.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stats = Stats::default();
+            let mut m = 0u64;
+            loop {
+                if my_share.is_some_and(|s| m >= s) || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let due = match cfg.rate {
+                    Some(r) => {
+                        let i = global_index(clients, cfg.full_every, c, m);
+                        let due = start + Duration::from_secs_f64(i as f64 / r);
+                        tokio::time::sleep_until(due).await;
+                        due
+                    }
+                    None => Instant::now(),
+                };
+                if deadline.is_some_and(|d| due >= d) {
+                    break;
+                }
+                if m % cfg.full_every == 0 {
+                    client.sessions.forget();
+                }
+                client.transaction(due, &mut stats).await;
+                m += 1;
+                if let Some(b) = &bar {
+                    b.inc(1);
+                }
+            }
+            stats
+        }));
+    }
+    if let (Some(d), Some(b)) = (deadline, bar.clone()) {
+        // duration runs: the bar shows time
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while Instant::now() < d && !stop.load(Ordering::Relaxed) {
+                b.set_position(((Instant::now() - start).as_secs_f64() * 10.0) as u64);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+    let mut stats = Stats::default();
+    for t in tasks {
+        stats.merge(&t.await.context("virtual client panicked")?);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(Outcome { stats, elapsed })
+}

@@ -1,0 +1,199 @@
+//! What a run counted: handshakes, requests, errors by class, bytes, and latency histograms
+//! per phase. Per virtual client while running, merged exactly at the end (and later across
+//! machines by `bench merge`: the histograms are serialized value by value).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::accounting::Handshake;
+
+/// Why a transaction failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorClass {
+    /// TCP connect refused or unreachable.
+    Connect,
+    /// The TLS handshake failed (alert, verification, protocol).
+    Tls,
+    /// A phase took longer than --timeout.
+    Timeout,
+    /// A malformed HTTP response.
+    Http,
+    /// The connection broke after the handshake.
+    Io,
+}
+
+pub const PHASES: [&str; 4] = ["connect", "handshake", "ttfb", "total"];
+
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub full: u64,
+    pub resumed: u64,
+    pub resume_refused: u64,
+    pub handshake_failed: u64,
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+    pub by_status: BTreeMap<u16, u64>,
+    pub errors: BTreeMap<ErrorClass, u64>,
+    pub bytes: u64,
+    pub transactions: u64,
+    /// connect, handshake, ttfb, total (microseconds)
+    pub latency: [Histogram<u64>; 4],
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds");
+        Self {
+            full: 0,
+            resumed: 0,
+            resume_refused: 0,
+            handshake_failed: 0,
+            requests_ok: 0,
+            requests_failed: 0,
+            by_status: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            bytes: 0,
+            transactions: 0,
+            latency: [h(), h(), h(), h()],
+        }
+    }
+}
+
+impl Stats {
+    pub fn handshake(&mut self, h: Handshake) {
+        match h {
+            Handshake::Full => self.full += 1,
+            Handshake::Resumed => self.resumed += 1,
+            Handshake::ResumeRefused => {
+                self.full += 1;
+                self.resume_refused += 1;
+            }
+        }
+    }
+
+    pub fn error(&mut self, class: ErrorClass) {
+        *self.errors.entry(class).or_default() += 1;
+    }
+
+    pub fn status(&mut self, status: u16) {
+        *self.by_status.entry(status).or_default() += 1;
+        if (200..400).contains(&status) {
+            self.requests_ok += 1;
+        } else {
+            self.requests_failed += 1;
+        }
+    }
+
+    /// Records a phase's latency (saturating at the histogram's bound).
+    pub fn latency(&mut self, phase: usize, d: Duration) {
+        let us = (d.as_micros() as u64).clamp(1, 3_600_000_000);
+        let _ = self.latency[phase].record(us);
+    }
+
+    pub fn merge(&mut self, o: &Stats) {
+        self.full += o.full;
+        self.resumed += o.resumed;
+        self.resume_refused += o.resume_refused;
+        self.handshake_failed += o.handshake_failed;
+        self.requests_ok += o.requests_ok;
+        self.requests_failed += o.requests_failed;
+        for (k, v) in &o.by_status {
+            *self.by_status.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.errors {
+            *self.errors.entry(*k).or_default() += v;
+        }
+        self.bytes += o.bytes;
+        self.transactions += o.transactions;
+        for (a, b) in self.latency.iter_mut().zip(o.latency.iter()) {
+            let _ = a.add(b);
+        }
+    }
+}
+
+/// Percentiles of one phase, in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub count: u64,
+}
+
+pub fn summary(h: &Histogram<u64>) -> Summary {
+    let ms = |us: u64| us as f64 / 1000.0;
+    Summary {
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: h.mean() / 1000.0,
+        count: h.len(),
+    }
+}
+
+/// A histogram as `[value_us, count]` pairs of its recorded buckets: adding the pairs of two
+/// runs into one histogram gives exactly the histogram of both.
+#[derive(Debug, Clone, Serialize)]
+pub struct RawHistogram {
+    pub unit: &'static str,
+    pub significant_figures: u8,
+    pub counts: Vec<[u64; 2]>,
+}
+
+pub fn raw(h: &Histogram<u64>) -> RawHistogram {
+    RawHistogram {
+        unit: "us",
+        significant_figures: 3,
+        counts: h
+            .iter_recorded()
+            .map(|v| [v.value_iterated_to(), v.count_at_value()])
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_is_exact() {
+        let mut a = Stats::default();
+        let mut b = Stats::default();
+        a.handshake(Handshake::Full);
+        b.handshake(Handshake::ResumeRefused);
+        b.handshake(Handshake::Resumed);
+        a.status(200);
+        b.status(503);
+        b.error(ErrorClass::Tls);
+        for i in 1..=1000u64 {
+            a.latency(3, Duration::from_micros(i));
+            b.latency(3, Duration::from_micros(i * 7));
+        }
+        let mut m = Stats::default();
+        m.merge(&a);
+        m.merge(&b);
+        assert_eq!((m.full, m.resumed, m.resume_refused), (2, 1, 1));
+        assert_eq!((m.requests_ok, m.requests_failed), (1, 1));
+        assert_eq!(m.by_status[&503], 1);
+        assert_eq!(m.latency[3].len(), 2000);
+        // rebuilding a histogram from its raw pairs gives the same percentiles
+        let mut rebuilt = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+        for [v, c] in raw(&m.latency[3]).counts {
+            rebuilt.record_n(v, c).unwrap();
+        }
+        assert_eq!(
+            rebuilt.value_at_quantile(0.99),
+            m.latency[3].value_at_quantile(0.99)
+        );
+        assert_eq!(rebuilt.len(), m.latency[3].len());
+    }
+}
