@@ -35,7 +35,7 @@ pub fn share(n: u64, clients: u64, k: u64, client: u64) -> u64 {
     }
     let mine = (last_block - client) / clients + 1;
     let mut count = mine * k;
-    if (last_block - client) % clients == 0 {
+    if (last_block - client).is_multiple_of(clients) {
         // this client has the last block, which may be short
         count -= blocks * k - n;
     }

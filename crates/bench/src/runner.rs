@@ -85,7 +85,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
                 if deadline.is_some_and(|d| due >= d) {
                     break;
                 }
-                if m % cfg.full_every == 0 {
+                if m.is_multiple_of(cfg.full_every) {
                     client.sessions.forget();
                 }
                 client.transaction(due, &mut stats).await;

@@ -36,12 +36,12 @@ pub async fn scrape(url: &str) -> anyhow::Result<Sample> {
     })
     .await
     .with_context(|| format!("{url}: timed out"))?
-    .with_context(|| format!("{url}"))?;
+    .with_context(|| url.to_string())?;
     let text = String::from_utf8_lossy(&body);
     let Some((head, body)) = text.split_once("\r\n\r\n") else {
         bail!("{url}: no HTTP response")
     };
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|s| s == "200") {
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|s| s != "200") {
         bail!("{url}: {}", head.lines().next().unwrap_or(""));
     }
     Ok(parse(body))
