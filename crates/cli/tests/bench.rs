@@ -1,0 +1,545 @@
+//! `baton bench` against real servers on 127.0.0.1: `baton agent` and `openssl s_server` (a
+//! server nobody here wrote).
+
+mod common;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn bench(args: &[&str], dir: &TempDir) -> (Output, Value) {
+    let json = dir.arg(&format!("out-{}.json", rand_suffix()));
+    let out = Command::new(BATON)
+        .arg("bench")
+        .args(args)
+        .args(["--json", &json, "--quiet"])
+        .output()
+        .expect("run baton bench");
+    let value = std::fs::read(&json)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    (out, value)
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn n(v: &Value, path: &str) -> u64 {
+    path.split('.')
+        .fold(v, |v, k| &v[k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("{path} missing in {v}"))
+}
+
+/// The JSON contract's fields exist and agree with each other.
+fn consistent(v: &Value) {
+    let attempted = n(v, "connections");
+    let h = n(v, "handshakes.full") + n(v, "handshakes.resumed") + n(v, "handshakes.failed");
+    let connect_errors = v["errors"]["connect"].as_u64().unwrap_or(0);
+    assert_eq!(
+        h + connect_errors,
+        attempted,
+        "every connection is counted once: {v}"
+    );
+    assert!(n(v, "handshakes.resume_refused") <= n(v, "handshakes.full"));
+    for phase in ["connect", "handshake", "ttfb", "total"] {
+        for k in ["p50", "p90", "p99", "p999", "max", "mean"] {
+            assert!(
+                v["latency_ms"][phase][k].is_number(),
+                "latency_ms.{phase}.{k}"
+            );
+        }
+        assert!(v["histograms"][phase]["counts"].is_array());
+    }
+    for k in ["tps", "rps", "duration_s", "client_cpu_s"] {
+        assert!(v[k].is_number(), "{k}");
+    }
+    assert!(v["config"]["clients"].is_number());
+    let by_status: u64 = v["requests"]["by_status"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert!(by_status <= n(v, "requests.ok") + n(v, "requests.failed"));
+}
+
+#[test]
+fn exact_mix_against_baton_agent_agrees_with_the_servers_count() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench");
+    let mut args = pki.server_args();
+    args.extend(["--tickets".into(), "true".into()]);
+    let agent = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let metrics = format!("http://{}/metrics", agent.metrics);
+    for v in ["1.2", "1.3"] {
+        let (out, j) = bench(
+            &[
+                &agent.url("/"),
+                "--ca",
+                &pki.arg("ca.pem"),
+                "--sni",
+                "localhost",
+                "-n",
+                "300",
+                "-c",
+                "10",
+                "--requests-per-conn",
+                "1",
+                "--full-every",
+                "3",
+                "--tls-version",
+                v,
+                "--server-metrics",
+                &metrics,
+            ],
+            &dir,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            (
+                n(&j, "handshakes.full"),
+                n(&j, "handshakes.resumed"),
+                n(&j, "handshakes.resume_refused")
+            ),
+            (100, 200, 0),
+            "TLS {v}"
+        );
+        assert_eq!(n(&j, "requests.ok"), 300);
+        let server = &j["server"][&metrics];
+        assert_eq!(
+            server[format!("baton_handshakes_total{{version=\"{v}\",kind=\"full\"}}")].as_f64(),
+            Some(100.0)
+        );
+        assert_eq!(
+            server[format!("baton_handshakes_total{{version=\"{v}\",kind=\"resumed\"}}")].as_f64(),
+            Some(200.0)
+        );
+        consistent(&j);
+    }
+    // keep-alive: 3 requests per connection
+    let (_, j) = bench(
+        &[
+            &agent.url("/bytes/100"),
+            "--ca",
+            &pki.arg("ca.pem"),
+            "--sni",
+            "localhost",
+            "-n",
+            "20",
+            "-c",
+            "2",
+            "--requests-per-conn",
+            "3",
+        ],
+        &dir,
+    );
+    assert_eq!(n(&j, "requests.ok"), 60);
+    assert_eq!(n(&j, "bytes") >= 60 * 100, true);
+    // HTTP/2
+    let (_, j) = bench(
+        &[
+            &agent.url("/"),
+            "--ca",
+            &pki.arg("ca.pem"),
+            "--sni",
+            "localhost",
+            "-n",
+            "20",
+            "-c",
+            "2",
+            "--requests-per-conn",
+            "2",
+            "--alpn",
+            "h2",
+        ],
+        &dir,
+    );
+    assert_eq!(n(&j, "requests.ok"), 40, "{j}");
+    // --resume none: all full
+    let (_, j) = bench(
+        &[
+            &agent.url("/"),
+            "--insecure",
+            "-n",
+            "60",
+            "-c",
+            "6",
+            "--resume",
+            "none",
+        ],
+        &dir,
+    );
+    assert_eq!(
+        (n(&j, "handshakes.full"), n(&j, "handshakes.resumed")),
+        (60, 0)
+    );
+    // TLS 1.2 session ids only
+    let (_, j) = bench(
+        &[
+            &agent.url("/"),
+            "--insecure",
+            "-n",
+            "30",
+            "-c",
+            "3",
+            "--tls-version",
+            "1.2",
+            "--resume",
+            "id",
+        ],
+        &dir,
+    );
+    assert_eq!(
+        (n(&j, "handshakes.full"), n(&j, "handshakes.resumed")),
+        (10, 20)
+    );
+}
+
+#[test]
+fn resumption_refused_by_the_server_is_full_and_flagged() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-refused");
+    let mut args = pki.server_args();
+    args.extend(["--tickets", "false", "--session-cache-size", "0"].map(String::from));
+    let agent = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    for v in ["1.2", "1.3"] {
+        let (_, j) = bench(
+            &[
+                &agent.url("/"),
+                "--insecure",
+                "-n",
+                "30",
+                "-c",
+                "3",
+                "--tls-version",
+                v,
+            ],
+            &dir,
+        );
+        // TLS 1.2 clients offer nothing without a ticket or an id; TLS 1.3 gets no tickets
+        assert_eq!(n(&j, "handshakes.full"), 30, "{v}");
+        assert_eq!(n(&j, "handshakes.resumed"), 0, "{v}");
+    }
+    // a server that issues tickets it cannot open: every resumption attempt is refused
+    let mut args = pki.server_args();
+    args.extend(["--tickets", "true", "--session-cache-size", "0"].map(String::from));
+    let a = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let b = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    // a TCP relay alternating between a and b: tickets from one are refused by the other
+    let relay = alternate(&[a.addr, b.addr]);
+    let url = format!("https://127.0.0.1:{}/", relay.port());
+    let (_, j) = bench(
+        &[
+            &url,
+            "--insecure",
+            "-n",
+            "30",
+            "-c",
+            "1",
+            "--full-every",
+            "3",
+            "--tls-version",
+            "1.3",
+        ],
+        &dir,
+    );
+    assert_eq!(n(&j, "handshakes.full"), 30, "{j}");
+    assert_eq!(n(&j, "handshakes.resume_refused"), 20, "{j}");
+    consistent(&j);
+}
+
+/// A minimal TCP relay sending each new connection to the next backend in turn.
+fn alternate(backends: &[std::net::SocketAddr]) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let backends = backends.to_vec();
+    std::thread::spawn(move || {
+        for (i, conn) in listener.incoming().enumerate() {
+            let Ok(client) = conn else { continue };
+            let Ok(server) = std::net::TcpStream::connect(backends[i % backends.len()]) else {
+                continue;
+            };
+            for (mut from, mut to) in [
+                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                (server, client),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    addr
+}
+
+struct SServer(Child, u16);
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn s_server(pki: &Pki, extra: &[&str]) -> SServer {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("openssl")
+        .args([
+            "s_server",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            &pki.arg("ecdsa.pem"),
+            "-key",
+            &pki.arg("ecdsa.key"),
+            "-www",
+            "-quiet",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    SServer(child, port)
+}
+
+#[test]
+fn exact_mix_against_openssl_s_server() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-ossl");
+    for v in ["1.2", "1.3"] {
+        let server = s_server(&pki, &[]);
+        let url = format!("https://127.0.0.1:{}/", server.1);
+        let (out, j) = bench(
+            &[
+                &url,
+                "--ca",
+                &pki.arg("ca.pem"),
+                "--sni",
+                "localhost",
+                "-n",
+                "300",
+                "-c",
+                "10",
+                "--requests-per-conn",
+                "1",
+                "--full-every",
+                "3",
+                "--tls-version",
+                v,
+            ],
+            &dir,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            (
+                n(&j, "handshakes.full"),
+                n(&j, "handshakes.resumed"),
+                n(&j, "requests.ok")
+            ),
+            (100, 200, 300),
+            "TLS {v}: {j}"
+        );
+        consistent(&j);
+    }
+    // resumption disabled on the server: every attempt is refused, and says so
+    let server = s_server(&pki, &["-no_ticket", "-no_cache", "-num_tickets", "0"]);
+    let url = format!("https://127.0.0.1:{}/", server.1);
+    let (_, j) = bench(
+        &[
+            &url,
+            "--insecure",
+            "-n",
+            "30",
+            "-c",
+            "3",
+            "--tls-version",
+            "1.2",
+        ],
+        &dir,
+    );
+    assert_eq!(n(&j, "handshakes.resumed"), 0, "{j}");
+    assert_eq!(n(&j, "handshakes.full"), 30);
+}
+
+#[test]
+fn mutual_tls_and_failures_are_classified_never_counted_as_success() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-mtls");
+    let mut args = pki.server_args();
+    args.extend([
+        "--client-ca".into(),
+        pki.arg("client-ca.pem"),
+        "--client-auth".into(),
+        "required".into(),
+    ]);
+    let agent = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (out, j) = bench(
+        &[
+            &agent.url("/tls"),
+            "--ca",
+            &pki.arg("ca.pem"),
+            "--sni",
+            "localhost",
+            "-n",
+            "12",
+            "-c",
+            "3",
+            "--cert",
+            &pki.arg("client.pem"),
+            "--key",
+            &pki.arg("client.key"),
+        ],
+        &dir,
+    );
+    assert!(out.status.success());
+    assert_eq!(n(&j, "requests.ok"), 12);
+    // without a client certificate: TLS 1.3 clients learn of the refusal after the handshake,
+    // TLS 1.2 ones during it; either way no request succeeds and the failures are classified
+    for v in ["1.2", "1.3"] {
+        let (out, j) = bench(
+            &[
+                &agent.url("/"),
+                "--insecure",
+                "-n",
+                "6",
+                "-c",
+                "2",
+                "--tls-version",
+                v,
+            ],
+            &dir,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "TLS {v}: a run with no success exits 1"
+        );
+        assert_eq!(n(&j, "requests.ok"), 0, "{j}");
+        let errors: u64 = j["errors"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        assert_eq!(errors, 6, "TLS {v}: {j}");
+    }
+    // nobody listening: connect errors
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (out, j) = bench(
+        &[
+            &format!("https://127.0.0.1:{port}/"),
+            "--insecure",
+            "-n",
+            "5",
+            "-c",
+            "1",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(j["errors"]["connect"].as_u64(), Some(5));
+    consistent(&j);
+    // an untrusted server certificate is a TLS error, not a success
+    let (_, j) = bench(
+        &[
+            &agent.url("/"),
+            "--ca",
+            &pki.arg("client-ca.pem"),
+            "--sni",
+            "localhost",
+            "-n",
+            "3",
+            "-c",
+            "1",
+        ],
+        &dir,
+    );
+    assert_eq!(j["errors"]["tls"].as_u64(), Some(3), "{j}");
+    assert_eq!(n(&j, "handshakes.failed"), 3);
+    // bad flags: a clear error, exit 2
+    let out = Command::new(BATON)
+        .args(["bench", "https://x/", "--resume", "maybe"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--resume `maybe`"));
+}
+
+#[test]
+fn open_loop_rate_and_source_ips() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-rate");
+    let agent = Agent::start(
+        &pki.server_args()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let (_, j) = bench(
+        &[
+            &agent.url("/tls"),
+            "--insecure",
+            "-d",
+            "1s",
+            "--rate",
+            "100",
+            "-c",
+            "4",
+            "--source-ip",
+            "127.0.0.2",
+            "--source-ip",
+            "127.0.0.3",
+        ],
+        &dir,
+    );
+    let done = n(&j, "requests.ok");
+    assert!(
+        (80..=101).contains(&done),
+        "about 100 transactions in 1 s at 100/s: {done}"
+    );
+    assert_eq!(j["config"]["rate"].as_f64(), Some(100.0));
+    // a TOML config with flags overriding it
+    let file = dir.path("bench.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "url = \"{}\"\ninsecure = true\nconnections = 9\nclients = 3\n",
+            agent.url("/")
+        ),
+    )
+    .unwrap();
+    let (_, j) = bench(&["--config", file.to_str().unwrap(), "-n", "12"], &dir);
+    assert_eq!(n(&j, "connections"), 12);
+}
