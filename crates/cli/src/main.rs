@@ -23,6 +23,9 @@ enum Command {
     Bench(Box<baton_bench::BenchArgs>),
     /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
     Dispatch(Box<baton_dispatch::DispatchArgs>),
+    /// Local clusters under load, side by side: round robin with and without shared sessions,
+    /// and session affinity (seed 000 Scenario B).
+    Demo(baton_lab::DemoArgs),
     /// Start a local cluster: a dispatcher and N agents on this machine.
     Up(Box<baton_lab::UpArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::run(*args),
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
+        Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
