@@ -222,17 +222,17 @@ impl Cluster {
         Ok(())
     }
 
-    /// Index and exit status of the first child that has exited, if any.
-    pub fn exited(&mut self) -> Option<(String, std::process::ExitStatus)> {
-        if let Ok(Some(s)) = self.dispatcher.child.try_wait() {
-            return Some(("dispatcher".into(), s));
-        }
-        for (i, a) in self.agents.iter_mut().enumerate() {
-            if let Ok(Some(s)) = a.child.try_wait() {
-                return Some((format!("agent {i}"), s));
-            }
-        }
-        None
+    /// Whether the dispatcher has exited (then the cluster is unreachable), and which agents
+    /// have: an agent's death is survivable — the dispatcher routes around it.
+    pub fn exited(&mut self) -> (Option<std::process::ExitStatus>, Vec<usize>) {
+        let dispatcher = self.dispatcher.child.try_wait().ok().flatten();
+        let agents = self
+            .agents
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, a)| a.child.try_wait().ok().flatten().map(|_| i))
+            .collect();
+        (dispatcher, agents)
     }
 
     /// Stops every process: SIGTERM (agents drain), then SIGKILL after `grace`.

@@ -89,11 +89,23 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut reported = Vec::new();
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok::<_, anyhow::Error>(None),
                 _ = int.recv() => return Ok(None),
-                _ = tick.tick() => if let Some(gone) = cluster.exited() { return Ok(Some(gone)) },
+                _ = tick.tick() => {
+                    let (dispatcher, agents) = cluster.exited();
+                    if let Some(status) = dispatcher {
+                        return Ok(Some(status));
+                    }
+                    for a in agents {
+                        if !reported.contains(&a) {
+                            eprintln!("baton up: agent {a} exited; the dispatcher routes around it");
+                            reported.push(a);
+                        }
+                    }
+                }
             }
         }
     })?;
@@ -102,7 +114,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     match ended {
-        Some((who, status)) => anyhow::bail!("{who} exited ({status}); cluster stopped"),
+        Some(status) => anyhow::bail!("the dispatcher exited ({status}); cluster stopped"),
         None => Ok(()),
     }
 }
