@@ -2,6 +2,8 @@
 
 use rustls::HandshakeKind;
 
+use crate::stats::ErrorClass;
+
 /// How one handshake went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handshake {
@@ -19,6 +21,52 @@ pub fn classify(offered_session: bool, kind: HandshakeKind) -> Handshake {
             Handshake::ResumeRefused
         }
         _ => Handshake::Full,
+    }
+}
+
+/// How far one transaction got and how it ended, as the transaction saw it; [`settle`] turns it
+/// into counts. Kept apart from the sockets so the rules below are tested on their own.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    /// TCP connected, so a TLS handshake was attempted.
+    pub handshake_started: bool,
+    /// The handshake as negotiated, once the client saw it complete.
+    pub handshake: Option<Handshake>,
+    /// Some response byte arrived after the handshake.
+    pub first_byte: bool,
+    /// Responses received, whatever their status.
+    pub responses: u32,
+    /// Why the transaction failed, if it did.
+    pub error: Option<ErrorClass>,
+}
+
+/// What one transaction adds to the counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// The handshake to count as full/resumed/refused; `None` with `handshake_failed` or when
+    /// TCP never connected.
+    pub handshake: Option<Handshake>,
+    pub handshake_failed: bool,
+    /// Requests that got no response at all (responses with an error status are counted
+    /// where they arrive).
+    pub unanswered: u64,
+}
+
+/// The counting rules:
+/// - every connection that reached TCP is exactly one of full, resumed or failed handshake;
+/// - a TLS 1.3 server that refuses the client after the client's Finished (client certificate
+///   missing or rejected) answers with an alert before any response byte: the client had
+///   already seen "handshake complete", but the server did not accept it, so it is a failed
+///   handshake, not a full one;
+/// - every one of the `--requests-per-conn` requests is either answered (ok or failed by
+///   status) or unanswered (failed), so ok + failed = connections x requests per connection.
+pub fn settle(end: &End, requests_per_conn: u32) -> Settled {
+    let rejected = end.error == Some(ErrorClass::Tls) && !end.first_byte;
+    let handshake = end.handshake.filter(|_| !rejected);
+    Settled {
+        handshake,
+        handshake_failed: end.handshake_started && handshake.is_none(),
+        unanswered: requests_per_conn.saturating_sub(end.responses) as u64,
     }
 }
 
@@ -76,6 +124,97 @@ mod tests {
         let shares: Vec<u64> = (0..30).map(|c| share(3000, 30, 3, c)).collect();
         assert_eq!(shares.iter().sum::<u64>(), 3000);
         assert_eq!(shares.iter().map(|s| s.div_ceil(3)).sum::<u64>(), 1000);
+    }
+
+    #[test]
+    fn every_connection_and_request_is_counted_once() {
+        let full = Some(Handshake::Full);
+        // refused at TCP: no handshake either way, every request unanswered
+        let s = settle(
+            &End {
+                error: Some(ErrorClass::Connect),
+                ..End::default()
+            },
+            3,
+        );
+        assert_eq!(
+            s,
+            Settled {
+                handshake: None,
+                handshake_failed: false,
+                unanswered: 3
+            }
+        );
+        // TLS alert during the handshake
+        let s = settle(
+            &End {
+                handshake_started: true,
+                error: Some(ErrorClass::Tls),
+                ..End::default()
+            },
+            1,
+        );
+        assert_eq!(
+            (s.handshake, s.handshake_failed, s.unanswered),
+            (None, true, 1)
+        );
+        // TLS 1.3 client certificate refused after the client's Finished
+        let s = settle(
+            &End {
+                handshake_started: true,
+                handshake: full,
+                error: Some(ErrorClass::Tls),
+                ..End::default()
+            },
+            1,
+        );
+        assert_eq!((s.handshake, s.handshake_failed), (None, true));
+        // a bad record in the middle of a response: the handshake stands
+        let s = settle(
+            &End {
+                handshake_started: true,
+                handshake: full,
+                first_byte: true,
+                error: Some(ErrorClass::Tls),
+                ..End::default()
+            },
+            2,
+        );
+        assert_eq!(
+            (s.handshake, s.handshake_failed, s.unanswered),
+            (full, false, 2)
+        );
+        // the server closed keep-alive after 2 of 5
+        let s = settle(
+            &End {
+                handshake_started: true,
+                handshake: full,
+                first_byte: true,
+                responses: 2,
+                error: Some(ErrorClass::Closed),
+            },
+            5,
+        );
+        assert_eq!((s.handshake, s.unanswered), (full, 3));
+        // all served
+        let s = settle(
+            &End {
+                handshake_started: true,
+                handshake: Some(Handshake::Resumed),
+                first_byte: true,
+                responses: 4,
+                error: None,
+            },
+            4,
+        );
+        assert_eq!(
+            s,
+            Settled {
+                handshake: Some(Handshake::Resumed),
+                handshake_failed: false,
+                unanswered: 0
+            }
+        );
     }
 
     proptest! {

@@ -14,7 +14,7 @@ use crate::accounting::{global_index, share};
 use crate::config::BenchConfig;
 use crate::stats::Stats;
 use crate::tls::Tls;
-use crate::transaction::{request_bytes, Client};
+use crate::transaction::{request_bytes, Client, READ_BUF};
 
 /// The merged result and how long the run took.
 pub struct Outcome {
@@ -50,7 +50,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
     let clients = cfg.clients as u64;
     for c in 0..clients {
         let (config, sessions) = tls.client();
-        let client = Client {
+        let mut client = Client {
             cfg: cfg.clone(),
             config,
             sessions,
@@ -59,6 +59,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
             source: (!cfg.source_ips.is_empty())
                 .then(|| cfg.source_ips[c as usize % cfg.source_ips.len()]),
             request: request.clone(),
+            buf: vec![0; READ_BUF].into_boxed_slice(),
         };
         let my_share = cfg
             .connections

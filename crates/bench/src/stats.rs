@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::accounting::Handshake;
+use crate::accounting::{settle, End, Handshake};
 
 /// Why a transaction failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -24,6 +24,8 @@ pub enum ErrorClass {
     Http,
     /// The connection broke after the handshake.
     Io,
+    /// The server closed the connection before all `--requests-per-conn` were answered.
+    Closed,
 }
 
 pub const PHASES: [&str; 4] = ["connect", "handshake", "ttfb", "total"];
@@ -73,6 +75,20 @@ impl Stats {
                 self.resume_refused += 1;
             }
         }
+    }
+
+    /// Counts one finished transaction (see [`settle`] for the rules).
+    pub fn finish(&mut self, end: &End, requests_per_conn: u32) {
+        self.transactions += 1;
+        if let Some(class) = end.error {
+            self.error(class);
+        }
+        let s = settle(end, requests_per_conn);
+        if let Some(h) = s.handshake {
+            self.handshake(h);
+        }
+        self.handshake_failed += s.handshake_failed as u64;
+        self.requests_failed += s.unanswered;
     }
 
     pub fn error(&mut self, class: ErrorClass) {

@@ -25,9 +25,17 @@ use crate::config::{BenchConfig, Resume};
 const MAX_TICKETS: usize = 8;
 
 /// One virtual client's sessions: its last TLS 1.2 session and its TLS 1.3 tickets.
+///
+/// With `--resume none` it keeps no session at all, only the key exchange group the server
+/// chose: like any rustls client, the next ClientHello then carries one key share of that group
+/// instead of a hybrid post-quantum share the server would not use (which would cost the client
+/// an ML-KEM key generation per handshake that h2load and browsers talking to a classical
+/// server do not pay).
 #[derive(Debug, Default)]
 pub struct ClientSessions {
     inner: Mutex<Sessions>,
+    /// false: `--resume none`, sessions and tickets are dropped on arrival.
+    keep: bool,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +46,13 @@ struct Sessions {
 }
 
 impl ClientSessions {
+    fn new(keep: bool) -> Self {
+        Self {
+            inner: Mutex::default(),
+            keep,
+        }
+    }
+
     /// Drops every session, so the next connection is a full handshake. The key exchange
     /// hint stays: a browser that forgot a session still knows the server's preferred group.
     pub fn forget(&self) {
@@ -65,7 +80,9 @@ impl ClientSessionStore for ClientSessions {
         self.lock().kx_hint
     }
     fn set_tls12_session(&self, _: ServerName<'static>, value: Tls12ClientSessionValue) {
-        self.lock().tls12 = Some(value);
+        if self.keep {
+            self.lock().tls12 = Some(value);
+        }
     }
     fn tls12_session(&self, _: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
         self.lock().tls12.clone()
@@ -74,6 +91,9 @@ impl ClientSessionStore for ClientSessions {
         self.lock().tls12 = None;
     }
     fn insert_tls13_ticket(&self, _: ServerName<'static>, value: Tls13ClientSessionValue) {
+        if !self.keep {
+            return;
+        }
         let mut s = self.lock();
         if s.tls13.len() == MAX_TICKETS {
             s.tls13.pop_front();
@@ -173,10 +193,12 @@ impl Tls {
 
     /// One virtual client's config and its session store.
     pub fn client(&self) -> (Arc<ClientConfig>, Arc<ClientSessions>) {
-        let sessions = Arc::new(ClientSessions::default());
+        let sessions = Arc::new(ClientSessions::new(self.resume != Resume::None));
         let mut config = self.base.clone();
         config.resumption = match self.resume {
-            Resume::None => Resumption::disabled(),
+            Resume::None => {
+                Resumption::store(sessions.clone()).tls12_resumption(Tls12Resumption::Disabled)
+            }
             Resume::Id => {
                 Resumption::store(sessions.clone()).tls12_resumption(Tls12Resumption::SessionIdOnly)
             }

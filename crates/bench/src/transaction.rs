@@ -1,5 +1,10 @@
 //! One transaction (seed 003's SSL TPS): TCP connect, TLS handshake, K HTTP requests and
 //! responses, TLS close_notify, TCP close, each phase timed and under a timeout.
+//!
+//! Cheap on purpose, so the client is not what a run measures: the `ClientConfig` is built once
+//! per virtual client, the read buffer is the client's own and reused, HTTP/1.1 is written and
+//! framed by hand (no per-request allocation), the first request rides in the same TCP segment
+//! as the client's Finished, and the close is close_notify then `close` (no `shutdown`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -14,11 +19,15 @@ use tokio::time::{timeout, Instant};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::accounting::classify;
+use crate::accounting::{classify, End};
 use crate::config::BenchConfig;
 use crate::http1::{parse_head, Chunked, Framing};
 use crate::stats::{ErrorClass, Stats};
 use crate::tls::ClientSessions;
+
+/// Bytes read from the TLS stream at a time; also the longest response head accepted (a
+/// longer one is an `http` error).
+pub const READ_BUF: usize = 16 * 1024;
 
 /// What a virtual client needs for each of its transactions.
 pub struct Client {
@@ -30,51 +39,68 @@ pub struct Client {
     pub source: Option<IpAddr>,
     /// The request bytes (HTTP/1.1), built once.
     pub request: Bytes,
+    /// Read buffer, reused by every transaction of this client.
+    pub buf: Box<[u8]>,
 }
 
 impl Client {
     /// Runs one transaction and records it. `due` is when it should have started: latency is
     /// measured from there (in open loop, later than now if the client fell behind).
-    pub async fn transaction(&self, due: Instant, stats: &mut Stats) {
-        stats.transactions += 1;
+    pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
+        let mut end = End::default();
+        if let Err(class) = self.run(due, stats, &mut end).await {
+            end.error = Some(class);
+        } else {
+            stats.latency(3, Instant::now() - due);
+        }
+        stats.finish(&end, self.cfg.requests_per_conn);
+    }
+
+    async fn run(
+        &mut self,
+        due: Instant,
+        stats: &mut Stats,
+        end: &mut End,
+    ) -> Result<(), ErrorClass> {
         let t = self.cfg.timeout();
         let offered = self.sessions.has_session();
         let tcp = match timeout(t, self.connect()).await {
             Ok(Ok(s)) => s,
-            Ok(Err(_)) => return self.failed(stats, ErrorClass::Connect),
-            Err(_) => return self.failed(stats, ErrorClass::Timeout),
+            Ok(Err(_)) => return Err(ErrorClass::Connect),
+            Err(_) => return Err(ErrorClass::Timeout),
         };
         let connected = Instant::now();
         stats.latency(0, connected - due);
+        end.handshake_started = true;
+        // HTTP/1.1: the first request is handed to rustls before the handshake; rustls sends it
+        // the moment the handshake completes, with the client's Finished (TLS 1.3, and TLS 1.2
+        // resumption), so the server gets both in one segment, as from a browser.
+        // rustls buffers at most its plaintext limit (64 KiB by default) before the handshake:
+        // `pre` is how much it took, the rest follows once the handshake is done.
+        let mut pre = 0;
         let connector = TlsConnector::from(self.config.clone());
-        let mut tls = match timeout(t, connector.connect(self.server_name.clone(), tcp)).await {
+        let connect = connector.connect_with(self.server_name.clone(), tcp, |conn| {
+            if self.cfg.alpn != "h2" {
+                pre = std::io::Write::write(&mut conn.writer(), &self.request).unwrap_or(0);
+            }
+        });
+        let mut tls = match timeout(t, connect).await {
             Ok(Ok(s)) => s,
-            Ok(Err(_)) => return self.failed(stats, ErrorClass::Tls),
-            Err(_) => return self.failed(stats, ErrorClass::Timeout),
+            Ok(Err(e)) => return Err(class_of(&e)),
+            Err(_) => return Err(ErrorClass::Timeout),
         };
         let handshaken = Instant::now();
         stats.latency(1, handshaken - connected);
         if let Some(kind) = tls.get_ref().1.handshake_kind() {
-            stats.handshake(classify(offered, kind));
+            end.handshake = Some(classify(offered, kind));
         }
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-        let result = if h2 {
-            self.http2(tls, stats, handshaken).await
+        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            // the h2 path never pre-writes (the protocol is known only now)
+            self.http2(tls, stats, handshaken, end).await
         } else {
-            self.http1(&mut tls, stats, handshaken).await
-        };
-        match result {
-            Ok(()) => stats.latency(3, Instant::now() - due),
-            Err(class) => stats.error(class),
+            // (`pre` is 0 when h2 was asked for and the server chose HTTP/1.1)
+            self.http1(&mut tls, stats, handshaken, end, pre).await
         }
-    }
-
-    fn failed(&self, stats: &mut Stats, class: ErrorClass) {
-        stats.error(class);
-        if matches!(class, ErrorClass::Tls | ErrorClass::Timeout) {
-            stats.handshake_failed += 1;
-        }
-        stats.requests_failed += self.cfg.requests_per_conn as u64;
     }
 
     async fn connect(&self) -> std::io::Result<TcpStream> {
@@ -83,6 +109,7 @@ impl Client {
             SocketAddr::V6(_) => TcpSocket::new_v6()?,
         };
         if let Some(ip) = self.source {
+            bind_address_no_port(&socket);
             socket.bind(SocketAddr::new(ip, 0))?;
         }
         let s = socket.connect(self.addr).await?;
@@ -91,22 +118,32 @@ impl Client {
     }
 
     async fn http1(
-        &self,
+        &mut self,
         tls: &mut TlsStream<TcpStream>,
         stats: &mut Stats,
         started: Instant,
+        end: &mut End,
+        pre: usize,
     ) -> Result<(), ErrorClass> {
         let t = self.cfg.timeout();
-        let mut buf = vec![0u8; 16 * 1024];
+        let k = self.cfg.requests_per_conn;
+        let head_request = self.cfg.method == "HEAD";
+        let buf = &mut self.buf[..];
         let mut held = 0usize; // bytes in buf not yet consumed
-        let mut server_closes = false;
-        for i in 0..self.cfg.requests_per_conn {
-            io(timeout(t, tls.write_all(&self.request)).await)?;
+        for i in 0..k {
+            let unsent = if i == 0 {
+                &self.request[pre..]
+            } else {
+                &self.request[..]
+            };
+            if !unsent.is_empty() {
+                io(timeout(t, tls.write_all(unsent)).await)?;
+            }
             // head
             let head = loop {
                 if held > 0 {
-                    if let Some(h) = parse_head(&buf[..held], self.cfg.method == "HEAD")
-                        .map_err(|_| ErrorClass::Http)?
+                    if let Some(h) =
+                        parse_head(&buf[..held], head_request).map_err(|_| ErrorClass::Http)?
                     {
                         break h;
                     }
@@ -118,14 +155,15 @@ impl Client {
                 if n == 0 {
                     return Err(ErrorClass::Io);
                 }
-                if i == 0 && held == 0 {
+                if !end.first_byte {
+                    end.first_byte = true;
                     stats.latency(2, Instant::now() - started);
                 }
                 held += n;
                 stats.bytes += n as u64;
             };
             stats.status(head.status);
-            server_closes |= head.close;
+            end.responses += 1;
             buf.copy_within(head.len..held, 0);
             held -= head.len;
             // body, consumed without keeping it
@@ -164,11 +202,11 @@ impl Client {
                     }
                 }
                 Framing::Close => loop {
-                    let n = match timeout(t, tls.read(&mut buf)).await {
+                    let n = match timeout(t, tls.read(buf)).await {
                         Ok(Ok(n)) => n,
                         // a server that closes without close_notify still delivered the body
                         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
-                        Ok(Err(_)) => return Err(ErrorClass::Io),
+                        Ok(Err(e)) => return Err(class_of(&e)),
                         Err(_) => return Err(ErrorClass::Timeout),
                     };
                     if n == 0 {
@@ -177,14 +215,15 @@ impl Client {
                     stats.bytes += n as u64;
                 },
             }
-            if server_closes && i + 1 < self.cfg.requests_per_conn {
+            if head.close && i + 1 < k {
                 // the server ended keep-alive early: the remaining requests were not served
-                stats.requests_failed += (self.cfg.requests_per_conn - i - 1) as u64;
-                break;
+                return Err(ErrorClass::Closed);
             }
         }
-        // close_notify, then TCP FIN; a server that already closed is fine
-        let _ = timeout(t, tls.shutdown()).await;
+        // close_notify, then `close` on drop sends the FIN (a `shutdown` first would only add a
+        // system call); a server that already closed is fine
+        tls.get_mut().1.send_close_notify();
+        let _ = timeout(t, tls.flush()).await;
         Ok(())
     }
 
@@ -193,15 +232,20 @@ impl Client {
         tls: TlsStream<TcpStream>,
         stats: &mut Stats,
         started: Instant,
+        end: &mut End,
     ) -> Result<(), ErrorClass> {
         let t = self.cfg.timeout();
         let io_ = hyper_util::rt::TokioIo::new(tls);
-        let (mut sender, conn) = io(timeout(
+        let (mut sender, conn) = match timeout(
             t,
             hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io_),
         )
         .await
-        .map(|r| r.map_err(|_| std::io::Error::other("h2 handshake"))))?;
+        {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => return Err(class_of(&e)),
+            Err(_) => return Err(ErrorClass::Timeout),
+        };
         let driver = tokio::spawn(conn);
         let uri: http::Uri = format!(
             "https://{}:{}{}",
@@ -209,46 +253,101 @@ impl Client {
         )
         .parse()
         .map_err(|_| ErrorClass::Http)?;
-        for i in 0..self.cfg.requests_per_conn {
+        let body = Bytes::from(self.cfg.body.clone().unwrap_or_default());
+        for _ in 0..self.cfg.requests_per_conn {
             let mut req = http::Request::builder()
                 .method(self.cfg.method.as_str())
                 .uri(uri.clone());
             for (k, v) in &self.cfg.headers {
                 req = req.header(k, v);
             }
-            let body = Full::new(Bytes::from(self.cfg.body.clone().unwrap_or_default()));
-            let req = req.body(body).map_err(|_| ErrorClass::Http)?;
+            let req = req
+                .body(Full::new(body.clone()))
+                .map_err(|_| ErrorClass::Http)?;
             let resp = match timeout(t, sender.send_request(req)).await {
                 Ok(Ok(r)) => r,
-                Ok(Err(_)) => return Err(ErrorClass::Io),
+                Ok(Err(e)) => return Err(class_of(&e)),
                 Err(_) => return Err(ErrorClass::Timeout),
             };
-            if i == 0 {
+            if !end.first_byte {
+                end.first_byte = true;
                 stats.latency(2, Instant::now() - started);
             }
             stats.status(resp.status().as_u16());
+            end.responses += 1;
             let mut body = resp.into_body();
             loop {
                 match timeout(t, body.frame()).await {
                     Ok(Some(Ok(f))) => stats.bytes += f.data_ref().map_or(0, |d| d.len() as u64),
                     Ok(None) => break,
-                    Ok(Some(Err(_))) => return Err(ErrorClass::Io),
+                    Ok(Some(Err(e))) => return Err(class_of(&e)),
                     Err(_) => return Err(ErrorClass::Timeout),
                 }
             }
         }
+        // dropping the sender lets the connection task send GOAWAY and close_notify
         drop(sender);
         let _ = timeout(t, driver).await;
         Ok(())
     }
 }
 
+/// Lets the kernel pick the source port at `connect`, per 4-tuple, rather than at `bind`
+/// (where a port must be unique for the address alone): without it, many virtual clients
+/// bound to the same `--source-ip` would run out of ports long before the server does.
+fn bind_address_no_port(socket: &TcpSocket) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt reads `one` (a c_int, the size we pass) on a socket we own. A
+        // failure only means the kernel keeps the default behaviour.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
 fn io<T>(r: Result<std::io::Result<T>, tokio::time::error::Elapsed>) -> Result<T, ErrorClass> {
     match r {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(_)) => Err(ErrorClass::Io),
+        Ok(Err(e)) => Err(class_of(&e)),
         Err(_) => Err(ErrorClass::Timeout),
     }
+}
+
+/// A failure's class from its cause: anything rustls raised (an alert from the server, a
+/// certificate it did not accept, a bad record) is `tls`, whatever wraps it (tokio-rustls
+/// wraps it in an `io::Error`, hyper in its own error); a timed-out socket is `timeout`; the
+/// rest broke the connection: `io`.
+pub fn class_of(e: &(dyn std::error::Error + 'static)) -> ErrorClass {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.is::<rustls::Error>() {
+            return ErrorClass::Tls;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return ErrorClass::Timeout;
+            }
+            // io::Error's `source` skips the error it wraps: look at that one first
+            if let Some(inner) = io.get_ref() {
+                if class_of(inner) != ErrorClass::Io {
+                    return class_of(inner);
+                }
+            }
+        }
+        cur = e.source();
+    }
+    ErrorClass::Io
 }
 
 /// The HTTP/1.1 request every transaction sends, built once.
@@ -266,4 +365,24 @@ pub fn request_bytes(cfg: &BenchConfig) -> Bytes {
         r.push_str("\r\n");
     }
     Bytes::from(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_classified_by_cause() {
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired);
+        // as tokio-rustls reports it
+        let wrapped = std::io::Error::new(std::io::ErrorKind::InvalidData, alert);
+        assert_eq!(class_of(&wrapped), ErrorClass::Tls);
+        // wrapped once more, as a library above it might
+        let twice = std::io::Error::other(wrapped);
+        assert_eq!(class_of(&twice), ErrorClass::Tls);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(class_of(&reset), ErrorClass::Io);
+        let slow = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(class_of(&slow), ErrorClass::Timeout);
+    }
 }

@@ -21,6 +21,10 @@ fn bench(args: &[&str], dir: &TempDir) -> (Output, Value) {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(Value::Null);
+    if !value.is_null() {
+        // every run's JSON, whatever the test looks at next
+        consistent(&value);
+    }
     (out, value)
 }
 
@@ -48,6 +52,30 @@ fn consistent(v: &Value) {
         "every connection is counted once: {v}"
     );
     assert!(n(v, "handshakes.resume_refused") <= n(v, "handshakes.full"));
+    // every request is answered well, answered badly, or unanswered: never lost
+    let k = n(v, "config.requests_per_conn");
+    assert_eq!(
+        n(v, "requests.ok") + n(v, "requests.failed"),
+        attempted * k,
+        "every request is counted once: {v}"
+    );
+    let by_status: u64 = v["requests"]["by_status"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert!(by_status >= n(v, "requests.ok"));
+    assert!(by_status <= attempted * k);
+    // a transaction that failed has exactly one error class; one that completed has none
+    let errors: u64 = v["errors"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    let completed = n(v, "latency_ms.total.count");
+    assert_eq!(errors + completed, attempted, "{v}");
     for phase in ["connect", "handshake", "ttfb", "total"] {
         for k in ["p50", "p90", "p99", "p999", "max", "mean"] {
             assert!(
@@ -55,19 +83,14 @@ fn consistent(v: &Value) {
                 "latency_ms.{phase}.{k}"
             );
         }
-        assert!(v["histograms"][phase]["counts"].is_array());
+        let counts = v["histograms"][phase]["counts"].as_array().unwrap();
+        let total: u64 = counts.iter().map(|p| p[1].as_u64().unwrap()).sum();
+        assert_eq!(total, n(v, &format!("latency_ms.{phase}.count")));
     }
-    for k in ["tps", "rps", "duration_s", "client_cpu_s"] {
+    for k in ["tps", "rps", "bytes", "duration_s", "client_cpu_s"] {
         assert!(v[k].is_number(), "{k}");
     }
     assert!(v["config"]["clients"].is_number());
-    let by_status: u64 = v["requests"]["by_status"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|x| x.as_u64().unwrap())
-        .sum();
-    assert!(by_status <= n(v, "requests.ok") + n(v, "requests.failed"));
 }
 
 #[test]
@@ -125,7 +148,6 @@ fn exact_mix_against_baton_agent_agrees_with_the_servers_count() {
             server[format!("baton_handshakes_total{{version=\"{v}\",kind=\"resumed\"}}")].as_f64(),
             Some(200.0)
         );
-        consistent(&j);
     }
     // keep-alive: 3 requests per connection
     let (_, j) = bench(
@@ -256,7 +278,6 @@ fn resumption_refused_by_the_server_is_full_and_flagged() {
     );
     assert_eq!(n(&j, "handshakes.full"), 30, "{j}");
     assert_eq!(n(&j, "handshakes.resume_refused"), 20, "{j}");
-    consistent(&j);
 }
 
 /// A minimal TCP relay sending each new connection to the next backend in turn.
@@ -367,7 +388,6 @@ fn exact_mix_against_openssl_s_server() {
             (100, 200, 300),
             "TLS {v}: {j}"
         );
-        consistent(&j);
     }
     // resumption disabled on the server: every attempt is refused, and says so
     let server = s_server(&pki, &["-no_ticket", "-no_cache", "-num_tickets", "0"]);
@@ -387,6 +407,93 @@ fn exact_mix_against_openssl_s_server() {
     );
     assert_eq!(n(&j, "handshakes.resumed"), 0, "{j}");
     assert_eq!(n(&j, "handshakes.full"), 30);
+    drop(server);
+    // two servers behind a relay that alternates between them: each refuses the other's
+    // sessions (ids and tickets), so every resumption attempt is refused, and says so
+    for v in ["1.2", "1.3"] {
+        let a = s_server(&pki, &[]);
+        let b = s_server(&pki, &[]);
+        let relay = alternate(&[
+            format!("127.0.0.1:{}", a.1).parse().unwrap(),
+            format!("127.0.0.1:{}", b.1).parse().unwrap(),
+        ]);
+        let (_, j) = bench(
+            &[
+                &format!("https://127.0.0.1:{}/", relay.port()),
+                "--insecure",
+                "-n",
+                "30",
+                "-c",
+                "1",
+                "--full-every",
+                "3",
+                "--tls-version",
+                v,
+            ],
+            &dir,
+        );
+        assert_eq!(
+            (
+                n(&j, "handshakes.full"),
+                n(&j, "handshakes.resumed"),
+                n(&j, "handshakes.resume_refused"),
+                n(&j, "requests.ok")
+            ),
+            (30, 0, 20, 30),
+            "TLS {v}: {j}"
+        );
+    }
+}
+
+#[test]
+fn mutual_tls_against_openssl_s_server() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-ossl-mtls");
+    for v in ["1.2", "1.3"] {
+        let server = s_server(
+            &pki,
+            &["-Verify", "1", "-CAfile", &pki.arg("client-ca.pem")],
+        );
+        let url = format!("https://127.0.0.1:{}/", server.1);
+        let (out, j) = bench(
+            &[
+                &url,
+                "--ca",
+                &pki.arg("ca.pem"),
+                "--sni",
+                "localhost",
+                "-n",
+                "9",
+                "-c",
+                "3",
+                "--tls-version",
+                v,
+                "--cert",
+                &pki.arg("client.pem"),
+                "--key",
+                &pki.arg("client.key"),
+            ],
+            &dir,
+        );
+        assert!(out.status.success(), "TLS {v}: {j}");
+        assert_eq!(
+            (
+                n(&j, "requests.ok"),
+                n(&j, "handshakes.full"),
+                n(&j, "handshakes.resumed")
+            ),
+            (9, 3, 6),
+            "TLS {v}: {j}"
+        );
+        // no certificate: refused by the server, a TLS error, no success
+        let (out, j) = bench(
+            &[&url, "--insecure", "-n", "4", "-c", "1", "--tls-version", v],
+            &dir,
+        );
+        assert_eq!(out.status.code(), Some(1), "TLS {v}: {j}");
+        assert_eq!(j["errors"]["tls"].as_u64(), Some(4), "TLS {v}: {j}");
+        assert_eq!(n(&j, "handshakes.failed"), 4, "TLS {v}: {j}");
+    }
 }
 
 #[test]
@@ -450,6 +557,15 @@ fn mutual_tls_and_failures_are_classified_never_counted_as_success() {
             .map(|x| x.as_u64().unwrap())
             .sum();
         assert_eq!(errors, 6, "TLS {v}: {j}");
+        // TLS 1.3 included: the server's alert after the client's Finished is a TLS failure
+        // and the handshake is not counted as done
+        assert_eq!(j["errors"]["tls"].as_u64(), Some(6), "TLS {v}: {j}");
+        assert_eq!(
+            (n(&j, "handshakes.failed"), n(&j, "handshakes.full")),
+            (6, 0),
+            "TLS {v}: {j}"
+        );
+        assert_eq!(n(&j, "requests.failed"), 6);
     }
     // nobody listening: connect errors
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -470,7 +586,6 @@ fn mutual_tls_and_failures_are_classified_never_counted_as_success() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(j["errors"]["connect"].as_u64(), Some(5));
-    consistent(&j);
     // an untrusted server certificate is a TLS error, not a success
     let (_, j) = bench(
         &[
