@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// `baton bench URL`: TLS transactions per second with exact handshake accounting.
 #[derive(clap::Args, Debug, Default, Clone, Deserialize)]
+#[command(after_help = AFTER_HELP)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BenchArgs {
     /// https://HOST:PORT/PATH to load.
@@ -104,6 +105,20 @@ pub struct BenchArgs {
     #[serde(default)]
     pub quiet: bool,
 }
+
+const AFTER_HELP: &str = "\
+Handshakes are counted as negotiated: a resumption the server refused is full, and also
+`resume_refused`. Every connection is one of full, resumed or failed handshake, or never
+connected (connect error or timeout); every request is ok (2xx/3xx), failed by status, or failed unanswered.
+
+--json FILE: handshakes, requests (ok, failed, by_status), errors by class (connect, tls,
+timeout, http, io, closed), latency_ms per phase (connect, handshake, ttfb, total: p50 p90 p99
+p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
+--server-metrics deltas, and raw histograms (microseconds, [value, count] pairs of HdrHistogram
+buckets, 3 significant figures) that add up exactly across runs.
+
+Exit status: 0 when at least one request succeeded, 1 when none did (a dead or refusing
+target), 2 on a bad flag, config file or URL.";
 
 /// How the client resumes sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

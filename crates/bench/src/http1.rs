@@ -23,6 +23,13 @@ pub struct Head {
 /// Longest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
 
+impl Head {
+    /// A 1xx response other than 101: informational, the final response follows.
+    pub fn interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+}
+
 /// `Ok(None)`: incomplete. `Err`: not an HTTP/1.x response.
 pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Option<Head>, String> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -207,6 +214,47 @@ mod tests {
                 .framing,
             Framing::Length(0)
         );
+    }
+
+    #[test]
+    fn interim_responses() {
+        let h = |s: &[u8]| parse_head(s, false).unwrap().unwrap();
+        assert!(h(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n").interim());
+        assert!(h(b"HTTP/1.1 100 Continue\r\n\r\n").interim());
+        assert!(!h(b"HTTP/1.1 101 Switching\r\n\r\n").interim());
+        assert!(!h(b"HTTP/1.1 204 No Content\r\n\r\n").interim());
+    }
+
+    proptest::proptest! {
+        /// Whatever a server sends, the parsers answer; they never panic.
+        #[test]
+        fn any_bytes_are_answered(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048), head in proptest::bool::ANY) {
+            let _ = parse_head(&bytes, head);
+            let mut c = Chunked::default();
+            if let Ok((used, _)) = c.push(&bytes) {
+                proptest::prop_assert!(used <= bytes.len());
+            }
+        }
+
+        /// A chunked body cut anywhere, in any chunk sizes, ends exactly where it ends.
+        #[test]
+        fn chunked_any_sizes_any_cut(sizes in proptest::collection::vec(1usize..300, 0..8), cut in 0usize..4000) {
+            let mut body = Vec::new();
+            for n in &sizes {
+                body.extend(format!("{n:x}\r\n").bytes());
+                body.extend(std::iter::repeat_n(b'x', *n));
+                body.extend(b"\r\n");
+            }
+            body.extend(b"0\r\n\r\n");
+            let len = body.len();
+            body.extend(b"HTTP/1.1 200 OK\r\n");
+            let cut = cut.min(len);
+            let mut c = Chunked::default();
+            let (a, done) = c.push(&body[..cut]).unwrap();
+            let (b, done) = if done { (0, true) } else { c.push(&body[a..]).unwrap() };
+            proptest::prop_assert!(done);
+            proptest::prop_assert_eq!(a + b, len);
+        }
     }
 
     #[test]

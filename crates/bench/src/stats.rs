@@ -48,7 +48,10 @@ pub struct Stats {
 
 impl Default for Stats {
     fn default() -> Self {
-        let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds");
+        let h = || {
+            Histogram::new_with_bounds(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+                .expect("static bounds")
+        };
         Self {
             full: 0,
             resumed: 0,
@@ -106,7 +109,7 @@ impl Stats {
 
     /// Records a phase's latency (saturating at the histogram's bound).
     pub fn latency(&mut self, phase: usize, d: Duration) {
-        let us = (d.as_micros() as u64).clamp(1, 3_600_000_000);
+        let us = (d.as_micros() as u64).clamp(LOWEST_US, HIGHEST_US);
         let _ = self.latency[phase].record(us);
     }
 
@@ -156,19 +159,34 @@ pub fn summary(h: &Histogram<u64>) -> Summary {
     }
 }
 
-/// A histogram as `[value_us, count]` pairs of its recorded buckets: adding the pairs of two
-/// runs into one histogram gives exactly the histogram of both.
+/// Bounds and precision of every latency histogram (microseconds, 1 us to 1 h, 3 significant
+/// figures): `bench merge` rebuilds histograms with exactly these.
+pub const LOWEST_US: u64 = 1;
+pub const HIGHEST_US: u64 = 3_600_000_000;
+pub const SIGNIFICANT_FIGURES: u8 = 3;
+
+/// A histogram in the JSON: `[value_us, count]` pairs, one per recorded HdrHistogram bucket
+/// (the value is the bucket's highest equivalent value). Recording each pair (`record_n`) into
+/// an empty histogram of the same bounds and precision lands every count in the same bucket,
+/// so adding the pairs of several runs gives exactly the histogram of all of them: percentiles
+/// of merged runs are exact, not averages of percentiles.
 #[derive(Debug, Clone, Serialize)]
 pub struct RawHistogram {
+    pub format: &'static str,
     pub unit: &'static str,
+    pub lowest: u64,
+    pub highest: u64,
     pub significant_figures: u8,
     pub counts: Vec<[u64; 2]>,
 }
 
 pub fn raw(h: &Histogram<u64>) -> RawHistogram {
     RawHistogram {
+        format: "hdrhistogram-value-count-pairs",
         unit: "us",
-        significant_figures: 3,
+        lowest: LOWEST_US,
+        highest: HIGHEST_US,
+        significant_figures: SIGNIFICANT_FIGURES,
         counts: h
             .iter_recorded()
             .map(|v| [v.value_iterated_to(), v.count_at_value()])
@@ -201,15 +219,20 @@ mod tests {
         assert_eq!((m.requests_ok, m.requests_failed), (1, 1));
         assert_eq!(m.by_status[&503], 1);
         assert_eq!(m.latency[3].len(), 2000);
-        // rebuilding a histogram from its raw pairs gives the same percentiles
-        let mut rebuilt = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
-        for [v, c] in raw(&m.latency[3]).counts {
-            rebuilt.record_n(v, c).unwrap();
+        // adding the raw pairs of two runs gives exactly the merged histogram (`bench merge`)
+        let mut rebuilt =
+            Histogram::<u64>::new_with_bounds(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES).unwrap();
+        for run in [&a, &b] {
+            for [v, c] in raw(&run.latency[3]).counts {
+                rebuilt.record_n(v, c).unwrap();
+            }
         }
-        assert_eq!(
-            rebuilt.value_at_quantile(0.99),
-            m.latency[3].value_at_quantile(0.99)
-        );
-        assert_eq!(rebuilt.len(), m.latency[3].len());
+        assert!(rebuilt == m.latency[3]);
+        for q in [0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(
+                rebuilt.value_at_quantile(q),
+                m.latency[3].value_at_quantile(q)
+            );
+        }
     }
 }

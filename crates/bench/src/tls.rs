@@ -217,10 +217,11 @@ fn provider(cfg: &BenchConfig) -> anyhow::Result<CryptoProvider> {
             .suites
             .iter()
             .map(|name| {
+                let want = suite_alias(name);
                 all.iter()
-                    .find(|s| format!("{:?}", s.suite()).eq_ignore_ascii_case(name))
+                    .find(|s| format!("{:?}", s.suite()).eq_ignore_ascii_case(want))
                     .copied()
-                    .ok_or_else(|| anyhow!("--suite `{name}`: not a suite this engine speaks (IANA names, e.g. TLS13_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)"))
+                    .ok_or_else(|| anyhow!("--suite `{name}`: not a suite this engine speaks (IANA or OpenSSL names, e.g. TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, ECDHE-ECDSA-CHACHA20-POLY1305)"))
             })
             .collect::<anyhow::Result<_>>()?;
     }
@@ -240,6 +241,47 @@ fn provider(cfg: &BenchConfig) -> anyhow::Result<CryptoProvider> {
             .collect::<anyhow::Result<_>>()?;
     }
     Ok(p)
+}
+
+/// The name rustls gives a suite, from its IANA name (TLS 1.3 suites are `TLS_AES_...` there,
+/// `TLS13_AES_...` in rustls) or its OpenSSL name; other names pass through unchanged.
+fn suite_alias(name: &str) -> &str {
+    const NAMES: &[(&str, &str)] = &[
+        ("TLS_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"),
+        ("TLS_AES_256_GCM_SHA384", "TLS13_AES_256_GCM_SHA384"),
+        (
+            "TLS_CHACHA20_POLY1305_SHA256",
+            "TLS13_CHACHA20_POLY1305_SHA256",
+        ),
+        (
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        ),
+        (
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        ),
+        (
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        ),
+        (
+            "ECDHE-RSA-AES128-GCM-SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ),
+        (
+            "ECDHE-RSA-AES256-GCM-SHA384",
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        ),
+        (
+            "ECDHE-RSA-CHACHA20-POLY1305",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+        ),
+    ];
+    NAMES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, rustls)| rustls)
 }
 
 fn parse_sigalgs(names: &[String]) -> anyhow::Result<Option<Vec<SignatureScheme>>> {
@@ -337,5 +379,58 @@ impl ServerCertVerifier for Verifier {
                 .signature_verification_algorithms
                 .supported_schemes(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BenchArgs;
+
+    fn cfg(suites: &[&str]) -> BenchConfig {
+        BenchArgs {
+            url: Some("https://localhost:1/".into()),
+            insecure: true,
+            suite: suites.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap()
+    }
+
+    #[test]
+    fn suites_by_iana_openssl_or_rustls_name() {
+        for names in [
+            ["TLS_AES_128_GCM_SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"],
+            [
+                "tls13_aes_128_gcm_sha256",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+            ],
+        ] {
+            let p = provider(&cfg(&names)).unwrap();
+            let got: Vec<String> = p
+                .cipher_suites
+                .iter()
+                .map(|s| format!("{:?}", s.suite()))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    "TLS13_AES_128_GCM_SHA256",
+                    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
+                ]
+            );
+        }
+        let e = provider(&cfg(&["RC4-MD5"])).unwrap_err().to_string();
+        assert!(e.contains("--suite `RC4-MD5`"), "{e}");
+    }
+
+    #[test]
+    fn resume_none_keeps_only_the_group() {
+        let store = ClientSessions::new(false);
+        let name = ServerName::try_from("localhost").unwrap();
+        store.set_kx_hint(name.clone(), NamedGroup::X25519);
+        assert_eq!(store.kx_hint(&name), Some(NamedGroup::X25519));
+        assert!(!store.has_session());
     }
 }

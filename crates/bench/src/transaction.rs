@@ -44,11 +44,11 @@ pub struct Client {
 }
 
 impl Client {
-    /// Runs one transaction and records it. `due` is when it should have started: latency is
-    /// measured from there (in open loop, later than now if the client fell behind).
+    /// Runs one transaction and records it. `due` is when it should have started: its total
+    /// latency is measured from there (in open loop, later than now if the client fell behind).
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
         let mut end = End::default();
-        if let Err(class) = self.run(due, stats, &mut end).await {
+        if let Err(class) = self.run(stats, &mut end).await {
             end.error = Some(class);
         } else {
             stats.latency(3, Instant::now() - due);
@@ -56,21 +56,19 @@ impl Client {
         stats.finish(&end, self.cfg.requests_per_conn);
     }
 
-    async fn run(
-        &mut self,
-        due: Instant,
-        stats: &mut Stats,
-        end: &mut End,
-    ) -> Result<(), ErrorClass> {
+    async fn run(&mut self, stats: &mut Stats, end: &mut End) -> Result<(), ErrorClass> {
         let t = self.cfg.timeout();
         let offered = self.sessions.has_session();
+        // phases are each their own service time; only `total` counts from `due`, so that in
+        // open loop the time spent waiting behind a slow server shows there (as in wrk2)
+        let started = Instant::now();
         let tcp = match timeout(t, self.connect()).await {
             Ok(Ok(s)) => s,
             Ok(Err(_)) => return Err(ErrorClass::Connect),
             Err(_) => return Err(ErrorClass::Timeout),
         };
         let connected = Instant::now();
-        stats.latency(0, connected - due);
+        stats.latency(0, connected - started);
         end.handshake_started = true;
         // HTTP/1.1: the first request is handed to rustls before the handshake; rustls sends it
         // the moment the handshake completes, with the client's Finished (TLS 1.3, and TLS 1.2
@@ -139,33 +137,39 @@ impl Client {
             if !unsent.is_empty() {
                 io(timeout(t, tls.write_all(unsent)).await)?;
             }
-            // head
+            // head; interim responses (103 Early Hints, an unasked-for 100 Continue) are
+            // skipped: the real one follows
             let head = loop {
-                if held > 0 {
-                    if let Some(h) =
-                        parse_head(&buf[..held], head_request).map_err(|_| ErrorClass::Http)?
-                    {
-                        break h;
+                let head = loop {
+                    if held > 0 {
+                        if let Some(h) =
+                            parse_head(&buf[..held], head_request).map_err(|_| ErrorClass::Http)?
+                        {
+                            break h;
+                        }
                     }
+                    if held == buf.len() {
+                        return Err(ErrorClass::Http);
+                    }
+                    let n = io(timeout(t, tls.read(&mut buf[held..])).await)?;
+                    if n == 0 {
+                        return Err(ErrorClass::Io);
+                    }
+                    if !end.first_byte {
+                        end.first_byte = true;
+                        stats.latency(2, Instant::now() - started);
+                    }
+                    held += n;
+                    stats.bytes += n as u64;
+                };
+                buf.copy_within(head.len..held, 0);
+                held -= head.len;
+                if !head.interim() {
+                    break head;
                 }
-                if held == buf.len() {
-                    return Err(ErrorClass::Http);
-                }
-                let n = io(timeout(t, tls.read(&mut buf[held..])).await)?;
-                if n == 0 {
-                    return Err(ErrorClass::Io);
-                }
-                if !end.first_byte {
-                    end.first_byte = true;
-                    stats.latency(2, Instant::now() - started);
-                }
-                held += n;
-                stats.bytes += n as u64;
             };
             stats.status(head.status);
             end.responses += 1;
-            buf.copy_within(head.len..held, 0);
-            held -= head.len;
             // body, consumed without keeping it
             match head.framing {
                 Framing::Length(mut left) => loop {
