@@ -11,7 +11,7 @@ use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use baton_wire::proxy_v2::{self, ProxyHeader};
+use baton_wire::proxy_v2::ProxyHeader;
 
 use crate::certs::subject_of;
 use crate::http::ConnInfo;
@@ -26,7 +26,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let mut tcp = tcp;
     let mut peer = peer;
     if cfg.proxy_protocol {
-        match tokio::time::timeout_at(deadline, read_proxy_header(&mut tcp)).await {
+        match tokio::time::timeout_at(deadline, baton_ops::proxy_header::read(&mut tcp)).await {
             Ok(Ok(Some(ProxyHeader::Proxy { source, .. }))) => peer = source,
             Ok(Ok(Some(ProxyHeader::Local))) => {}
             Ok(Ok(None)) => return, // closed before sending anything (a health check)
@@ -175,34 +175,6 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
-}
-
-/// Reads exactly the PROXY v2 header (not one byte of the TLS that follows). `None` if the
-/// peer closed without sending anything.
-async fn read_proxy_header(tcp: &mut TcpStream) -> std::io::Result<Option<ProxyHeader>> {
-    use tokio::io::AsyncReadExt as _;
-    let bad = |e: proxy_v2::ProxyError| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let mut fixed = [0u8; proxy_v2::FIXED_LEN];
-    let mut got = 0;
-    while got < fixed.len() {
-        let n = tcp.read(&mut fixed[got..]).await?;
-        if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(std::io::ErrorKind::UnexpectedEof.into())
-            };
-        }
-        got += n;
-        proxy_v2::header_len(&fixed[..got]).map_err(bad)?;
-    }
-    let total = proxy_v2::header_len(&fixed)
-        .map_err(bad)?
-        .unwrap_or(fixed.len());
-    let mut header = vec![0u8; total];
-    header[..fixed.len()].copy_from_slice(&fixed);
-    tcp.read_exact(&mut header[fixed.len()..]).await?;
-    proxy_v2::decode(&header).map(Some).map_err(bad)
 }
 
 /// `protocol_version` alert, TLS 1.0 record framing (what a TLS 1.0/1.1 client reads).

@@ -1,13 +1,11 @@
 //! The agent process: listeners, the connection cap, the metrics endpoint and signals
 //! (SIGHUP reloads certificates and ticket keys, SIGTERM/SIGINT drain).
 
-use std::io::Write as _;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -53,25 +51,23 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
 
     let mut listeners = Vec::new();
     for addr in &config.listen {
-        listeners.push(bind(*addr).with_context(|| format!("listening on {addr}"))?);
+        listeners
+            .push(baton_ops::listen::bind(*addr).with_context(|| format!("listening on {addr}"))?);
     }
     let metrics_listener = match config.metrics {
-        Some(addr) => Some(bind(addr).with_context(|| format!("metrics on {addr}"))?),
+        Some(addr) => {
+            Some(baton_ops::listen::bind(addr).with_context(|| format!("metrics on {addr}"))?)
+        }
         None => None,
     };
 
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
-    {
-        let mut out = std::io::stdout().lock();
-        for l in &listeners {
-            writeln!(out, "listening tls {}", l.local_addr()?)?;
-        }
-        if let Some(l) = &metrics_listener {
-            writeln!(out, "listening metrics {}", l.local_addr()?)?;
-        }
-        writeln!(out, "ready")?;
-        out.flush()?;
-    }
+    baton_ops::listen::announce(
+        listeners
+            .iter()
+            .map(|l| ("tls", l))
+            .chain(metrics_listener.iter().map(|l| ("metrics", l))),
+    )?;
     for entry in tls.cert_summary() {
         tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
     }
@@ -129,18 +125,6 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    // A deep backlog absorbs connection bursts from benchmarks (the kernel caps it at somaxconn).
-    socket.listen(4096)
 }
 
 fn reload(shared: &Shared) {

@@ -9,59 +9,12 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// `baton up` with a state file; stopped (with its agents) on drop.
-struct Up {
-    child: Child,
-    state: Value,
-    _dir: TempDir,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-fn up(args: &[&str]) -> Up {
-    let dir = TempDir::new("faults");
-    let state = dir.path("state.json");
-    let (child, _) = spawn_ready(
-        "up",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--state",
-            state.to_str().unwrap(),
-            "--dir",
-            &dir.arg("c"),
-        ],
-        args,
-    );
-    let state = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
-    Up {
-        child,
-        state,
-        _dir: dir,
     }
 }
 
@@ -77,25 +30,6 @@ fn bench(url: &str, ca: &str, args: &[&str]) -> Child {
 fn finish(mut child: Child, json: &str) -> Value {
     let _ = child.wait();
     serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap()
-}
-
-fn metric_sum(up: &Up, series: &str) -> f64 {
-    up.state["agents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let (_, text) = plain_get(a["metrics"].as_str().unwrap().parse().unwrap(), "/metrics");
-            text.lines()
-                .find_map(|l| {
-                    l.strip_prefix(series)?
-                        .strip_prefix(' ')?
-                        .parse::<f64>()
-                        .ok()
-                })
-                .unwrap_or(0.0)
-        })
-        .sum()
 }
 
 #[test]
@@ -206,7 +140,7 @@ fn behind_haproxy_round_robin_shared_sessions_need_only_the_clients_full_handsha
 
 #[test]
 fn killing_an_agent_mid_run_fails_only_its_open_connections() {
-    let c = up(&[
+    let c = Up::start(&[
         "--agents",
         "3",
         "--policy",
@@ -224,7 +158,7 @@ fn killing_an_agent_mid_run_fails_only_its_open_connections() {
         &["-d", "3s", "-c", "10", "--rate", "400", "--json", &json],
     );
     std::thread::sleep(Duration::from_millis(1200));
-    let victim = c.state["agents"][1]["pid"].as_u64().unwrap();
+    let victim = c.agent_pid(1);
     assert!(Command::new("kill")
         .args(["-9", &victim.to_string()])
         .status()
@@ -246,32 +180,12 @@ fn killing_an_agent_mid_run_fails_only_its_open_connections() {
 
 #[test]
 fn stopping_redis_mid_run_fails_nothing_and_counts_fallbacks() {
-    let port = free_port();
-    let Ok(redis) = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-    else {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_REDIS").is_none(),
-            "redis-server required"
-        );
+    let Some(mut redis) = Redis::start() else {
         return;
     };
-    let mut redis = Killed(redis);
-    std::thread::sleep(Duration::from_millis(300));
-    let store = format!("redis=redis://127.0.0.1:{port}/");
+    let store = format!("redis={}", redis.url());
     // tickets are what TLS 1.3 resumes with; to exercise the store, sessions must be stateful
-    let c = up(&[
+    let c = Up::start(&[
         "--agents",
         "3",
         "--policy",
@@ -300,12 +214,11 @@ fn stopping_redis_mid_run_fails_nothing_and_counts_fallbacks() {
         ],
     );
     std::thread::sleep(Duration::from_millis(1000));
-    let _ = redis.0.kill();
-    let _ = redis.0.wait();
+    redis.stop();
     let j = finish(b, &json);
     assert_eq!(j["requests"]["failed"].as_u64(), Some(0), "{}", j["errors"]);
     assert!(j["requests"]["ok"].as_u64().unwrap() > 500);
-    assert!(metric_sum(&c, "baton_session_store_events_total{event=\"fallback\"}") > 0.0);
+    assert!(c.agents_sum("baton_session_store_events_total{event=\"fallback\"}", "") > 0.0);
     // before the outage sessions resumed across agents through Redis
     assert!(j["handshakes"]["resumed"].as_u64().unwrap() > 0);
 }

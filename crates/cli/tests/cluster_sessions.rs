@@ -3,31 +3,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use rustls::version::{TLS12, TLS13};
 use rustls::HandshakeKind;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn key_file(dir: &TempDir, name: &str) -> String {
-    let path = dir.arg(name);
-    assert!(Command::new(BATON)
-        .args(["ticket-key", "--out", &path])
-        .status()
-        .unwrap()
-        .success());
-    path
-}
 
 /// `n` agents with stateful sessions only (`--tickets false`), so resumption needs the store.
 fn cluster(
@@ -81,19 +62,8 @@ fn peers_store_resumes_on_every_agent() {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let agents = cluster(
         &pki,
-        &["--store", "peers", "--cluster-key-file", &key],
-        |i| {
-            let mut a = vec![
-                "--peer-listen".to_string(),
-                format!("127.0.0.1:{}", ports[i]),
-            ];
-            for (j, p) in ports.iter().enumerate() {
-                if j != i {
-                    a.extend(["--peer".to_string(), format!("127.0.0.1:{p}")]);
-                }
-            }
-            a
-        },
+        &["--cluster-key-file", &key],
+        |i| peer_args(&ports, i),
         3,
     );
     std::thread::sleep(Duration::from_millis(300)); // peers connect
@@ -122,54 +92,15 @@ fn memory_store_does_not_resume_on_another_agent() {
     }
 }
 
-struct Redis(Child, u16);
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis() -> Option<Redis> {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn();
-    let Ok(child) = child else {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_REDIS").is_none(),
-            "redis-server required"
-        );
-        eprintln!("redis-server not installed: skipping");
-        return None;
-    };
-    let r = Redis(child, port);
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(r);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server did not start");
-}
-
 #[test]
 fn redis_store_resumes_on_every_agent_and_survives_redis_stopping() {
-    let Some(server) = redis() else { return };
+    let Some(mut server) = Redis::start() else {
+        return;
+    };
     let pki = Pki::new();
     let dir = TempDir::new("redis");
     let key = key_file(&dir, "cluster.key");
-    let url = format!("redis=redis://127.0.0.1:{}/", server.1);
+    let url = format!("redis={}", server.url());
     let agents = cluster(
         &pki,
         &[
@@ -186,7 +117,7 @@ fn redis_store_resumes_on_every_agent_and_survives_redis_stopping() {
     resumes_across(&agents, &pki);
 
     // Redis goes away: handshakes still succeed (full where the session is not local), counted.
-    drop(server);
+    server.stop();
     let config = Arc::new(pki.client(&[&TLS12], None));
     assert_eq!(fetch(&agents[0], &config, "/").unwrap().status, 200);
     for agent in &agents[1..] {

@@ -5,31 +5,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use rustls::version::{TLS12, TLS13};
 use rustls::HandshakeKind;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn key_file(dir: &TempDir, name: &str) -> String {
-    let path = dir.arg(name);
-    assert!(Command::new(BATON)
-        .args(["ticket-key", "--out", &path])
-        .status()
-        .unwrap()
-        .success());
-    path
-}
 
 /// `n` agents with ids 0..n, each with `extra(i)` flags.
 fn agents(pki: &Pki, n: usize, extra: impl Fn(usize) -> Vec<String>) -> Vec<Agent> {
@@ -121,8 +102,6 @@ fn round_robin_with_shared_sessions_resumes_on_every_agent_with_openssl() {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let agents = agents(&pki, 3, |i| {
         let mut a: Vec<String> = [
-            "--store",
-            "peers",
             "--cluster-key-file",
             &cluster,
             "--ticket-key-file",
@@ -130,15 +109,7 @@ fn round_robin_with_shared_sessions_resumes_on_every_agent_with_openssl() {
         ]
         .map(String::from)
         .to_vec();
-        a.extend([
-            "--peer-listen".to_string(),
-            format!("127.0.0.1:{}", ports[i]),
-        ]);
-        for (j, p) in ports.iter().enumerate() {
-            if j != i {
-                a.extend(["--peer".to_string(), format!("127.0.0.1:{p}")]);
-            }
-        }
+        a.extend(peer_args(&ports, i));
         a
     });
     let refs: Vec<&Agent> = agents.iter().collect();

@@ -3,7 +3,6 @@
 //! `session` policy it also reads the agent's ServerHello on the way back to learn TLS 1.2
 //! session ids. Every byte read from the client is forwarded unchanged: the parse is a peek.
 
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +11,7 @@ use anyhow::Context;
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{HelloReader, Progress, ServerHelloReader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -38,23 +37,21 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     let router = Arc::new(Mutex::new(Router::new(config.policy, config.agents.len())));
     let mut listeners = Vec::new();
     for addr in &config.listen {
-        listeners.push(bind(*addr).with_context(|| format!("listening on {addr}"))?);
+        listeners
+            .push(baton_ops::listen::bind(*addr).with_context(|| format!("listening on {addr}"))?);
     }
     let metrics_listener = match config.metrics {
-        Some(addr) => Some(bind(addr).with_context(|| format!("metrics on {addr}"))?),
+        Some(addr) => {
+            Some(baton_ops::listen::bind(addr).with_context(|| format!("metrics on {addr}"))?)
+        }
         None => None,
     };
-    {
-        let mut out = std::io::stdout().lock();
-        for l in &listeners {
-            writeln!(out, "listening dispatch {}", l.local_addr()?)?;
-        }
-        if let Some(l) = &metrics_listener {
-            writeln!(out, "listening metrics {}", l.local_addr()?)?;
-        }
-        writeln!(out, "ready")?;
-        out.flush()?;
-    }
+    baton_ops::listen::announce(
+        listeners
+            .iter()
+            .map(|l| ("dispatch", l))
+            .chain(metrics_listener.iter().map(|l| ("metrics", l))),
+    )?;
     let shared = Arc::new(Shared {
         metrics: Metrics::new(config.agents.len()),
         router: router.clone(),
@@ -97,17 +94,6 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     // Relayed connections carry on until their ends close, for a bounded time.
     let _ = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
     Ok(())
-}
-
-fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(4096)
 }
 
 async fn accept_loop(
@@ -156,7 +142,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
     let deadline = tokio::time::Instant::now() + cfg.hello_timeout;
     let mut source = peer;
     if cfg.accept_proxy_protocol {
-        match tokio::time::timeout_at(deadline, read_proxy_header(&mut client)).await {
+        match tokio::time::timeout_at(deadline, baton_ops::proxy_header::read(&mut client)).await {
             Ok(Ok(Some(ProxyHeader::Proxy { source: s, .. }))) => source = s,
             Ok(Ok(_)) => return Ok(()), // LOCAL (a balancer's health check) or closed
             Ok(Err(e)) => return Err(e),
@@ -245,27 +231,6 @@ async fn read_hello(client: &mut TcpStream) -> std::io::Result<FirstBytes> {
             Err(_) => return Ok(FirstBytes { bytes, hello: None }),
         }
     }
-}
-
-async fn read_proxy_header(s: &mut TcpStream) -> std::io::Result<Option<ProxyHeader>> {
-    let bad = |e: proxy_v2::ProxyError| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let mut fixed = [0u8; proxy_v2::FIXED_LEN];
-    let mut got = 0;
-    while got < fixed.len() {
-        let n = s.read(&mut fixed[got..]).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        got += n;
-        proxy_v2::header_len(&fixed[..got]).map_err(bad)?;
-    }
-    let total = proxy_v2::header_len(&fixed)
-        .map_err(bad)?
-        .unwrap_or(fixed.len());
-    let mut header = vec![0u8; total];
-    header[..fixed.len()].copy_from_slice(&fixed);
-    s.read_exact(&mut header[fixed.len()..]).await?;
-    proxy_v2::decode(&header).map(Some).map_err(bad)
 }
 
 async fn relay(

@@ -1,7 +1,10 @@
 //! Operations plumbing shared by the agent and the dispatcher: the plain-HTTP Prometheus
-//! endpoint, the text format's family header, and the process's own CPU and memory.
+//! endpoint, the text format's family header, the process's own CPU and memory, listening
+//! sockets with their start-up lines, and reading PROXY v2 headers.
 
+pub mod listen;
 pub mod process;
+pub mod proxy_header;
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -571,3 +571,183 @@ pub fn fetch_addr(
 ) -> Result<Fetched, String> {
     fetch(&Addr(addr), config, path)
 }
+
+/// A free TCP port on 127.0.0.1 (for addresses that must be known before a process starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A new key file (`baton ticket-key`) in `dir`; its path.
+pub fn key_file(dir: &TempDir, name: &str) -> String {
+    let path = dir.arg(name);
+    assert!(Command::new(BATON)
+        .args(["ticket-key", "--out", &path])
+        .status()
+        .unwrap()
+        .success());
+    path
+}
+
+/// `--store peers` flags for agent `i` of agents replicating on `ports`.
+pub fn peer_args(ports: &[u16], i: usize) -> Vec<String> {
+    let mut a = vec![
+        "--store".to_string(),
+        "peers".into(),
+        "--peer-listen".into(),
+        format!("127.0.0.1:{}", ports[i]),
+    ];
+    for (j, p) in ports.iter().enumerate() {
+        if j != i {
+            a.extend(["--peer".to_string(), format!("127.0.0.1:{p}")]);
+        }
+    }
+    a
+}
+
+/// A real `redis-server` on a free port, killed on drop. `None` (the test skips) when it is
+/// not installed, unless `BATON_REQUIRE_REDIS` is set (`scripts/test` sets it).
+pub struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Option<Redis> {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            assert!(
+                std::env::var_os("BATON_REQUIRE_REDIS").is_none(),
+                "redis-server required"
+            );
+            eprintln!("redis-server not installed: skipping");
+            return None;
+        };
+        let r = Redis {
+            child: Some(child),
+            port,
+        };
+        for _ in 0..100 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(r);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not start");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Stops the server now (an outage).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `baton up` with a state file; SIGTERM on drop stops it and its children.
+pub struct Up {
+    child: Child,
+    pub state: serde_json::Value,
+    _dir: TempDir,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Up {
+    pub fn start(args: &[&str]) -> Up {
+        let dir = TempDir::new("up");
+        let state = dir.path("state.json");
+        let (child, _) = spawn_ready(
+            "up",
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--state",
+                state.to_str().unwrap(),
+                "--dir",
+                &dir.arg("cluster"),
+            ],
+            args,
+        );
+        let state = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        Up {
+            child,
+            state,
+            _dir: dir,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.state["dispatcher"].as_str().unwrap().parse().unwrap()
+    }
+
+    pub fn ca(&self) -> &str {
+        self.state["ca"].as_str().unwrap()
+    }
+
+    pub fn agent_pid(&self, i: usize) -> u64 {
+        self.state["agents"][i]["pid"].as_u64().unwrap()
+    }
+
+    /// A rustls client config trusting the cluster's CA.
+    pub fn client(&self, v: &'static rustls::SupportedProtocolVersion) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(self.ca()).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        rustls::ClientConfig::builder_with_protocol_versions(&[v])
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+    }
+
+    /// Sum over the agents of the metric lines starting with `prefix` and containing `filter`.
+    pub fn agents_sum(&self, prefix: &str, filter: &str) -> f64 {
+        self.state["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let (_, text) =
+                    plain_get(a["metrics"].as_str().unwrap().parse().unwrap(), "/metrics");
+                text.lines()
+                    .filter(|l| l.starts_with(prefix) && l.contains(filter))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum::<f64>()
+            })
+            .sum()
+    }
+}

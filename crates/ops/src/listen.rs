@@ -1,0 +1,33 @@
+//! Listening sockets and the start-up lines every Baton server prints on stdout
+//! (`listening KIND ADDR` for each socket, then `ready`), which scripts, tests and `baton up`
+//! wait for; port 0 therefore works everywhere.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpSocket};
+
+/// Binds with SO_REUSEADDR and a deep backlog, which absorbs benchmarks' connection bursts
+/// (the kernel caps it at somaxconn).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// Prints `listening KIND ADDR` for each listener, then `ready`, and flushes.
+pub fn announce<'a>(
+    listeners: impl IntoIterator<Item = (&'a str, &'a TcpListener)>,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for (kind, l) in listeners {
+        writeln!(out, "listening {kind} {}", l.local_addr()?)?;
+    }
+    writeln!(out, "ready")?;
+    out.flush()
+}
