@@ -38,11 +38,50 @@ pub struct End {
     pub responses: u32,
     /// Why the transaction failed, if it did.
     pub error: Option<ErrorClass>,
+    /// What the handshake agreed on, once complete.
+    pub negotiated: Option<Negotiated>,
+}
+
+/// A completed handshake's parameters as wire code points (counted per combination, named
+/// only in the report).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Negotiated {
+    pub version: u16,
+    pub suite: u16,
+    /// 0: no key exchange (a TLS 1.2 resumption).
+    pub group: u16,
+}
+
+impl Negotiated {
+    pub fn of(conn: &rustls::ClientConnection) -> Option<Self> {
+        Some(Self {
+            version: u16::from(conn.protocol_version()?),
+            suite: u16::from(conn.negotiated_cipher_suite()?.suite()),
+            group: conn
+                .negotiated_key_exchange_group()
+                .map_or(0, |g| u16::from(g.name())),
+        })
+    }
+
+    /// e.g. `TLSv1_3 TLS13_AES_128_GCM_SHA256 X25519`; unknown code points print as hex.
+    pub fn name(&self) -> String {
+        let group = match self.group {
+            0 => "-".to_string(),
+            g => format!("{:?}", rustls::NamedGroup::from(g)),
+        };
+        format!(
+            "{:?} {:?} {group}",
+            rustls::ProtocolVersion::from(self.version),
+            rustls::CipherSuite::from(self.suite)
+        )
+    }
 }
 
 /// What one transaction adds to the counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Settled {
+    /// The parameters of a handshake that counts (not of a refused one).
+    pub negotiated: Option<Negotiated>,
     /// The handshake to count as full/resumed/refused; `None` with `handshake_failed` or when
     /// TCP never connected.
     pub handshake: Option<Handshake>,
@@ -64,6 +103,7 @@ pub fn settle(end: &End, requests_per_conn: u32) -> Settled {
     let rejected = end.error == Some(ErrorClass::Tls) && !end.first_byte;
     let handshake = end.handshake.filter(|_| !rejected);
     Settled {
+        negotiated: end.negotiated.filter(|_| handshake.is_some()),
         handshake,
         handshake_failed: end.handshake_started && handshake.is_none(),
         unanswered: requests_per_conn.saturating_sub(end.responses) as u64,
@@ -140,6 +180,7 @@ mod tests {
         assert_eq!(
             s,
             Settled {
+                negotiated: None,
                 handshake: None,
                 handshake_failed: false,
                 unanswered: 3
@@ -192,6 +233,7 @@ mod tests {
                 first_byte: true,
                 responses: 2,
                 error: Some(ErrorClass::Closed),
+                negotiated: None,
             },
             5,
         );
@@ -204,12 +246,14 @@ mod tests {
                 first_byte: true,
                 responses: 4,
                 error: None,
+                negotiated: None,
             },
             4,
         );
         assert_eq!(
             s,
             Settled {
+                negotiated: None,
                 handshake: Some(Handshake::Resumed),
                 handshake_failed: false,
                 unanswered: 0

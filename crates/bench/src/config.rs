@@ -78,7 +78,9 @@ pub struct BenchArgs {
     /// --resume none, else 3.
     #[arg(long, value_name = "K")]
     pub full_every: Option<u64>,
-    /// How to resume: none, id (TLS 1.2 session id), ticket, auto. Default auto.
+    /// How to resume: none (every handshake full), id (TLS 1.2: session ids only, no tickets),
+    /// ticket or auto (TLS 1.2: tickets, else session id). TLS 1.3 always resumes with the
+    /// server's tickets (stateful or not, the client cannot tell). Default auto.
     #[arg(long, value_name = "MODE")]
     pub resume: Option<String>,
     /// Open loop: start this many transactions per second in total, latency measured from

@@ -15,6 +15,9 @@ pub struct Report {
     pub handshakes: Handshakes,
     pub requests: Requests,
     pub errors: BTreeMap<ErrorClass, u64>,
+    /// Completed handshakes by what they agreed on: "version suite group" (group `-` for a
+    /// TLS 1.2 resumption, which has no key exchange).
+    pub negotiated: BTreeMap<String, u64>,
     pub latency_ms: BTreeMap<&'static str, Summary>,
     /// Transactions per second (connections that completed their requests).
     pub tps: f64,
@@ -77,6 +80,7 @@ pub fn build(
             by_status: s.by_status.clone(),
         },
         errors: s.errors.clone(),
+        negotiated: s.negotiated.iter().map(|(k, v)| (k.name(), *v)).collect(),
         latency_ms: PHASES
             .iter()
             .zip(s.latency.iter())
@@ -108,13 +112,16 @@ pub fn human(r: &Report) -> String {
         .map_or("TLS 1.2+1.3".to_string(), |v| format!("TLS {v}"));
     let _ = writeln!(
         o,
-        "baton bench {}  {} connections, {} clients, {} req/conn, {}, resume {:?} full-every {}{}",
+        "baton bench {}  {} connections, {} clients, {} req/conn, {}, resume {}, 1 full every {}{}",
         r.url,
         r.connections,
         c.clients,
         c.requests_per_conn,
         version,
-        c.resume,
+        serde_json::to_value(c.resume)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default(),
         c.full_every,
         c.rate
             .map_or(String::new(), |x| format!(", open loop {x}/s"))
@@ -125,6 +132,10 @@ pub fn human(r: &Report) -> String {
         "\n  handshakes   full {:>8}   resumed {:>8}   resume refused {:>6}   failed {:>6}",
         h.full, h.resumed, h.resume_refused, h.failed
     );
+    for (i, (what, count)) in r.negotiated.iter().enumerate() {
+        let label = if i == 0 { "negotiated" } else { "" };
+        let _ = writeln!(o, "  {label:<11}{count:>10}   {what}");
+    }
     let statuses: Vec<String> = r
         .requests
         .by_status
@@ -180,10 +191,15 @@ pub fn human(r: &Report) -> String {
     } else {
         0.0
     };
+    let cores = if r.duration_s > 0.0 {
+        r.client_cpu_s / r.duration_s
+    } else {
+        0.0
+    };
     let _ = writeln!(
         o,
-        "\n  client CPU   {:.3} s ({per_tx:.3} ms per connection)",
-        r.client_cpu_s
+        "\n  client CPU   {:.3} s ({per_tx:.3} ms per connection, {cores:.2} of {} cores)",
+        r.client_cpu_s, c.workers
     );
     for (url, d) in &r.server {
         let get = |k: &str| d.get(k).copied().unwrap_or(0.0);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::accounting::{settle, End, Handshake};
+use crate::accounting::{settle, End, Handshake, Negotiated};
 
 /// Why a transaction failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -41,6 +41,8 @@ pub struct Stats {
     pub by_status: BTreeMap<u16, u64>,
     pub errors: BTreeMap<ErrorClass, u64>,
     pub bytes: u64,
+    /// Completed handshakes per (version, suite, group).
+    pub negotiated: BTreeMap<Negotiated, u64>,
     pub transactions: u64,
     /// connect, handshake, ttfb, total (microseconds)
     pub latency: [Histogram<u64>; 4],
@@ -62,6 +64,7 @@ impl Default for Stats {
             by_status: BTreeMap::new(),
             errors: BTreeMap::new(),
             bytes: 0,
+            negotiated: BTreeMap::new(),
             transactions: 0,
             latency: [h(), h(), h(), h()],
         }
@@ -89,6 +92,9 @@ impl Stats {
         let s = settle(end, requests_per_conn);
         if let Some(h) = s.handshake {
             self.handshake(h);
+        }
+        if let Some(n) = s.negotiated {
+            *self.negotiated.entry(n).or_default() += 1;
         }
         self.handshake_failed += s.handshake_failed as u64;
         self.requests_failed += s.unanswered;
@@ -127,6 +133,9 @@ impl Stats {
             *self.errors.entry(*k).or_default() += v;
         }
         self.bytes += o.bytes;
+        for (k, v) in &o.negotiated {
+            *self.negotiated.entry(*k).or_default() += v;
+        }
         self.transactions += o.transactions;
         for (a, b) in self.latency.iter_mut().zip(o.latency.iter()) {
             let _ = a.add(b);

@@ -19,7 +19,7 @@ use tokio::time::{timeout, Instant};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::accounting::{classify, End};
+use crate::accounting::{classify, End, Negotiated};
 use crate::config::BenchConfig;
 use crate::http1::{parse_head, Chunked, Framing};
 use crate::stats::{ErrorClass, Stats};
@@ -92,6 +92,7 @@ impl Client {
         if let Some(kind) = tls.get_ref().1.handshake_kind() {
             end.handshake = Some(classify(offered, kind));
         }
+        end.negotiated = Negotiated::of(tls.get_ref().1);
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
             // the h2 path never pre-writes (the protocol is known only now)
             self.http2(tls, stats, handshaken, end).await

@@ -76,6 +76,18 @@ fn consistent(v: &Value) {
         .sum();
     let completed = n(v, "latency_ms.total.count");
     assert_eq!(errors + completed, attempted, "{v}");
+    // what was negotiated is known for every counted handshake, and only for those
+    let negotiated: u64 = v["negotiated"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        negotiated,
+        n(v, "handshakes.full") + n(v, "handshakes.resumed"),
+        "{v}"
+    );
     for phase in ["connect", "handshake", "ttfb", "total"] {
         for k in ["p50", "p90", "p99", "p999", "max", "mean"] {
             assert!(
@@ -386,6 +398,15 @@ fn exact_mix_against_openssl_s_server() {
                 n(&j, "requests.ok")
             ),
             (100, 200, 300),
+            "TLS {v}: {j}"
+        );
+        let version = format!("TLSv1_{}", &v[2..]);
+        assert!(
+            j["negotiated"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .all(|k| k.starts_with(&version)),
             "TLS {v}: {j}"
         );
     }
