@@ -16,7 +16,8 @@ use crate::accounting::{settle, End, Handshake, Negotiated};
 pub enum ErrorClass {
     /// TCP connect refused or unreachable.
     Connect,
-    /// The TLS handshake failed (alert, verification, protocol).
+    /// The TLS handshake failed (alert, verification, protocol, the server hanging up during
+    /// it), or a TLS error after it (a TLS 1.3 server refusing the client's certificate).
     Tls,
     /// A phase took longer than --timeout.
     Timeout,

@@ -84,7 +84,10 @@ impl Client {
         });
         let mut tls = match timeout(t, connect).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(class_of(&e)),
+            // whatever broke the handshake (an alert, a reset, the server hanging up), the
+            // handshake failed: `tls`, unless it was too slow
+            Ok(Err(e)) if class_of(&e) == ErrorClass::Timeout => return Err(ErrorClass::Timeout),
+            Ok(Err(_)) => return Err(ErrorClass::Tls),
             Err(_) => return Err(ErrorClass::Timeout),
         };
         let handshaken = Instant::now();

@@ -341,9 +341,10 @@ fn s_server(pki: &Pki, extra: &[&str]) -> SServer {
             &pki.arg("ecdsa.pem"),
             "-key",
             &pki.arg("ecdsa.key"),
-            "-www",
             "-quiet",
         ])
+        // a status page for every GET, unless the test asks for another mode
+        .args((!extra.contains(&"-rev")).then_some("-www"))
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -678,4 +679,88 @@ fn open_loop_rate_and_source_ips() {
     .unwrap();
     let (_, j) = bench(&["--config", file.to_str().unwrap(), "-n", "12"], &dir);
     assert_eq!(n(&j, "connections"), 12);
+}
+
+#[test]
+fn a_tls_server_that_does_not_speak_http_is_an_http_error() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-rev");
+    // `-rev` answers each line with the line reversed: TLS is fine, HTTP is not
+    let server = s_server(&pki, &["-rev"]);
+    let (out, j) = bench(
+        &[
+            &format!("https://127.0.0.1:{}/", server.1),
+            "--insecure",
+            "-n",
+            "6",
+            "-c",
+            "2",
+            "--timeout",
+            "2s",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1), "{j}");
+    assert_eq!(j["errors"]["http"].as_u64(), Some(6), "{j}");
+    // the handshakes happened and count as such
+    assert_eq!(
+        (n(&j, "handshakes.full"), n(&j, "handshakes.resumed")),
+        (2, 4),
+        "{j}"
+    );
+    assert_eq!(n(&j, "requests.failed"), 6);
+}
+
+/// A TCP server on 127.0.0.1 that treats every connection with `behave`.
+fn misbehaving(behave: fn(std::net::TcpStream)) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || behave(conn));
+        }
+    });
+    format!("https://127.0.0.1:{port}/")
+}
+
+#[test]
+fn misbehaving_servers_are_classified_not_counted() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("bench-bad");
+    let run = |url: &str| {
+        let (out, j) = bench(
+            &[
+                url,
+                "--insecure",
+                "-n",
+                "4",
+                "-c",
+                "2",
+                "--timeout",
+                "300ms",
+            ],
+            &dir,
+        );
+        assert_eq!(out.status.code(), Some(1), "{j}");
+        assert_eq!(n(&j, "requests.ok"), 0, "{j}");
+        assert_eq!(n(&j, "handshakes.failed"), 4, "{j}");
+        j
+    };
+    // not TLS at all
+    let j = run(&misbehaving(|mut s| {
+        let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+        std::thread::sleep(Duration::from_millis(500));
+    }));
+    assert_eq!(j["errors"]["tls"].as_u64(), Some(4), "{j}");
+    // hangs up on the ClientHello
+    let j = run(&misbehaving(|mut s| {
+        let _ = s.read(&mut [0u8; 512]);
+    }));
+    assert_eq!(j["errors"]["tls"].as_u64(), Some(4), "{j}");
+    // accepts and says nothing
+    let j = run(&misbehaving(|s| {
+        std::thread::sleep(Duration::from_secs(2));
+        drop(s);
+    }));
+    assert_eq!(j["errors"]["timeout"].as_u64(), Some(4), "{j}");
 }
