@@ -36,7 +36,7 @@ fn finish(mut child: Child, json: &str) -> Value {
 fn behind_haproxy_round_robin_shared_sessions_need_only_the_clients_full_handshakes() {
     if Command::new("haproxy").arg("-v").output().is_err() {
         assert!(
-            std::env::var_os("BATON_REQUIRE_REDIS").is_none(),
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
             "haproxy required"
         );
         eprintln!("haproxy not installed: skipping");

@@ -173,7 +173,7 @@ fn redis_server() -> Option<RedisServer> {
 
 #[test]
 fn redis_store_shares_sessions_seals_them_and_survives_an_outage() {
-    if std::env::var_os("BATON_REQUIRE_REDIS").is_some() {
+    if std::env::var_os("BATON_REQUIRE_SERVERS").is_some() {
         assert!(
             Command::new("redis-server")
                 .arg("--version")

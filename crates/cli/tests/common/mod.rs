@@ -609,7 +609,7 @@ pub fn peer_args(ports: &[u16], i: usize) -> Vec<String> {
 }
 
 /// A real `redis-server` on a free port, killed on drop. `None` (the test skips) when it is
-/// not installed, unless `BATON_REQUIRE_REDIS` is set (`scripts/test` sets it).
+/// not installed, unless `BATON_REQUIRE_SERVERS` is set (`scripts/test` sets it).
 pub struct Redis {
     child: Option<Child>,
     pub port: u16,
@@ -633,7 +633,7 @@ impl Redis {
             .spawn();
         let Ok(child) = child else {
             assert!(
-                std::env::var_os("BATON_REQUIRE_REDIS").is_none(),
+                std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
                 "redis-server required"
             );
             eprintln!("redis-server not installed: skipping");
