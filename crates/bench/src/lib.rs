@@ -32,12 +32,13 @@ pub use report::Report;
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let cfg = Arc::new(args.resolve()?);
     let report = execute(cfg.clone())?;
+    // the summary first: a run is not lost to an unwritable --json path
+    if !cfg.quiet {
+        print!("{}", report::human(&report));
+    }
     if let Some(path) = &cfg.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if !cfg.quiet {
-        print!("{}", report::human(&report));
     }
     Ok(if report.requests.ok == 0 {
         ExitCode::from(1)
@@ -63,8 +64,13 @@ pub fn execute(cfg: Arc<BenchConfig>) -> anyhow::Result<Report> {
         let cpu = cpu_seconds() - cpu0;
         let mut server = BTreeMap::new();
         for (url, b) in &before {
-            let after = scrape::scrape(url).await?;
-            server.insert(url.clone(), scrape::delta(b, &after));
+            // a server that went away during the run does not cost the client's results
+            match scrape::scrape(url).await {
+                Ok(after) => {
+                    server.insert(url.clone(), scrape::delta(b, &after));
+                }
+                Err(e) => tracing::warn!("--server-metrics after the run: {e:#}"),
+            }
         }
         Ok(report::build(
             &cfg,
