@@ -47,11 +47,18 @@ pub async fn scrape(url: &str) -> anyhow::Result<Sample> {
     Ok(parse(body))
 }
 
+/// Prometheus text format: `name{labels} value [timestamp]`; label values may hold spaces.
 pub fn parse(text: &str) -> Sample {
     text.lines()
+        .map(str::trim)
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
+            let end = match l.find('{') {
+                Some(_) => l.rfind('}')? + 1,
+                None => l.find(char::is_whitespace)?,
+            };
+            let (series, rest) = l.split_at(end);
+            let value = rest.split_whitespace().next()?;
             KEPT.iter()
                 .any(|k| series == *k || series.starts_with(&format!("{k}{{")))
                 .then(|| Some((series.to_string(), value.parse().ok()?)))?
@@ -81,5 +88,12 @@ mod tests {
             3.0
         );
         assert_eq!(d["process_cpu_seconds_total"], 0.5);
+        // timestamps, spaces in label values, and lines that are not samples
+        let s = parse("baton_handshake_failures_total{reason=\"bad cert\"} 2 1700000000000\nprocess_cpu_seconds_total\nbaton_handshakes_total{x=\"1\"} nope\n");
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            s["baton_handshake_failures_total{reason=\"bad cert\"}"],
+            2.0
+        );
     }
 }
