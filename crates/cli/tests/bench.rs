@@ -608,6 +608,22 @@ fn mutual_tls_and_failures_are_classified_never_counted_as_success() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(j["errors"]["connect"].as_u64(), Some(5));
+    // a source address this host does not have: the bind fails, a connect error
+    let (out, j) = bench(
+        &[
+            &agent.url("/"),
+            "--insecure",
+            "-n",
+            "3",
+            "-c",
+            "1",
+            "--source-ip",
+            "192.0.2.1",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(j["errors"]["connect"].as_u64(), Some(3), "{j}");
     // an untrusted server certificate is a TLS error, not a success
     let (_, j) = bench(
         &[
@@ -667,6 +683,36 @@ fn open_loop_rate_and_source_ips() {
         "about 100 transactions in 1 s at 100/s: {done}"
     );
     assert_eq!(j["config"]["rate"].as_f64(), Some(100.0));
+    // a rate one client cannot keep up with: each transaction's latency counts from when it
+    // was due, so the last ones carry the whole backlog (coordinated omission corrected),
+    // while each phase still shows only its own time
+    let (_, j) = bench(
+        &[
+            &agent.url("/"),
+            "--insecure",
+            "--resume",
+            "none",
+            "-n",
+            "300",
+            "--rate",
+            "5000",
+            "-c",
+            "1",
+        ],
+        &dir,
+    );
+    let took_ms = j["duration_s"].as_f64().unwrap() * 1000.0;
+    let scheduled_ms = 300.0 / 5000.0 * 1000.0;
+    let max = |phase: &str| j["latency_ms"][phase]["max"].as_f64().unwrap();
+    assert!(
+        took_ms > 2.0 * scheduled_ms,
+        "one client kept up with 5000/s? {j}"
+    );
+    assert!(
+        max("total") > 0.8 * (took_ms - scheduled_ms),
+        "the backlog is in the total latency: {j}"
+    );
+    assert!(max("handshake") < max("total") / 2.0, "{j}");
     // a TOML config with flags overriding it
     let file = dir.path("bench.toml");
     std::fs::write(
