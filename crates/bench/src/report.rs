@@ -15,6 +15,8 @@ pub struct Report {
     pub handshakes: Handshakes,
     pub requests: Requests,
     pub errors: BTreeMap<ErrorClass, u64>,
+    /// The first failure's cause in each error class.
+    pub error_examples: BTreeMap<ErrorClass, String>,
     /// Completed handshakes by what they agreed on: "version suite group" (group `-` for a
     /// TLS 1.2 resumption, which has no key exchange).
     pub negotiated: BTreeMap<String, u64>,
@@ -80,6 +82,7 @@ pub fn build(
             by_status: s.by_status.clone(),
         },
         errors: s.errors.clone(),
+        error_examples: s.examples.clone(),
         negotiated: s.negotiated.iter().map(|(k, v)| (k.name(), *v)).collect(),
         latency_ms: PHASES
             .iter()
@@ -149,20 +152,19 @@ pub fn human(r: &Report) -> String {
         r.requests.failed,
         statuses.join(", ")
     );
-    let errors: Vec<String> = r
-        .errors
-        .iter()
-        .map(|(k, v)| format!("{k:?}: {v}").to_lowercase())
-        .collect();
-    let _ = writeln!(
-        o,
-        "  errors       {}",
-        if errors.is_empty() {
-            "none".into()
-        } else {
-            errors.join(", ")
-        }
-    );
+    if r.errors.is_empty() {
+        let _ = writeln!(o, "  errors       none");
+    }
+    for (i, (class, count)) in r.errors.iter().enumerate() {
+        let label = if i == 0 { "errors" } else { "" };
+        let example = r
+            .error_examples
+            .get(class)
+            .filter(|e| !e.is_empty())
+            .map_or(String::new(), |e| format!("   e.g. {e}"));
+        let class = format!("{class:?}").to_lowercase();
+        let _ = writeln!(o, "  {label:<11}{count:>10}   {class}{example}");
+    }
     let _ = writeln!(
         o,
         "  throughput   {:.1} TPS   {:.1} RPS   {:.2} MB in {:.2} s",

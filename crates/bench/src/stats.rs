@@ -42,6 +42,8 @@ pub struct Stats {
     pub by_status: BTreeMap<u16, u64>,
     pub errors: BTreeMap<ErrorClass, u64>,
     pub bytes: u64,
+    /// The first failure's cause in each class.
+    pub examples: BTreeMap<ErrorClass, String>,
     /// Completed handshakes per (version, suite, group).
     pub negotiated: BTreeMap<Negotiated, u64>,
     pub transactions: u64,
@@ -66,6 +68,7 @@ impl Default for Stats {
             errors: BTreeMap::new(),
             bytes: 0,
             negotiated: BTreeMap::new(),
+            examples: BTreeMap::new(),
             transactions: 0,
             latency: [h(), h(), h(), h()],
         }
@@ -101,6 +104,16 @@ impl Stats {
         self.requests_failed += s.unanswered;
     }
 
+    /// Keeps the first cause seen in `class` (longer causes are cut: this is a hint, not a log).
+    pub fn example(&mut self, class: ErrorClass, mut detail: String) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.examples.entry(class) {
+            if let Some((cut, _)) = detail.char_indices().nth(200) {
+                detail.truncate(cut);
+            }
+            e.insert(detail);
+        }
+    }
+
     pub fn error(&mut self, class: ErrorClass) {
         *self.errors.entry(class).or_default() += 1;
     }
@@ -134,6 +147,9 @@ impl Stats {
             *self.errors.entry(*k).or_default() += v;
         }
         self.bytes += o.bytes;
+        for (k, v) in &o.examples {
+            self.examples.entry(*k).or_insert_with(|| v.clone());
+        }
         for (k, v) in &o.negotiated {
             *self.negotiated.entry(*k).or_default() += v;
         }

@@ -48,15 +48,16 @@ impl Client {
     /// latency is measured from there (in open loop, later than now if the client fell behind).
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
         let mut end = End::default();
-        if let Err(class) = self.run(stats, &mut end).await {
-            end.error = Some(class);
+        if let Err(f) = self.run(stats, &mut end).await {
+            end.error = Some(f.class);
+            stats.example(f.class, f.detail);
         } else {
             stats.latency(3, Instant::now() - due);
         }
         stats.finish(&end, self.cfg.requests_per_conn);
     }
 
-    async fn run(&mut self, stats: &mut Stats, end: &mut End) -> Result<(), ErrorClass> {
+    async fn run(&mut self, stats: &mut Stats, end: &mut End) -> Result<(), Failure> {
         let t = self.cfg.timeout();
         let offered = self.sessions.has_session();
         // phases are each their own service time; only `total` counts from `due`, so that in
@@ -64,8 +65,8 @@ impl Client {
         let started = Instant::now();
         let tcp = match timeout(t, self.connect()).await {
             Ok(Ok(s)) => s,
-            Ok(Err(_)) => return Err(ErrorClass::Connect),
-            Err(_) => return Err(ErrorClass::Timeout),
+            Ok(Err(e)) => return Err(Failure::new(ErrorClass::Connect, &e)),
+            Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TCP connect")),
         };
         let connected = Instant::now();
         stats.latency(0, connected - started);
@@ -86,9 +87,11 @@ impl Client {
             Ok(Ok(s)) => s,
             // whatever broke the handshake (an alert, a reset, the server hanging up), the
             // handshake failed: `tls`, unless it was too slow
-            Ok(Err(e)) if class_of(&e) == ErrorClass::Timeout => return Err(ErrorClass::Timeout),
-            Ok(Err(_)) => return Err(ErrorClass::Tls),
-            Err(_) => return Err(ErrorClass::Timeout),
+            Ok(Err(e)) if class_of(&e) == ErrorClass::Timeout => {
+                return Err(Failure::new(ErrorClass::Timeout, &e))
+            }
+            Ok(Err(e)) => return Err(Failure::new(ErrorClass::Tls, &e)),
+            Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TLS handshake")),
         };
         let handshaken = Instant::now();
         stats.latency(1, handshaken - connected);
@@ -126,7 +129,7 @@ impl Client {
         started: Instant,
         end: &mut End,
         pre: usize,
-    ) -> Result<(), ErrorClass> {
+    ) -> Result<(), Failure> {
         let t = self.cfg.timeout();
         let k = self.cfg.requests_per_conn;
         let head_request = self.cfg.method == "HEAD";
@@ -146,18 +149,18 @@ impl Client {
             let head = loop {
                 let head = loop {
                     if held > 0 {
-                        if let Some(h) =
-                            parse_head(&buf[..held], head_request).map_err(|_| ErrorClass::Http)?
+                        if let Some(h) = parse_head(&buf[..held], head_request)
+                            .map_err(|e| Failure::new(ErrorClass::Http, &e))?
                         {
                             break h;
                         }
                     }
                     if held == buf.len() {
-                        return Err(ErrorClass::Http);
+                        return Err(Failure::new(ErrorClass::Http, &"response head too large"));
                     }
                     let n = io(timeout(t, tls.read(&mut buf[held..])).await)?;
                     if n == 0 {
-                        return Err(ErrorClass::Io);
+                        return Err(ErrorClass::Io.into());
                     }
                     if !end.first_byte {
                         end.first_byte = true;
@@ -186,7 +189,7 @@ impl Client {
                     }
                     let n = io(timeout(t, tls.read(&mut buf[held..])).await)?;
                     if n == 0 {
-                        return Err(ErrorClass::Io);
+                        return Err(ErrorClass::Io.into());
                     }
                     held += n;
                     stats.bytes += n as u64;
@@ -194,8 +197,9 @@ impl Client {
                 Framing::Chunked => {
                     let mut chunked = Chunked::default();
                     loop {
-                        let (used, done) =
-                            chunked.push(&buf[..held]).map_err(|_| ErrorClass::Http)?;
+                        let (used, done) = chunked
+                            .push(&buf[..held])
+                            .map_err(|e| Failure::new(ErrorClass::Http, &e))?;
                         buf.copy_within(used..held, 0);
                         held -= used;
                         if done {
@@ -203,7 +207,7 @@ impl Client {
                         }
                         let n = io(timeout(t, tls.read(&mut buf[held..])).await)?;
                         if n == 0 {
-                            return Err(ErrorClass::Io);
+                            return Err(ErrorClass::Io.into());
                         }
                         held += n;
                         stats.bytes += n as u64;
@@ -214,8 +218,8 @@ impl Client {
                         Ok(Ok(n)) => n,
                         // a server that closes without close_notify still delivered the body
                         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
-                        Ok(Err(e)) => return Err(class_of(&e)),
-                        Err(_) => return Err(ErrorClass::Timeout),
+                        Ok(Err(e)) => return Err(Failure::of(&e)),
+                        Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
                     };
                     if n == 0 {
                         break;
@@ -225,7 +229,10 @@ impl Client {
             }
             if head.close && i + 1 < k {
                 // the server ended keep-alive early: the remaining requests were not served
-                return Err(ErrorClass::Closed);
+                return Err(Failure::new(
+                    ErrorClass::Closed,
+                    &format_args!("server closed after {} of {k} requests", i + 1),
+                ));
             }
         }
         // close_notify, then `close` on drop sends the FIN (a `shutdown` first would only add a
@@ -241,7 +248,7 @@ impl Client {
         stats: &mut Stats,
         started: Instant,
         end: &mut End,
-    ) -> Result<(), ErrorClass> {
+    ) -> Result<(), Failure> {
         let t = self.cfg.timeout();
         let io_ = hyper_util::rt::TokioIo::new(tls);
         let (mut sender, conn) = match timeout(
@@ -251,8 +258,8 @@ impl Client {
         .await
         {
             Ok(Ok(x)) => x,
-            Ok(Err(e)) => return Err(class_of(&e)),
-            Err(_) => return Err(ErrorClass::Timeout),
+            Ok(Err(e)) => return Err(Failure::of(&e)),
+            Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"HTTP/2 handshake")),
         };
         let driver = tokio::spawn(conn);
         let uri: http::Uri = format!(
@@ -260,7 +267,7 @@ impl Client {
             self.cfg.host, self.cfg.port, self.cfg.path
         )
         .parse()
-        .map_err(|_| ErrorClass::Http)?;
+        .map_err(|e| Failure::new(ErrorClass::Http, &e))?;
         let body = Bytes::from(self.cfg.body.clone().unwrap_or_default());
         for _ in 0..self.cfg.requests_per_conn {
             let mut req = http::Request::builder()
@@ -271,11 +278,11 @@ impl Client {
             }
             let req = req
                 .body(Full::new(body.clone()))
-                .map_err(|_| ErrorClass::Http)?;
+                .map_err(|e| Failure::new(ErrorClass::Http, &e))?;
             let resp = match timeout(t, sender.send_request(req)).await {
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) => return Err(class_of(&e)),
-                Err(_) => return Err(ErrorClass::Timeout),
+                Ok(Err(e)) => return Err(Failure::of(&e)),
+                Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response")),
             };
             if !end.first_byte {
                 end.first_byte = true;
@@ -288,8 +295,8 @@ impl Client {
                 match timeout(t, body.frame()).await {
                     Ok(Some(Ok(f))) => stats.bytes += f.data_ref().map_or(0, |d| d.len() as u64),
                     Ok(None) => break,
-                    Ok(Some(Err(e))) => return Err(class_of(&e)),
-                    Err(_) => return Err(ErrorClass::Timeout),
+                    Ok(Some(Err(e))) => return Err(Failure::of(&e)),
+                    Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
                 }
             }
         }
@@ -324,11 +331,45 @@ fn bind_address_no_port(socket: &TcpSocket) {
     let _ = socket;
 }
 
-fn io<T>(r: Result<std::io::Result<T>, tokio::time::error::Elapsed>) -> Result<T, ErrorClass> {
+/// Why a transaction failed: its class, and the first words of the cause (kept once per class
+/// as an example, so a run that fails says why).
+#[derive(Debug)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub detail: String,
+}
+
+impl Failure {
+    fn new(class: ErrorClass, cause: &dyn std::fmt::Display) -> Self {
+        Self {
+            class,
+            detail: cause.to_string(),
+        }
+    }
+
+    fn of(e: &(dyn std::error::Error + 'static)) -> Self {
+        Self::new(class_of(e), &e)
+    }
+}
+
+impl From<ErrorClass> for Failure {
+    fn from(class: ErrorClass) -> Self {
+        let detail = match class {
+            ErrorClass::Io => "the server closed the connection mid-response",
+            _ => "",
+        };
+        Self {
+            class,
+            detail: detail.into(),
+        }
+    }
+}
+
+fn io<T>(r: Result<std::io::Result<T>, tokio::time::error::Elapsed>) -> Result<T, Failure> {
     match r {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(class_of(&e)),
-        Err(_) => Err(ErrorClass::Timeout),
+        Ok(Err(e)) => Err(Failure::of(&e)),
+        Err(_) => Err(Failure::new(ErrorClass::Timeout, &"read or write")),
     }
 }
 

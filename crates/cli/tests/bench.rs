@@ -608,6 +608,12 @@ fn mutual_tls_and_failures_are_classified_never_counted_as_success() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(j["errors"]["connect"].as_u64(), Some(5));
+    assert!(
+        j["error_examples"]["connect"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused")),
+        "{j}"
+    );
     // a source address this host does not have: the bind fails, a connect error
     let (out, j) = bench(
         &[
@@ -809,4 +815,79 @@ fn misbehaving_servers_are_classified_not_counted() {
         drop(s);
     }));
     assert_eq!(j["errors"]["timeout"].as_u64(), Some(4), "{j}");
+}
+
+#[test]
+fn tls_knobs_are_what_gets_negotiated() {
+    let pki = Pki::new();
+    let dir = TempDir::new("bench-knobs");
+    let server = s_server(&pki, &[]);
+    let url = format!("https://127.0.0.1:{}/", server.1);
+    let negotiated = |extra: &[&str]| {
+        let mut args = vec![url.as_str(), "--insecure", "-n", "3", "-c", "1"];
+        args.extend(extra);
+        let (out, j) = bench(&args, &dir);
+        assert!(out.status.success(), "{extra:?}: {j}");
+        let map = j["negotiated"].as_object().unwrap().clone();
+        map.keys().cloned().collect::<Vec<_>>()
+    };
+    // resumed TLS 1.3 handshakes still exchange keys (psk_dhe_ke): one combination
+    assert_eq!(
+        negotiated(&[
+            "--tls-version",
+            "1.3",
+            "--suite",
+            "TLS_CHACHA20_POLY1305_SHA256",
+            "--group",
+            "secp256r1"
+        ]),
+        ["TLSv1_3 TLS13_CHACHA20_POLY1305_SHA256 secp256r1"]
+    );
+    // TLS 1.2: the resumptions have no key exchange. (OpenSSL also wants the curve of its
+    // ECDSA certificate among the client's groups in TLS 1.2, hence secp256r1 as well.)
+    assert_eq!(
+        negotiated(&[
+            "--tls-version",
+            "1.2",
+            "--suite",
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+            "--group",
+            "x25519",
+            "--group",
+            "secp256r1"
+        ]),
+        [
+            "TLSv1_2 TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 -",
+            "TLSv1_2 TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 X25519"
+        ]
+    );
+    // only RSA signatures accepted from an ECDSA server: no handshake succeeds
+    let (_, j) = bench(
+        &[
+            &url,
+            "--insecure",
+            "-n",
+            "2",
+            "-c",
+            "1",
+            "--sigalg",
+            "rsa_pss_rsae_sha256",
+        ],
+        &dir,
+    );
+    assert_eq!(j["errors"]["tls"].as_u64(), Some(2), "{j}");
+    // and the run says why
+    assert!(
+        j["error_examples"]["tls"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{j}"
+    );
+    // and a suite the engine does not speak is a clear error before anything runs
+    let out = Command::new(BATON)
+        .args(["bench", &url, "--insecure", "--suite", "RC4-MD5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--suite `RC4-MD5`"));
 }
