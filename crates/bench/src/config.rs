@@ -113,8 +113,9 @@ Handshakes are counted as negotiated: a resumption the server refused is full, a
 `resume_refused`. Every connection is one of full, resumed or failed handshake, or never
 connected (connect error or timeout); every request is ok (2xx/3xx), failed by status, or failed unanswered.
 
---json FILE: handshakes, requests (ok, failed, by_status), errors by class (connect, tls,
-timeout, http, io, closed), latency_ms per phase (connect, handshake, ttfb, total: p50 p90 p99
+--json FILE: handshakes, negotiated (version suite group: count), requests (ok, failed,
+by_status), errors by class (connect, tls, timeout, http, io, closed) and the first cause of
+each (error_examples), latency_ms per phase (connect, handshake, ttfb, total: p50 p90 p99
 p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
 --server-metrics deltas, and raw histograms (microseconds, [value, count] pairs of HdrHistogram
 buckets, 3 significant figures) that add up exactly across runs.
