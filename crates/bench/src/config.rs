@@ -111,7 +111,8 @@ pub struct BenchArgs {
 const AFTER_HELP: &str = "\
 Handshakes are counted as negotiated: a resumption the server refused is full, and also
 `resume_refused`. Every connection is one of full, resumed or failed handshake, or never
-connected (connect error or timeout); every request is ok (2xx/3xx), failed by status, or failed unanswered.
+connected (connect error or timeout); every request is ok (2xx/3xx), failed by status, or
+failed unanswered.
 
 --json FILE: handshakes, negotiated (version suite group: count), requests (ok, failed,
 by_status), errors by class (connect, tls, timeout, http, io, closed) and the first cause of
