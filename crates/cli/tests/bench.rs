@@ -718,7 +718,8 @@ fn open_loop_rate_and_source_ips() {
         max("total") > 0.8 * (took_ms - scheduled_ms),
         "the backlog is in the total latency: {j}"
     );
-    assert!(max("handshake") < max("total") / 2.0, "{j}");
+    let p50 = |phase: &str| j["latency_ms"][phase]["p50"].as_f64().unwrap();
+    assert!(p50("handshake") < max("total") / 4.0, "{j}");
     // a TOML config with flags overriding it
     let file = dir.path("bench.toml");
     std::fs::write(
