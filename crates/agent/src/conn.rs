@@ -3,12 +3,14 @@
 //! drains.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use baton_wire::proxy_v2::ProxyHeader;
@@ -111,33 +113,15 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
     let mut stream = stream;
-    loop {
-        let (io, tls) = stream.get_mut();
-        match tls.process_new_packets() {
-            Ok(state) if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() => break,
-            Ok(_) => {}
-            Err(_) => break, // let hyper meet the error and close cleanly
-        }
-        tokio::select! {
-            r = io.readable() => if r.is_err() { return },
-            _ = shared.draining.cancelled() => return,
-        }
-        // Move what arrived into rustls; a short read loop ends when the socket is drained.
-        let (io, tls) = stream.get_mut();
-        match tls.read_tls(&mut SyncRead(io)) {
-            Ok(0) => break, // EOF: hyper sees it and ends the connection
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return,
-        }
+    if !request_waiting(&mut stream, &shared.draining).await {
+        return;
     }
-    let info = Arc::new(info);
-    let http = shared.http.clone();
-    let service = service_fn(move |req| http.clone().handle(info.clone(), req));
-    let io = TokioIo::new(stream);
     let draining = shared.draining.clone();
-
     let result = if h2 {
+        let info = Arc::new(info);
+        let http = shared.http.clone();
+        let service = service_fn(move |req| http.clone().handle(info.clone(), req));
+        let io = TokioIo::new(stream);
         let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())
@@ -154,23 +138,9 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             }
         }
     } else {
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(cfg.header_timeout)
-            .max_headers(cfg.max_headers)
-            .max_header_size(cfg.max_header_bytes)
-            // Bounds what one connection may buffer (pipelined requests, body reads).
-            .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
-        // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
-        let mut conn = Box::pin(builder.serve_connection(io, service));
-        tokio::select! {
-            r = conn.as_mut() => r,
-            _ = draining.cancelled() => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
-        }
+        // Not boxed: this future lives as long as the connection, so a box would only add to
+        // what every idle keep-alive connection holds.
+        return serve_http1(stream, info, shared, peer).await;
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -211,6 +181,186 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
         && head[5] == 0x01
         && u16::from_be_bytes([head[9], head[10]]) < 0x0303
         && head[9] == 0x03
+}
+
+type Tls = TlsStream<ConnIo<TcpStream>>;
+
+/// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
+/// socket is readable and what arrived decrypts to some) or the peer closed. `false` when the
+/// connection should end instead (idle timeout, drain, I/O error).
+async fn request_waiting(stream: &mut Tls, draining: &tokio_util::sync::CancellationToken) -> bool {
+    loop {
+        let (io, tls) = stream.get_mut();
+        match tls.process_new_packets() {
+            Ok(state) if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() => {
+                return true
+            }
+            Ok(_) => {}
+            Err(_) => return true, // let hyper meet the error and close cleanly
+        }
+        tokio::select! {
+            r = io.readable() => if r.is_err() { return false },
+            _ = draining.cancelled() => return false,
+        }
+        let (io, tls) = stream.get_mut();
+        match tls.read_tls(&mut SyncRead(io)) {
+            Ok(0) => return true, // EOF: hyper sees it and ends the connection
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// HTTP/1.1, one hyper connection per request: after each keep-alive response the hyper
+/// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream parked until the
+/// next request arrives, so an idle keep-alive connection holds only its TLS state. Bytes hyper
+/// read ahead (pipelined requests) are handed to the next one.
+async fn serve_http1(mut stream: Tls, info: ConnInfo, shared: Arc<Shared>, peer: SocketAddr) {
+    let cfg = &shared.config;
+    let info = Arc::new(info);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_timeout)
+        .max_headers(cfg.max_headers)
+        .max_header_size(cfg.max_header_bytes)
+        // Bounds what one connection may buffer (pipelined requests, body reads).
+        .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
+    let mut ahead = bytes::Bytes::new();
+    loop {
+        if ahead.is_empty() && !request_waiting(&mut stream, &shared.draining).await {
+            return;
+        }
+        // Set by the service when a keep-alive response has been handed to hyper whole.
+        let parked = Arc::new(tokio::sync::Notify::new());
+        let park = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let http = shared.http.clone();
+        let (i, n, p) = (info.clone(), parked.clone(), park.clone());
+        let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            let keep_alive = wants_keep_alive(&req);
+            let (http, i, n, p) = (http.clone(), i.clone(), n.clone(), p.clone());
+            // boxed: hyper needs an Unpin future to hand the stream back
+            Box::pin(async move {
+                let resp = http.handle(i, req).await?;
+                Ok::<_, std::convert::Infallible>(if keep_alive {
+                    resp.map(|b| {
+                        crate::http::on_end(b, move || {
+                            p.store(true, std::sync::atomic::Ordering::Relaxed);
+                            n.notify_one();
+                        })
+                    })
+                } else {
+                    resp
+                })
+            })
+        });
+        let io = TokioIo::new(Prefixed {
+            ahead,
+            inner: stream,
+        });
+        let mut conn = Box::pin(builder.serve_connection(io, service));
+        let result = loop {
+            tokio::select! {
+                r = std::future::poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break r,
+                // hyper has the whole response: stop after it instead of waiting for another
+                _ = parked.notified() => conn.as_mut().graceful_shutdown(),
+                _ = shared.draining.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+        };
+        let parts = Pin::into_inner(conn).into_parts();
+        let Prefixed { ahead: left, inner } = parts.io.into_inner();
+        stream = inner;
+        // what hyper read ahead comes first, then anything still unread in the prefix
+        ahead = [parts.read_buf, left].concat().into();
+        let again = result.is_ok()
+            && park.load(std::sync::atomic::Ordering::Relaxed)
+            && !shared.draining.is_cancelled();
+        if let Err(e) = &result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+        if !again {
+            // close_notify, then FIN
+            let _ = tokio::time::timeout(
+                cfg.idle_timeout,
+                tokio::io::AsyncWriteExt::shutdown(&mut stream),
+            )
+            .await;
+            return;
+        }
+    }
+}
+
+/// HTTP/1.1 keeps the connection unless the request says `Connection: close`; 1.0 only with
+/// `Connection: keep-alive`.
+fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
+    let conn = req
+        .headers()
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .collect::<Vec<_>>();
+    match req.version() {
+        http::Version::HTTP_11 => !conn.iter().any(|t| t == "close"),
+        http::Version::HTTP_10 => conn.iter().any(|t| t == "keep-alive"),
+        _ => false,
+    }
+}
+
+/// A stream with bytes already read from it in front.
+struct Prefixed<S> {
+    ahead: bytes::Bytes,
+    inner: S,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.ahead.is_empty() {
+            let n = self.ahead.len().min(buf.remaining());
+            let chunk = self.ahead.split_to(n);
+            buf.put_slice(&chunk);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.

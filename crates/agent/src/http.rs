@@ -197,6 +197,59 @@ fn sized(n: u64) -> Response<Body> {
     r
 }
 
+/// Wraps a body so that `done` runs once it has handed out its end (including a body that is
+/// empty from the start): the moment hyper holds the whole response.
+pub fn on_end(body: Body, done: impl FnOnce() + Send + Sync + 'static) -> Body {
+    OnEnd {
+        body,
+        done: std::sync::Mutex::new(Some(Box::new(done))),
+    }
+    .boxed()
+}
+
+type Done = Box<dyn FnOnce() + Send + Sync>;
+
+struct OnEnd {
+    body: Body,
+    done: std::sync::Mutex<Option<Done>>,
+}
+
+impl OnEnd {
+    fn fire(&self) {
+        if let Some(f) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            f();
+        }
+    }
+}
+
+impl http_body::Body for OnEnd {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let r = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.fire();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let end = self.body.is_end_stream();
+        if end {
+            self.fire();
+        }
+        end
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// `n` bytes streamed as slices of one shared buffer: any size costs one chunk of memory.
 struct RepeatBody {
     remaining: u64,

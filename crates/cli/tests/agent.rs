@@ -768,3 +768,76 @@ fn self_signed_kinds_start_and_serve() {
     ));
     assert!(text.contains("Server public key is 384 bit"), "{text}");
 }
+
+/// Between keep-alive requests the agent parks the connection without hyper (to hold less
+/// memory); requests must not notice: keep-alive stays on, pipelined requests are all answered
+/// in order, `Connection: close` and HTTP/1.0 still close.
+#[test]
+fn keep_alive_pipelining_and_close_across_parked_connections() {
+    let pki = Pki::new();
+    let agent = agent_with_pki(&pki, &[]);
+    let config = Arc::new(pki.client(&[&TLS13], None));
+    let tcp = TcpStream::connect(agent.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let conn =
+        rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let read_response =
+        |tls: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>| -> String {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(tls.read(&mut byte).unwrap(), 1, "connection closed early");
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8(head).unwrap();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap();
+            let mut body = vec![0u8; len];
+            tls.read_exact(&mut body).unwrap();
+            head + &String::from_utf8_lossy(&body)
+        };
+    // sequential keep-alive requests with pauses (the connection parks in between)
+    for i in 0..3 {
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut tls);
+        assert!(r.starts_with("HTTP/1.1 200") && r.ends_with("ok\n"), "{r}");
+        assert!(
+            !r.to_ascii_lowercase().contains("connection: close"),
+            "request {i}: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // three pipelined requests in one write
+    tls.write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: l\r\n\r\nGET /bytes/5 HTTP/1.1\r\nHost: l\r\n\r\nGET /healthz HTTP/1.1\r\nHost: l\r\n\r\n").unwrap();
+    assert!(read_response(&mut tls).ends_with("\r\n\r\nabc"));
+    assert!(read_response(&mut tls).ends_with("\r\n\r\nabcde"));
+    assert!(read_response(&mut tls).ends_with("ok\n"));
+    // Connection: close is honoured: response, then close_notify and EOF
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut rest = Vec::new();
+    tls.read_to_end(&mut rest).unwrap();
+    let rest = String::from_utf8_lossy(&rest).to_ascii_lowercase();
+    assert!(
+        rest.contains("connection: close") && rest.ends_with("ok\n"),
+        "{rest}"
+    );
+    assert_eq!(agent.metric("baton_http_requests_total{code=\"2xx\"}"), 7.0);
+    // HTTP/1.0 without keep-alive closes too
+    let tcp = TcpStream::connect(agent.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let conn = rustls::ClientConnection::new(config, "localhost".try_into().unwrap()).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    tls.read_to_end(&mut all).unwrap();
+    assert!(String::from_utf8_lossy(&all).ends_with("ok\n"));
+}
