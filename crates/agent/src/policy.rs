@@ -20,40 +20,6 @@ pub struct Policy {
     pub versions: Vec<&'static SupportedProtocolVersion>,
 }
 
-/// OpenSSL's names for the suites rustls implements, so either naming works in `--suites`.
-const OPENSSL_NAMES: &[(&str, &str)] = &[
-    ("TLS_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"),
-    ("TLS_AES_256_GCM_SHA384", "TLS13_AES_256_GCM_SHA384"),
-    (
-        "TLS_CHACHA20_POLY1305_SHA256",
-        "TLS13_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "ECDHE-ECDSA-AES128-GCM-SHA256",
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "ECDHE-ECDSA-AES256-GCM-SHA384",
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "ECDHE-ECDSA-CHACHA20-POLY1305",
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "ECDHE-RSA-AES128-GCM-SHA256",
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "ECDHE-RSA-AES256-GCM-SHA384",
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "ECDHE-RSA-CHACHA20-POLY1305",
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-];
-
 /// Other spellings of group names.
 const GROUP_ALIASES: &[(&str, &str)] = &[
     ("p-256", "secp256r1"),
@@ -69,11 +35,7 @@ pub fn build(versions: &[String], suites: &[String], groups: &[String]) -> anyho
     let base = metered_provider();
     let versions = parse_versions(versions)?;
     let mut cipher_suites = select(&base.cipher_suites, suites, suite_name, |name| {
-        let upper = name.to_ascii_uppercase();
-        OPENSSL_NAMES
-            .iter()
-            .find(|(ossl, _)| *ossl == upper)
-            .map_or(upper, |(_, iana)| iana.to_string())
+        baton_wire::names::rustls_suite_name(name).to_ascii_uppercase()
     })
     .map_err(|bad| {
         anyhow::anyhow!(

@@ -217,7 +217,7 @@ fn provider(cfg: &BenchConfig) -> anyhow::Result<CryptoProvider> {
             .suites
             .iter()
             .map(|name| {
-                let want = suite_alias(name);
+                let want = baton_wire::names::rustls_suite_name(name);
                 all.iter()
                     .find(|s| format!("{:?}", s.suite()).eq_ignore_ascii_case(want))
                     .copied()
@@ -241,47 +241,6 @@ fn provider(cfg: &BenchConfig) -> anyhow::Result<CryptoProvider> {
             .collect::<anyhow::Result<_>>()?;
     }
     Ok(p)
-}
-
-/// The name rustls gives a suite, from its IANA name (TLS 1.3 suites are `TLS_AES_...` there,
-/// `TLS13_AES_...` in rustls) or its OpenSSL name; other names pass through unchanged.
-fn suite_alias(name: &str) -> &str {
-    const NAMES: &[(&str, &str)] = &[
-        ("TLS_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"),
-        ("TLS_AES_256_GCM_SHA384", "TLS13_AES_256_GCM_SHA384"),
-        (
-            "TLS_CHACHA20_POLY1305_SHA256",
-            "TLS13_CHACHA20_POLY1305_SHA256",
-        ),
-        (
-            "ECDHE-ECDSA-AES128-GCM-SHA256",
-            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-        ),
-        (
-            "ECDHE-ECDSA-AES256-GCM-SHA384",
-            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-        ),
-        (
-            "ECDHE-ECDSA-CHACHA20-POLY1305",
-            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-        ),
-        (
-            "ECDHE-RSA-AES128-GCM-SHA256",
-            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        ),
-        (
-            "ECDHE-RSA-AES256-GCM-SHA384",
-            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-        ),
-        (
-            "ECDHE-RSA-CHACHA20-POLY1305",
-            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-        ),
-    ];
-    NAMES
-        .iter()
-        .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
-        .map_or(name, |(_, rustls)| rustls)
 }
 
 fn parse_sigalgs(names: &[String]) -> anyhow::Result<Option<Vec<SignatureScheme>>> {

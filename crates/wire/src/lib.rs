@@ -28,6 +28,7 @@ pub mod enums;
 mod error;
 pub mod fuzzing;
 pub mod hello;
+pub mod names;
 pub mod proxy_v2;
 pub mod record;
 pub mod server_hello;
