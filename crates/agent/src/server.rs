@@ -49,25 +49,9 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         draining: draining.clone(),
     });
 
-    let mut listeners = Vec::new();
-    for addr in &config.listen {
-        listeners
-            .push(baton_ops::listen::bind(*addr).with_context(|| format!("listening on {addr}"))?);
-    }
-    let metrics_listener = match config.metrics {
-        Some(addr) => {
-            Some(baton_ops::listen::bind(addr).with_context(|| format!("metrics on {addr}"))?)
-        }
-        None => None,
-    };
-
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
-    baton_ops::listen::announce(
-        listeners
-            .iter()
-            .map(|l| ("tls", l))
-            .chain(metrics_listener.iter().map(|l| ("metrics", l))),
-    )?;
+    let (listeners, metrics_listener) =
+        baton_ops::listen::open("tls", &config.listen, config.metrics)?;
     for entry in tls.cert_summary() {
         tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
     }

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{HelloReader, Progress, ServerHelloReader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,23 +34,9 @@ impl Shared {
 
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     let router = Arc::new(Mutex::new(Router::new(config.policy, config.agents.len())));
-    let mut listeners = Vec::new();
-    for addr in &config.listen {
-        listeners
-            .push(baton_ops::listen::bind(*addr).with_context(|| format!("listening on {addr}"))?);
-    }
-    let metrics_listener = match config.metrics {
-        Some(addr) => {
-            Some(baton_ops::listen::bind(addr).with_context(|| format!("metrics on {addr}"))?)
-        }
-        None => None,
-    };
-    baton_ops::listen::announce(
-        listeners
-            .iter()
-            .map(|l| ("dispatch", l))
-            .chain(metrics_listener.iter().map(|l| ("metrics", l))),
-    )?;
+    // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
+    let (listeners, metrics_listener) =
+        baton_ops::listen::open("dispatch", &config.listen, config.metrics)?;
     let shared = Arc::new(Shared {
         metrics: Metrics::new(config.agents.len()),
         router: router.clone(),

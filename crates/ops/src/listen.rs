@@ -5,6 +5,7 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 
+use anyhow::Context;
 use tokio::net::{TcpListener, TcpSocket};
 
 /// Binds with SO_REUSEADDR and a deep backlog, which absorbs benchmarks' connection bursts
@@ -30,4 +31,28 @@ pub fn announce<'a>(
     }
     writeln!(out, "ready")?;
     out.flush()
+}
+
+/// A server's sockets: its service listeners (announced as `kind`) and an optional metrics
+/// listener, all bound before anything is announced, then announced with `ready`.
+pub fn open(
+    kind: &str,
+    listen: &[SocketAddr],
+    metrics: Option<SocketAddr>,
+) -> anyhow::Result<(Vec<TcpListener>, Option<TcpListener>)> {
+    let mut listeners = Vec::new();
+    for addr in listen {
+        listeners.push(bind(*addr).with_context(|| format!("listening on {addr}"))?);
+    }
+    let metrics = match metrics {
+        Some(addr) => Some(bind(addr).with_context(|| format!("metrics on {addr}"))?),
+        None => None,
+    };
+    announce(
+        listeners
+            .iter()
+            .map(|l| (kind, l))
+            .chain(metrics.iter().map(|l| ("metrics", l))),
+    )?;
+    Ok((listeners, metrics))
 }
