@@ -27,6 +27,7 @@ pub mod codec;
 pub mod enums;
 mod error;
 pub mod fuzzing;
+pub mod handoff;
 pub mod hello;
 pub mod names;
 pub mod proxy_v2;
