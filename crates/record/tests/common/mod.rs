@@ -22,8 +22,11 @@ use zeroize::Zeroizing;
 /// migration to pick up. Nothing is written anywhere.
 #[derive(Default, Debug)]
 pub struct MemoryKeyLog {
-    entries: Mutex<Vec<(String, Vec<u8>, Zeroizing<Vec<u8>>)>>,
+    entries: Mutex<Vec<LogEntry>>,
 }
+
+/// Label, client random, secret.
+type LogEntry = (String, Vec<u8>, Zeroizing<Vec<u8>>);
 
 impl KeyLog for MemoryKeyLog {
     fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
