@@ -8,6 +8,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::sweep::Sweep;
+
 /// `baton bench URL`: TLS transactions per second with exact handshake accounting.
 #[derive(clap::Args, Debug, Default, Clone, Deserialize)]
 #[command(after_help = AFTER_HELP)]
@@ -96,6 +98,9 @@ pub struct BenchArgs {
     /// Write the result as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report (tables and charts, nothing fetched) to this file.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
     /// A Baton agent's metrics URL (http://HOST:PORT/metrics), scraped before and after.
     #[arg(long, value_name = "URL")]
     pub server_metrics: Vec<String>,
@@ -106,6 +111,14 @@ pub struct BenchArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
+    /// Response sizes to sweep, one run each (e.g. 128,1k,4k,8k,16k,32k): the URL's `{size}`
+    /// becomes the size in bytes, and one table compares the runs.
+    #[arg(long, value_name = "SIZES", value_delimiter = ',')]
+    pub body_size: Vec<String>,
+    /// Config file only: `[sweep]` lists (body-size, suite, group, sigalg, tls-version, url)
+    /// run as a matrix, one run per combination.
+    #[arg(skip)]
+    pub sweep: Option<Sweep>,
 }
 
 const AFTER_HELP: &str = "\
@@ -125,7 +138,7 @@ Exit status: 0 when at least one request succeeded, 1 when none did (a dead or r
 target), 2 on a bad flag, config file or URL.";
 
 /// How the client resumes sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Resume {
     None,
@@ -134,8 +147,8 @@ pub enum Resume {
     Auto,
 }
 
-/// The resolved configuration (also written into the JSON result).
-#[derive(Debug, Clone, Serialize)]
+/// The resolved configuration (also written into the JSON result, and read back by `merge`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchConfig {
     pub url: String,
     pub host: String,
@@ -165,6 +178,8 @@ pub struct BenchConfig {
     pub timeout_s: f64,
     #[serde(skip)]
     pub json: Option<PathBuf>,
+    #[serde(skip)]
+    pub report: Option<PathBuf>,
     pub server_metrics: Vec<String>,
     pub workers: usize,
     #[serde(skip)]
@@ -200,17 +215,32 @@ pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 }
 
 impl BenchArgs {
-    pub fn resolve(self) -> anyhow::Result<BenchConfig> {
-        let a = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading config file {}", path.display()))?;
-                let file: BenchArgs = toml::from_str(&text)
-                    .with_context(|| format!("config file {}", path.display()))?;
-                self.over(file)
-            }
-            None => self,
+    /// The flags over the `--config` file's settings (read once: the result has no `config`).
+    pub fn load(self) -> anyhow::Result<BenchArgs> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
         };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let file: BenchArgs =
+            toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
+        Ok(BenchArgs {
+            config: None,
+            ..self.over(file)
+        })
+    }
+
+    /// Everything swept: the `--body-size` flag and the config file's `[sweep]`.
+    pub fn sweep(&self) -> Sweep {
+        let mut s = self.sweep.clone().unwrap_or_default();
+        if !self.body_size.is_empty() {
+            s.body_size = self.body_size.clone();
+        }
+        s
+    }
+
+    pub fn resolve(self) -> anyhow::Result<BenchConfig> {
+        let a = self.load()?;
         let url = a
             .url
             .clone()
@@ -317,6 +347,7 @@ impl BenchArgs {
             source_ips: a.source_ip,
             timeout_s,
             json: a.json,
+            report: a.report,
             server_metrics: a.server_metrics,
             workers: a
                 .workers
@@ -360,9 +391,12 @@ impl BenchArgs {
             source_ip: list(self.source_ip, f.source_ip),
             timeout: self.timeout.or(f.timeout),
             json: self.json.or(f.json),
+            report: self.report.or(f.report),
             server_metrics: list(self.server_metrics, f.server_metrics),
             workers: self.workers.or(f.workers),
             quiet: self.quiet || f.quiet,
+            body_size: list(self.body_size, f.body_size),
+            sweep: self.sweep.or(f.sweep),
         }
     }
 }

@@ -5,15 +5,24 @@
 //! `accounting` (full/resumed/refused, and dealing connections to clients so mixes are exact),
 //! `transaction` (one connection, phase by phase), `http1` (response framing, sans-IO),
 //! `runner` (closed and open loop), `stats` (counters, histograms), `scrape` (server
-//! metrics), `report` (JSON and the human summary).
+//! metrics), `report` (JSON and the human summary), `html` + `svg` (the HTML report), `merge`
+//! (runs of several machines as one), `search` + `find_max` (the highest rate at zero loss),
+//! `cli` (the subcommands).
 
 mod accounting;
+mod cli;
 mod config;
+mod find_max;
+mod html;
 mod http1;
+mod merge;
 mod report;
 mod runner;
 mod scrape;
+mod search;
 mod stats;
+mod svg;
+mod sweep;
 mod tls;
 mod transaction;
 
@@ -24,26 +33,117 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+pub use cli::{BenchCli, BenchCommand, MergeArgs};
 pub use config::{BenchArgs, BenchConfig};
+pub use find_max::FindMaxArgs;
 pub use report::Report;
+
+/// `baton bench ...`: a run, or one of its subcommands.
+pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        None => run(cli.args),
+        Some(BenchCommand::Merge(m)) => merge_files(m),
+        Some(BenchCommand::FindMax(f)) => find_max::find_max(*f),
+    }
+}
+
+/// `baton bench merge`: reads the runs, prints the merged summary, writes `--out`.
+pub fn merge_files(a: MergeArgs) -> anyhow::Result<ExitCode> {
+    let mut runs = Vec::new();
+    for path in &a.runs {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let r: Report = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{}: not a baton bench --json result", path.display()))?;
+        runs.push(r);
+    }
+    let merged = merge::merge(&runs)?;
+    if !a.quiet {
+        print!("{}", report::human(&merged));
+    }
+    write_outputs(&merged, a.out.as_deref(), a.report.as_deref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the JSON and the HTML report, each when asked for.
+fn write_outputs(
+    r: &Report,
+    json: Option<&std::path::Path>,
+    html: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_vec_pretty(r)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = html {
+        std::fs::write(path, html::render(r))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
 
 /// `baton bench`: runs, prints the summary, writes `--json`. Exit code 1 when no transaction
 /// succeeded, so scripts notice a dead target.
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let args = args.load()?;
+    let sweep = args.sweep();
+    if !sweep.is_empty() {
+        return run_sweep(args, &sweep);
+    }
     let cfg = Arc::new(args.resolve()?);
     let report = execute(cfg.clone())?;
     // the summary first: a run is not lost to an unwritable --json path
     if !cfg.quiet {
         print!("{}", report::human(&report));
     }
-    if let Some(path) = &cfg.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_outputs(&report, cfg.json.as_deref(), cfg.report.as_deref())?;
     Ok(if report.requests.ok == 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// A matrix of runs (`--body-size`, `[sweep]`): one after the other, one table at the end;
+/// `--json` holds every run. Exit code 1 when some run had no successful request.
+fn run_sweep(args: BenchArgs, sweep: &sweep::Sweep) -> anyhow::Result<ExitCode> {
+    let cells = sweep.cells();
+    let quiet = args.quiet;
+    let (json, html) = (args.json.clone(), args.report.clone());
+    if html.is_some() {
+        anyhow::bail!("--report is for one run; a sweep writes its table and --json");
+    }
+    let mut results = Vec::new();
+    for (i, cell) in cells.iter().enumerate() {
+        let mut cfg = sweep::apply(&args, cell)?.resolve()?;
+        cfg.quiet = true;
+        let what: Vec<String> = cell.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        if !quiet {
+            eprintln!("run {}/{}: {}", i + 1, cells.len(), what.join(", "));
+        }
+        results.push((cell.clone(), execute(Arc::new(cfg))?));
+    }
+    if !quiet {
+        print!("{}", sweep::table(&results));
+    }
+    if let Some(path) = json {
+        let runs: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(cell, r)| {
+                let axes: BTreeMap<&str, &str> =
+                    cell.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                serde_json::json!({ "sweep": axes, "report": r })
+            })
+            .collect();
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&serde_json::json!({ "runs": runs }))?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if results.iter().all(|(_, r)| r.requests.ok > 0) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     })
 }
 

@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::BenchConfig;
 use crate::scrape::Sample;
-use crate::stats::{raw, summary, ErrorClass, RawHistogram, Stats, Summary, PHASES};
+use crate::stats::{raw, summary, ErrorClass, RawHistogram, Stats, Summary, PHASES, TIMELINE_MS};
 
-#[derive(Debug, Serialize)]
+/// One run's result, or several runs merged (`bench merge` reads it back, so it round-trips).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub url: String,
     pub handshakes: Handshakes,
@@ -20,7 +21,7 @@ pub struct Report {
     /// Completed handshakes by what they agreed on: "version suite group" (group `-` for a
     /// TLS 1.2 resumption, which has no key exchange).
     pub negotiated: BTreeMap<String, u64>,
-    pub latency_ms: BTreeMap<&'static str, Summary>,
+    pub latency_ms: BTreeMap<String, Summary>,
     /// Transactions per second (connections that completed their requests).
     pub tps: f64,
     /// Successful requests per second.
@@ -35,10 +36,33 @@ pub struct Report {
     /// Server counters scraped before and after (`--server-metrics`), per URL: the deltas.
     pub server: BTreeMap<String, Sample>,
     /// Raw latency histograms per phase, for exact merging (`bench merge`).
-    pub histograms: BTreeMap<&'static str, RawHistogram>,
+    pub histograms: BTreeMap<String, RawHistogram>,
+    /// Transactions ended per interval since the start (throughput over time).
+    #[serde(default)]
+    pub timeline: Timeline,
+    /// Set when this is several runs merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Merged>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timeline {
+    pub interval_ms: u64,
+    /// Transactions completed in each interval.
+    pub completed: Vec<u64>,
+    /// Transactions failed in each interval.
+    pub failed: Vec<u64>,
+}
+
+/// What a merged report was made of.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Merged {
+    pub runs: u64,
+    /// The runs' URLs, each once.
+    pub urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handshakes {
     pub full: u64,
     pub resumed: u64,
@@ -46,7 +70,7 @@ pub struct Handshakes {
     pub failed: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Requests {
     pub ok: u64,
     pub failed: u64,
@@ -87,7 +111,7 @@ pub fn build(
         latency_ms: PHASES
             .iter()
             .zip(s.latency.iter())
-            .map(|(p, h)| (*p, summary(h)))
+            .map(|(p, h)| (p.to_string(), summary(h)))
             .collect(),
         tps: per_s(completed),
         rps: per_s(s.requests_ok),
@@ -100,8 +124,14 @@ pub fn build(
         histograms: PHASES
             .iter()
             .zip(s.latency.iter())
-            .map(|(p, h)| (*p, raw(h)))
+            .map(|(p, h)| (p.to_string(), raw(h)))
             .collect(),
+        timeline: Timeline {
+            interval_ms: TIMELINE_MS,
+            completed: s.timeline.iter().map(|x| x[0]).collect(),
+            failed: s.timeline.iter().map(|x| x[1]).collect(),
+        },
+        merged: None,
     }
 }
 
@@ -113,6 +143,9 @@ pub fn human(r: &Report) -> String {
         .tls_version
         .as_deref()
         .map_or("TLS 1.2+1.3".to_string(), |v| format!("TLS {v}"));
+    if let Some(m) = &r.merged {
+        let _ = writeln!(o, "baton bench merge: {} runs", m.runs);
+    }
     let _ = writeln!(
         o,
         "baton bench {}  {} connections, {} clients, {} req/conn, {}, resume {}, 1 full every {}{}",
@@ -180,7 +213,7 @@ pub fn human(r: &Report) -> String {
     );
     for (phase, s) in PHASES
         .iter()
-        .filter_map(|p| Some((p, r.latency_ms.get(p)?)))
+        .filter_map(|p| Some((p, r.latency_ms.get(*p)?)))
     {
         let _ = writeln!(
             o,

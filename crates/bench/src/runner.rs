@@ -60,6 +60,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
                 .then(|| cfg.source_ips[c as usize % cfg.source_ips.len()]),
             request: request.clone(),
             buf: vec![0; READ_BUF].into_boxed_slice(),
+            start,
         };
         let my_share = cfg
             .connections
@@ -77,14 +78,17 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
                 let due = match cfg.rate {
                     Some(r) => {
                         let i = global_index(clients, cfg.full_every, c, m);
-                        let due = start + Duration::from_secs_f64(i as f64 / r);
-                        tokio::time::sleep_until(due).await;
-                        due
+                        start + Duration::from_secs_f64(i as f64 / r)
                     }
                     None => Instant::now(),
                 };
+                // before sleeping: a client whose next turn falls after the end must not hold
+                // the run open until then (at a low rate with many clients, many seconds)
                 if deadline.is_some_and(|d| due >= d) {
                     break;
+                }
+                if cfg.rate.is_some() {
+                    tokio::time::sleep_until(due).await;
                 }
                 if m.is_multiple_of(cfg.full_every) {
                     client.sessions.forget();

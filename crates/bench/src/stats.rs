@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::accounting::{settle, End, Handshake, Negotiated};
 
 /// Why a transaction failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorClass {
     /// TCP connect refused or unreachable.
@@ -49,7 +49,14 @@ pub struct Stats {
     pub transactions: u64,
     /// connect, handshake, ttfb, total (microseconds)
     pub latency: [Histogram<u64>; 4],
+    /// Transactions that ended in each [`TIMELINE_MS`] interval since the run started:
+    /// `[completed, failed]` (the report's throughput over time).
+    pub timeline: Vec<[u64; 2]>,
 }
+
+/// Width of one timeline interval: fine enough to chart a one-second run, and an hour-long one
+/// is 36,000 pairs.
+pub const TIMELINE_MS: u64 = 100;
 
 impl Default for Stats {
     fn default() -> Self {
@@ -71,6 +78,7 @@ impl Default for Stats {
             examples: BTreeMap::new(),
             transactions: 0,
             latency: [h(), h(), h(), h()],
+            timeline: Vec::new(),
         }
     }
 }
@@ -112,6 +120,15 @@ impl Stats {
             }
             e.insert(detail);
         }
+    }
+
+    /// Counts a transaction that ended `since_start` after the run began.
+    pub fn ended(&mut self, since_start: Duration, completed: bool) {
+        let i = (since_start.as_millis() as u64 / TIMELINE_MS) as usize;
+        if self.timeline.len() <= i {
+            self.timeline.resize(i + 1, [0, 0]);
+        }
+        self.timeline[i][usize::from(!completed)] += 1;
     }
 
     pub fn error(&mut self, class: ErrorClass) {
@@ -157,11 +174,23 @@ impl Stats {
         for (a, b) in self.latency.iter_mut().zip(o.latency.iter()) {
             let _ = a.add(b);
         }
+        add_timelines(&mut self.timeline, &o.timeline);
+    }
+}
+
+/// Adds `b` into `a` interval by interval (runs aligned at their start).
+pub fn add_timelines(a: &mut Vec<[u64; 2]>, b: &[[u64; 2]]) {
+    if a.len() < b.len() {
+        a.resize(b.len(), [0, 0]);
+    }
+    for (x, y) in a.iter_mut().zip(b) {
+        x[0] += y[0];
+        x[1] += y[1];
     }
 }
 
 /// Percentiles of one phase, in milliseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub p50: f64,
     pub p90: f64,
@@ -196,20 +225,22 @@ pub const SIGNIFICANT_FIGURES: u8 = 3;
 /// an empty histogram of the same bounds and precision lands every count in the same bucket,
 /// so adding the pairs of several runs gives exactly the histogram of all of them: percentiles
 /// of merged runs are exact, not averages of percentiles.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RawHistogram {
-    pub format: &'static str,
-    pub unit: &'static str,
+    pub format: String,
+    pub unit: String,
     pub lowest: u64,
     pub highest: u64,
     pub significant_figures: u8,
     pub counts: Vec<[u64; 2]>,
 }
 
+pub const RAW_FORMAT: &str = "hdrhistogram-value-count-pairs";
+
 pub fn raw(h: &Histogram<u64>) -> RawHistogram {
     RawHistogram {
-        format: "hdrhistogram-value-count-pairs",
-        unit: "us",
+        format: RAW_FORMAT.into(),
+        unit: "us".into(),
         lowest: LOWEST_US,
         highest: HIGHEST_US,
         significant_figures: SIGNIFICANT_FIGURES,
@@ -218,6 +249,31 @@ pub fn raw(h: &Histogram<u64>) -> RawHistogram {
             .map(|v| [v.value_iterated_to(), v.count_at_value()])
             .collect(),
     }
+}
+
+/// Rebuilds a histogram from its JSON form; refuses one of other bounds or precision, whose
+/// buckets would not line up (the merge would no longer be exact).
+pub fn from_raw(r: &RawHistogram) -> anyhow::Result<Histogram<u64>> {
+    if r.format != RAW_FORMAT
+        || r.unit != "us"
+        || (r.lowest, r.highest, r.significant_figures)
+            != (LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+    {
+        anyhow::bail!(
+            "histogram `{}` in {} from {} to {} at {} significant figures: this baton reads \
+             {RAW_FORMAT} in us from {LOWEST_US} to {HIGHEST_US} at {SIGNIFICANT_FIGURES}",
+            r.format,
+            r.unit,
+            r.lowest,
+            r.highest,
+            r.significant_figures
+        );
+    }
+    let mut h = Histogram::new_with_bounds(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)?;
+    for &[v, c] in &r.counts {
+        h.record_n(v, c)?;
+    }
+    Ok(h)
 }
 
 #[cfg(test)]
@@ -249,9 +305,9 @@ mod tests {
         let mut rebuilt =
             Histogram::<u64>::new_with_bounds(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES).unwrap();
         for run in [&a, &b] {
-            for [v, c] in raw(&run.latency[3]).counts {
-                rebuilt.record_n(v, c).unwrap();
-            }
+            rebuilt
+                .add(from_raw(&raw(&run.latency[3])).unwrap())
+                .unwrap();
         }
         assert!(rebuilt == m.latency[3]);
         for q in [0.5, 0.9, 0.99, 0.999, 1.0] {
@@ -260,5 +316,21 @@ mod tests {
                 m.latency[3].value_at_quantile(q)
             );
         }
+    }
+
+    #[test]
+    fn timeline_counts_by_interval_and_adds() {
+        let mut a = Stats::default();
+        a.ended(Duration::from_millis(5), true);
+        a.ended(Duration::from_millis(250), false);
+        a.ended(Duration::from_millis(299), true);
+        assert_eq!(a.timeline, vec![[1, 0], [0, 0], [1, 1]]);
+        let mut b = Stats::default();
+        b.ended(Duration::from_millis(120), true);
+        a.merge(&b);
+        assert_eq!(a.timeline, vec![[1, 0], [1, 0], [1, 1]]);
+        let mut other = raw(&a.latency[0]);
+        other.significant_figures = 2;
+        assert!(from_raw(&other).is_err());
     }
 }

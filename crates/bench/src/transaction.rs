@@ -41,6 +41,8 @@ pub struct Client {
     pub request: Bytes,
     /// Read buffer, reused by every transaction of this client.
     pub buf: Box<[u8]>,
+    /// When the run started (the timeline counts from here).
+    pub start: Instant,
 }
 
 impl Client {
@@ -48,11 +50,14 @@ impl Client {
     /// latency is measured from there (in open loop, later than now if the client fell behind).
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
         let mut end = End::default();
-        if let Err(f) = self.run(stats, &mut end).await {
+        let result = self.run(stats, &mut end).await;
+        let now = Instant::now();
+        stats.ended(now - self.start, result.is_ok());
+        if let Err(f) = result {
             end.error = Some(f.class);
             stats.example(f.class, f.detail);
         } else {
-            stats.latency(3, Instant::now() - due);
+            stats.latency(3, now - due);
         }
         stats.finish(&end, self.cfg.requests_per_conn);
     }

@@ -20,7 +20,7 @@ enum Command {
     /// Terminate TLS 1.2/1.3 and serve HTTP (built-in responder or reverse proxy).
     Agent(Box<baton_agent::AgentArgs>),
     /// Measure TLS transactions per second of any TLS server.
-    Bench(Box<baton_bench::BenchArgs>),
+    Bench(Box<baton_bench::BenchCli>),
     /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
     Dispatch(Box<baton_dispatch::DispatchArgs>),
     /// Local clusters under load, side by side: round robin with and without shared sessions,
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
-        Command::Bench(args) => baton_bench::run(*args),
+        Command::Bench(args) => baton_bench::main(*args),
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
