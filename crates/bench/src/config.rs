@@ -132,7 +132,12 @@ by_status), errors by class (connect, tls, timeout, http, io, closed) and the fi
 each (error_examples), latency_ms per phase (connect, handshake, ttfb, total: p50 p90 p99
 p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
 --server-metrics deltas, and raw histograms (microseconds, [value, count] pairs of HdrHistogram
-buckets, 3 significant figures) that add up exactly across runs.
+buckets, 3 significant figures) that add up exactly across runs, and a timeline (transactions
+completed and failed per 100 ms). --report FILE.html: the same as one self-contained page.
+
+--body-size LIST (URL with {size}) or a [sweep] table in --config: a matrix of runs, one table.
+Subcommands: `baton bench merge RUN.json...` (several machines' runs as one, exactly) and
+`baton bench find-max URL` (the highest rate at zero loss in a steady state); see their --help.
 
 Exit status: 0 when at least one request succeeded, 1 when none did (a dead or refusing
 target), 2 on a bad flag, config file or URL.";

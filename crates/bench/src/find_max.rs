@@ -121,6 +121,9 @@ pub fn find_max(mut a: FindMaxArgs) -> anyhow::Result<ExitCode> {
     if a.bench.rate.is_some() || a.bench.connections.is_some() || a.bench.duration.is_some() {
         bail!("find-max chooses the rate and holds each step for --steady: no --rate, -n or -d");
     }
+    if !a.bench.sweep().is_empty() {
+        bail!("find-max measures one setting: run it once per size, suite or key");
+    }
     let steady = parse_duration(&a.steady)?;
     let criteria = Criteria {
         max_loss: percent(&a.max_loss, "max-loss")?,

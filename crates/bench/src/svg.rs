@@ -278,8 +278,10 @@ fn axes(o: &mut String, x: Scale, y: Scale, x_label: &dyn Fn(f64) -> String, y_u
     }
     let _ = write!(
         o,
-        r##"<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{b:.0}" stroke="#444"/><line x1="{LEFT}" x2="{:.0}" y1="{b:.0}" y2="{b:.0}" stroke="#444"/><text x="12" y="{TOP}" class="tick">{}</text>"##,
+        r##"<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{b:.0}" stroke="#444"/><line x1="{LEFT}" x2="{:.0}" y1="{b:.0}" y2="{b:.0}" stroke="#444"/><text x="{:.0}" y="{:.0}" class="tick">{}</text>"##,
         WIDTH - RIGHT,
+        LEFT + 6.0,
+        TOP - 4.0,
         esc(y_unit),
         b = HEIGHT - BOTTOM
     );

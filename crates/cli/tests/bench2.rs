@@ -394,4 +394,7 @@ fn sweeps_run_a_matrix_into_one_table() {
     let url = agent.url("/");
     let out = baton(&["bench", &url, "--body-size", "1k", "--insecure"]);
     assert_eq!(out.status.code(), Some(2));
+    // find-max measures one setting
+    let out = baton(&["bench", "find-max", &url, "--body-size", "1k", "--insecure"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
 }
