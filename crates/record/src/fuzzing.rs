@@ -8,7 +8,9 @@ use zeroize::Zeroizing;
 use crate::key_schedule::TrafficSecret;
 use crate::keys::{DirectionSecrets, SessionKeys};
 use crate::layer::{RecordLayer, MAX_PENDING_TLS, PLAINTEXT_LIMIT};
+use crate::message::ContentType;
 use crate::protocol::Role;
+use crate::sealer::Sealer;
 use crate::suite::{Suite, Version};
 use crate::INPUT_LIMIT;
 
@@ -116,9 +118,12 @@ pub fn feed(layer: &mut RecordLayer, data: &[u8], chunk: usize) -> (Vec<u8>, boo
     (plaintext, false)
 }
 
-/// The fuzz target: the first byte picks version, suite, role and chunking; the rest is fed
-/// as the peer's ciphertext (it must never panic or break a bound), then sealed by a real
-/// peer as plaintext, which must come out unchanged whatever the chunking.
+/// The fuzz target: the first byte picks version, suite and chunking; the rest is fed
+/// 1. as the peer's ciphertext, to both ends (it must never panic or break a bound);
+/// 2. as a script of records (type, length, body) that a peer with the right keys seals, so
+///    that alerts, handshake fragments and KeyUpdates reach the protocol logic behind the
+///    AEAD (again: no panic, bounds kept);
+/// 3. as plaintext through a real peer, which must come out unchanged whatever the chunking.
 pub fn record(data: &[u8]) {
     let Some((&selector, rest)) = data.split_first() else {
         return;
@@ -131,7 +136,11 @@ pub fn record(data: &[u8]) {
     feed(&mut server, rest, chunk);
     feed(&mut client, rest, chunk);
 
-    // 2. the bytes as plaintext, through a real peer, possibly with KeyUpdates between
+    // 2. the bytes as a script of authenticated records
+    let (mut server, _) = pair(version, suite);
+    feed(&mut server, &sealed_script(version, suite, rest), chunk);
+
+    // 3. the bytes as plaintext, through a real peer, possibly with KeyUpdates between
     let (mut server, mut client) = pair(version, suite);
     let mut wire = Vec::new();
     for (i, part) in rest.chunks(4096).enumerate() {
@@ -153,4 +162,22 @@ pub fn record(data: &[u8]) {
     assert!(!failed, "{:?}", server.error());
     assert_eq!(plaintext, rest);
     assert!(server.peer_closed());
+}
+
+/// Reads `script` as records (content type byte, length byte, that many body bytes) and seals
+/// each as the client of [`pair`] would, at consecutive sequence numbers under its first key
+/// (so a KeyUpdate in the script makes the following records fail to decrypt, as they should).
+pub fn sealed_script(version: Version, suite: Suite, script: &[u8]) -> Vec<u8> {
+    let secrets = direction(version, suite, 0x22, 1);
+    let sealer = Sealer::new(version, suite, &secrets.key, &secrets.iv, 1).expect("valid keys");
+    let mut wire = Vec::new();
+    let mut rest = script;
+    let mut seq = 1;
+    while let [typ, len, tail @ ..] = rest {
+        let len = usize::from(*len).min(tail.len());
+        let _ = sealer.seal_with_seq(seq, ContentType(*typ), &tail[..len], &mut wire);
+        seq += 1;
+        rest = &tail[len..];
+    }
+    wire
 }
