@@ -304,8 +304,9 @@ fn find_max_converges_under_a_cpu_cap() {
     // every repeat kept up with the offered rate (>= 95 %) and an open loop cannot complete
     // more than it offers: the repeats agree within a few percent by construction
     assert!(spread < 10.0, "spread {spread} %");
+    // (at most one transaction more than the rate in a one-second step)
     assert!(
-        tps.iter().all(|t| *t >= 0.95 * rate && *t <= 1.1 * rate),
+        tps.iter().all(|t| *t >= 0.95 * rate && *t <= rate + 1.0),
         "{tps:?} at {rate}"
     );
     let steps = j["steps"].as_array().unwrap();
