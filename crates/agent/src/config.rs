@@ -126,6 +126,18 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N")]
     pub agent_id: Option<u16>,
 
+    /// Take part in session migration (CSSL-SF, `baton dispatch --policy handoff`): hand a
+    /// finished handshake's session to the home agent the dispatcher names, and import sessions
+    /// handed to this agent. Needs --cluster-key-file (it seals the session objects). Only for
+    /// agents reachable from the dispatcher alone. Default false.
+    #[arg(long, value_name = "BOOL")]
+    pub handoff: Option<bool>,
+
+    /// Longest a migration step may take (the dispatcher's freeze, its verdict) before the
+    /// handshake agent gives up on it. Default 2s.
+    #[arg(long, value_name = "DURATION")]
+    pub handoff_timeout: Option<HumanDuration>,
+
     /// Bytes returned by `GET /` from the built-in responder. Default 1024.
     #[arg(long, value_name = "N")]
     pub body_size: Option<usize>,
@@ -293,6 +305,8 @@ fn store_kind(
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub listen: Vec<SocketAddr>,
+    pub handoff: bool,
+    pub handoff_timeout: Duration,
     pub store: StoreKind,
     pub cluster_key_file: Option<PathBuf>,
     pub store_wait: Duration,
@@ -357,7 +371,7 @@ impl AgentArgs {
         pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer;
             store, peer_listen, cluster_key_file, store_wait,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
-            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, body_size,
+            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, body_size,
             max_bytes, upstream, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
     }
@@ -385,7 +399,13 @@ impl AgentArgs {
         if store != StoreKind::Memory && self.cluster_key_file.is_none() {
             bail!("--store peers/redis needs --cluster-key-file (the key sealing shared sessions)");
         }
+        let handoff = self.handoff.unwrap_or(false);
+        if handoff && self.cluster_key_file.is_none() {
+            bail!("--handoff needs --cluster-key-file (the key sealing migrated sessions)");
+        }
         let config = AgentConfig {
+            handoff,
+            handoff_timeout: dur(self.handoff_timeout, 2),
             store,
             cluster_key_file: self.cluster_key_file,
             store_wait: self.store_wait.map_or(Duration::from_millis(20), |d| d.0),

@@ -13,9 +13,11 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
 use crate::certs::subject_of;
+use crate::handoff::{self, export::Exported};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::metrics::{FailureReason, Version};
@@ -43,6 +45,32 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             }
         }
     }
+    // Session migration: the dispatcher opens a stream with a handoff frame. An Offer asks
+    // this agent to hand the session on after the handshake; an Import carries a session to
+    // continue here instead of a handshake.
+    let mut offer = None;
+    if cfg.handoff {
+        match tokio::time::timeout_at(deadline, read_handoff_frame(&mut tcp)).await {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(Frame::Offer { home }))) => offer = Some(home),
+            Ok(Ok(Some(Frame::Import(sealed)))) => {
+                if let Some((stream, info)) =
+                    handoff::import::import(tcp, peer, &sealed, &shared).await
+                {
+                    serve_stream(stream, info, &shared).await;
+                }
+                return;
+            }
+            Ok(Ok(Some(_)) | Err(_)) => {
+                metrics.failure(FailureReason::Malformed);
+                return;
+            }
+            Err(_) => {
+                metrics.failure(FailureReason::Timeout);
+                return;
+            }
+        }
+    }
     match tokio::time::timeout_at(deadline, refuse_legacy_client(&tcp)).await {
         Ok(Ok(false)) => {}
         Ok(Ok(true)) => {
@@ -56,6 +84,17 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             return;
         }
     }
+    // A connection that may migrate wants its TLS 1.3 traffic secrets kept (for KeyUpdate
+    // after the move); the key log finds them by the ClientHello's random.
+    let expected = match offer {
+        Some(_) => {
+            let mut head = [0u8; 64];
+            let n = tcp.peek(&mut head).await.unwrap_or(0);
+            handoff::secrets::client_random(&head[..n])
+                .and_then(|random| shared.tls.secret_log().expect(random))
+        }
+        None => None,
+    };
     let io = ConnIo::new(tcp, metrics.clone(), cfg.idle_timeout);
     let acceptor = TlsAcceptor::from(shared.tls.config());
     let stream = match tokio::time::timeout_at(deadline, acceptor.accept(io)).await {
@@ -107,44 +146,128 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
     };
     let h2 = info.alpn.as_deref() == Some("h2");
+    let mut stream = stream;
+    let mut ahead = bytes::Bytes::new();
+    if let Some(home) = offer {
+        match handoff::export::hand_off(stream, home, expected, &info, &shared).await {
+            Exported::Migrated | Exported::Closed => return,
+            Exported::ServeHere(migrated) => return serve_stream(*migrated, info, &shared).await,
+            Exported::Keep(kept, plain) => {
+                stream = *kept;
+                ahead = plain.into();
+            }
+        }
+    }
 
     // hyper allocates ~16 KiB of buffers per connection as soon as it starts, so it starts only
     // once the client has sent something: connections that idle after the handshake (browser
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
-    let mut stream = stream;
-    if !request_waiting(&mut stream, &shared.draining).await {
+    if ahead.is_empty() && !request_waiting(&mut stream, &shared.draining).await {
         return;
     }
-    let draining = shared.draining.clone();
-    let result = if h2 {
-        let info = Arc::new(info);
-        let http = shared.http.clone();
-        let service = service_fn(move |req| http.clone().handle(info.clone(), req));
-        let io = TokioIo::new(stream);
-        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            .max_header_list_size(cfg.max_header_bytes as u32)
-            .max_concurrent_streams(256)
-            .max_pending_accept_reset_streams(64);
-        // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
-        let mut conn = Box::pin(builder.serve_connection(io, service));
-        tokio::select! {
-            r = conn.as_mut() => r,
-            _ = draining.cancelled() => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
-        }
+    if h2 {
+        serve_h2(
+            Prefixed {
+                ahead,
+                inner: stream,
+            },
+            info,
+            &shared,
+        )
+        .await
     } else {
         // Not boxed: this future lives as long as the connection, so a box would only add to
         // what every idle keep-alive connection holds.
-        return serve_http1(stream, info, shared, peer).await;
+        serve_http1(stream, ahead, info, shared, peer).await
+    }
+}
+
+/// HTTP/2 over any established TLS stream.
+async fn serve_h2<S>(stream: S, info: ConnInfo, shared: &Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let cfg = &shared.config;
+    let peer = info.peer;
+    let info = Arc::new(info);
+    let http = shared.http.clone();
+    let service = service_fn(move |req| http.clone().handle(info.clone(), req));
+    let io = TokioIo::new(stream);
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_header_list_size(cfg.max_header_bytes as u32)
+        .max_concurrent_streams(256)
+        .max_pending_accept_reset_streams(64);
+    // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
+    let mut conn = Box::pin(builder.serve_connection(io, service));
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = shared.draining.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
+}
+
+/// HTTP/1.1 (keep-alive, pipelining) or HTTP/2 by ALPN over a migrated connection. Unlike
+/// rustls streams, these are not parked between requests: a migrated connection is one that
+/// carries bulk traffic, and its record layer has no buffers to give back.
+async fn serve_stream<S>(stream: S, info: ConnInfo, shared: &Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    if info.alpn.as_deref() == Some("h2") {
+        return serve_h2(stream, info, shared).await;
+    }
+    let cfg = &shared.config;
+    let peer = info.peer;
+    let info = Arc::new(info);
+    let http = shared.http.clone();
+    let service = service_fn(move |req| http.clone().handle(info.clone(), req));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_timeout)
+        .max_headers(cfg.max_headers)
+        .max_header_size(cfg.max_header_bytes)
+        .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
+    let mut conn = Box::pin(builder.serve_connection(TokioIo::new(stream), service));
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = shared.draining.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "migrated connection ended with an error");
+    }
+}
+
+/// Reads a handoff frame if the stream starts with one (`None` if it starts with anything
+/// else, which is left unread). Bounded by the frame format (64 KiB).
+async fn read_handoff_frame(tcp: &mut TcpStream) -> std::io::Result<Option<Frame>> {
+    use tokio::io::AsyncReadExt;
+    let mut first = [0u8; 1];
+    if tcp.peek(&mut first).await? == 0 || first[0] != handoff_wire::FRAME_TYPE {
+        return Ok(None);
+    }
+    let mut header = [0u8; 5];
+    tcp.read_exact(&mut header).await?;
+    let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+    let mut frame = header.to_vec();
+    frame.resize(5 + len, 0);
+    tcp.read_exact(&mut frame[5..]).await?;
+    let bad = |e: handoff_wire::HandoffError| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+    };
+    let split = handoff_wire::Splitter::new().split(&frame).map_err(bad)?;
+    Ok(split.frame)
 }
 
 /// `protocol_version` alert, TLS 1.0 record framing (what a TLS 1.0/1.1 client reads).
@@ -183,7 +306,7 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
         && head[9] == 0x03
 }
 
-type Tls = TlsStream<ConnIo<TcpStream>>;
+pub(crate) type Tls = TlsStream<ConnIo<TcpStream>>;
 
 /// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
 /// socket is readable and what arrived decrypts to some) or the peer closed. `false` when the
@@ -216,7 +339,13 @@ async fn request_waiting(stream: &mut Tls, draining: &tokio_util::sync::Cancella
 /// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream parked until the
 /// next request arrives, so an idle keep-alive connection holds only its TLS state. Bytes hyper
 /// read ahead (pipelined requests) are handed to the next one.
-async fn serve_http1(mut stream: Tls, info: ConnInfo, shared: Arc<Shared>, peer: SocketAddr) {
+async fn serve_http1(
+    mut stream: Tls,
+    mut ahead: bytes::Bytes,
+    info: ConnInfo,
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+) {
     let cfg = &shared.config;
     let info = Arc::new(info);
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -227,7 +356,6 @@ async fn serve_http1(mut stream: Tls, info: ConnInfo, shared: Arc<Shared>, peer:
         .max_header_size(cfg.max_header_bytes)
         // Bounds what one connection may buffer (pipelined requests, body reads).
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
-    let mut ahead = bytes::Bytes::new();
     loop {
         if ahead.is_empty() && !request_waiting(&mut stream, &shared.draining).await {
             return;

@@ -5,12 +5,14 @@
 //! Layout: `config` (flags + TOML), `policy` (versions, suites, groups), `certs` + `resolver`
 //! (which certificate for which hello), `sessions` (rustls' session seams over
 //! `baton-session`), `metering` (crypto CPU-seconds), `tls` (the `ServerConfig`), `io` (idle
-//! timeout, byte counts), `conn` (one connection), `http` + `proxy` (what is served), `server`
+//! timeout, byte counts), `conn` (one connection), `handoff` (session migration: export,
+//! import, the migrated stream), `http` + `proxy` (what is served), `server`
 //! (listeners, signals), `metrics`.
 
 mod certs;
 mod config;
 mod conn;
+mod handoff;
 mod http;
 mod io;
 pub mod metering;

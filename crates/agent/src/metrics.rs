@@ -112,6 +112,8 @@ pub struct Metrics {
     requests: [AtomicU64; 5],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// Session migration (CSSL-SF).
+    pub handoff: crate::handoff::metrics::HandoffMetrics,
     /// The session store, for its size and hit counters.
     store: Mutex<Option<Arc<dyn SessionStore>>>,
 }
@@ -227,6 +229,8 @@ impl Metrics {
                 r.label()
             );
         }
+
+        self.handoff.render(&mut out);
 
         family(
             &mut out,

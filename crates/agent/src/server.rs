@@ -22,6 +22,8 @@ pub struct Shared {
     pub config: AgentConfig,
     pub tls: Tls,
     pub metrics: Arc<Metrics>,
+    /// Imports of migrated sessions (replay guard).
+    pub importer: crate::handoff::import::Importer,
     pub http: Arc<HttpService>,
     /// Cancelled on SIGTERM: listeners stop, connections finish their current request.
     pub draining: CancellationToken,
@@ -60,6 +62,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         config,
         tls,
         metrics: metrics.clone(),
+        importer: Default::default(),
         http,
         draining: draining.clone(),
     });

@@ -17,16 +17,14 @@ pub struct Opened {
 }
 
 pub async fn open(cfg: &AgentConfig) -> anyhow::Result<Opened> {
-    if cfg.session_cache_size == 0 {
-        return Ok(Opened {
-            store: None,
-            ring: None,
-        });
-    }
+    // The ring also seals migrated sessions, so it is opened even without a store.
     let ring = match &cfg.cluster_key_file {
         Some(path) => Some(Arc::new(RwLock::new(read_ring(path)?))),
         None => None,
     };
+    if cfg.session_cache_size == 0 {
+        return Ok(Opened { store: None, ring });
+    }
     let store: Arc<dyn SessionStore> = match (&cfg.store, &ring) {
         (StoreKind::Memory, _) => Arc::new(MemoryStore::new(
             cfg.session_cache_size,

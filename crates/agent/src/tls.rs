@@ -16,6 +16,7 @@ use rustls::ServerConfig;
 
 use crate::certs::{self, CertEntry};
 use crate::config::{AgentConfig, ClientAuth};
+use crate::handoff::SecretLog;
 use crate::metrics::Metrics;
 use crate::policy::{self, Policy};
 use crate::resolver::{CertStore, Resolver};
@@ -38,6 +39,8 @@ struct Parts {
     store: Option<Arc<dyn SessionStore>>,
     sealer: Option<Arc<TicketSealer>>,
     metrics: Arc<Metrics>,
+    /// TLS 1.3 traffic secrets of connections that may migrate (`--handoff`).
+    secret_log: Arc<SecretLog>,
 }
 
 impl Tls {
@@ -84,6 +87,7 @@ impl Tls {
             store,
             sealer,
             metrics,
+            secret_log: Arc::new(SecretLog::default()),
         };
         let config = ArcSwap::from_pointee(parts.server_config(cfg)?);
         Ok((Self { config, parts }, pems))
@@ -97,6 +101,16 @@ impl Tls {
             .iter()
             .map(|e| (e.origin.clone(), e.names.clone()))
             .collect()
+    }
+
+    /// The cluster key ring (sealing shared sessions and migrated session objects).
+    pub fn cluster_ring(&self) -> Option<&baton_session::SharedRing> {
+        self.parts.cluster_ring.as_ref()
+    }
+
+    /// Where TLS 1.3 traffic secrets of migrating connections are captured.
+    pub fn secret_log(&self) -> &Arc<SecretLog> {
+        &self.parts.secret_log
     }
 
     /// The config for the next connection.
@@ -174,6 +188,12 @@ impl Parts {
                 sealer: sealer.clone(),
                 metrics: self.metrics.clone(),
             });
+        }
+        if cfg.handoff {
+            // Migration exports key, IV and sequence numbers (rustls' extraction) and the TLS
+            // 1.3 traffic secrets (the key log, in memory only) of connections offered for it.
+            config.enable_secret_extraction = true;
+            config.key_log = self.secret_log.clone();
         }
         config.send_tls13_tickets = if self.sealer.is_some() || self.store.is_some() {
             cfg.tls13_tickets

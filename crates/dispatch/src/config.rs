@@ -25,7 +25,8 @@ pub struct DispatchArgs {
     /// 0, and must run with `--agent-id 0` for ticket affinity.
     #[arg(long, value_name = "ADDR")]
     pub agent: Vec<SocketAddr>,
-    /// round-robin, least-conn, client-ip or session. Default round-robin.
+    /// round-robin, least-conn, client-ip, session or handoff. Default round-robin. `handoff`
+    /// (CSSL-SF) needs agents run with `--handoff true` and a shared --cluster-key-file.
     #[arg(long, value_name = "POLICY")]
     pub policy: Option<Policy>,
     /// Send a PROXY protocol v2 header to agents (run them with `--proxy-protocol true`).
@@ -44,6 +45,11 @@ pub struct DispatchArgs {
     /// Time allowed to connect to an agent. Default 2s.
     #[arg(long, value_name = "SECONDS")]
     pub connect_timeout: Option<f64>,
+    /// `handoff`: time allowed for the home agent to take a migrated session (connect and
+    /// answer), and for the handshake agent's freeze; then the handshake agent keeps it.
+    /// Default 1s.
+    #[arg(long, value_name = "SECONDS")]
+    pub handoff_timeout: Option<f64>,
     /// Time between health checks of each agent. Default 0.5s; two failures in a row take an
     /// agent out, one success brings it back.
     #[arg(long, value_name = "SECONDS")]
@@ -66,6 +72,7 @@ pub struct DispatchConfig {
     pub metrics: Option<SocketAddr>,
     pub hello_timeout: Duration,
     pub connect_timeout: Duration,
+    pub handoff_timeout: Duration,
     pub health_interval: Duration,
     pub max_connections: usize,
     pub workers: usize,
@@ -106,6 +113,7 @@ impl DispatchArgs {
             metrics: args.metrics,
             hello_timeout: secs(args.hello_timeout, 10.0, "hello-timeout")?,
             connect_timeout: secs(args.connect_timeout, 2.0, "connect-timeout")?,
+            handoff_timeout: secs(args.handoff_timeout, 1.0, "handoff-timeout")?,
             health_interval: secs(args.health_interval, 0.5, "health-interval")?,
             max_connections: args.max_connections.unwrap_or(20_000).max(1),
             workers: args
@@ -127,6 +135,7 @@ impl DispatchArgs {
             metrics: self.metrics.or(file.metrics),
             hello_timeout: self.hello_timeout.or(file.hello_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            handoff_timeout: self.handoff_timeout.or(file.handoff_timeout),
             health_interval: self.health_interval.or(file.health_interval),
             max_connections: self.max_connections.or(file.max_connections),
             workers: self.workers.or(file.workers),

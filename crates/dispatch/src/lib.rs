@@ -2,9 +2,12 @@
 //! It reads a new connection's ClientHello without terminating TLS, picks an agent
 //! (`route.rs`, a pure state machine), optionally prefixes a PROXY v2 header so the agent sees
 //! the real client, and splices bytes both ways (`server.rs`). Health checks (`health.rs`) take
-//! dead agents out; counters are served as Prometheus text (`metrics.rs`).
+//! dead agents out; counters are served as Prometheus text (`metrics.rs`). With `--policy
+//! handoff` a full handshake's session moves to the client's home agent afterwards:
+//! `handoff.rs` is the shell around the protocol's state machine in `baton_wire::handoff`.
 
 mod config;
+mod handoff;
 mod health;
 mod metrics;
 pub mod route;

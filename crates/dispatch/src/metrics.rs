@@ -40,10 +40,14 @@ impl HelloOutcome {
     }
 }
 
+const HANDOFF_OUTCOMES: [&str; 4] = ["migrated", "declined", "aborted", "fell_back"];
+
 #[derive(Debug)]
 pub struct Metrics {
     /// [agent][reason]
-    routed: Vec<[AtomicU64; 4]>,
+    routed: Vec<[AtomicU64; 6]>,
+    /// [migrated, declined, aborted, fell_back]
+    handoffs: [AtomicU64; 4],
     connect_failures: Vec<AtomicU64>,
     hello: [AtomicU64; 5],
     no_agent: AtomicU64,
@@ -58,6 +62,7 @@ impl Metrics {
             routed: (0..agents).map(|_| Default::default()).collect(),
             connect_failures: (0..agents).map(|_| AtomicU64::new(0)).collect(),
             hello: Default::default(),
+            handoffs: Default::default(),
             no_agent: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
@@ -97,6 +102,16 @@ impl Metrics {
     pub fn bytes(&self, from_client: u64, to_client: u64) {
         self.bytes_in.fetch_add(from_client, Ordering::Relaxed);
         self.bytes_out.fetch_add(to_client, Ordering::Relaxed);
+    }
+
+    /// How a `handoff` connection's migration ended.
+    pub fn handoff(&self, outcome: baton_wire::handoff::Outcome) {
+        let label = crate::handoff::outcome_label(outcome);
+        let i = HANDOFF_OUTCOMES
+            .iter()
+            .position(|l| *l == label)
+            .unwrap_or(0);
+        self.handoffs[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Prometheus text; `state(agent)` gives (up, active connections).
@@ -166,6 +181,21 @@ impl Metrics {
                 "baton_dispatch_hellos_total{{outcome=\"{}\"}} {}",
                 o.label(),
                 load(&self.hello[i])
+            );
+        }
+        family(
+            &mut out,
+            "baton_dispatch_handoffs_total",
+            "counter",
+            "`handoff` connections offered for migration, by outcome: migrated to the home agent, \
+             declined (the handshake agent was home), aborted before extraction, or fell back to \
+             the handshake agent (home agent refused, failed or timed out).",
+        );
+        for (i, o) in HANDOFF_OUTCOMES.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "baton_dispatch_handoffs_total{{outcome=\"{o}\"}} {}",
+                load(&self.handoffs[i])
             );
         }
         family(

@@ -9,6 +9,9 @@
 //! - `session` (SSL session-id balancing, extended to 1.3): a resumption goes to the agent that
 //!   issued its ticket (the issuer id is in the ticket's clear header) or that holds its TLS 1.2
 //!   session id (learned from ServerHellos); anything else to the least-loaded agent.
+//! - `handoff` (CSSL-SF): every client has a *home agent* (by address, as `client-ip`). A
+//!   resumption, cheap, goes straight home; a full handshake goes to the least-loaded agent,
+//!   which then hands the session to the home agent ([`Router::home_of`], `baton_wire::handoff`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -24,6 +27,7 @@ pub enum Policy {
     LeastConn,
     ClientIp,
     Session,
+    Handoff,
 }
 
 /// Why an agent was chosen (a metrics label).
@@ -35,16 +39,22 @@ pub enum Reason {
     Ticket,
     /// `session`: the agent that holds this TLS 1.2 session id.
     SessionId,
-    /// `session`/`client-ip`: the preferred agent is down, so the least-loaded one.
+    /// `session`/`client-ip`/`handoff`: the preferred agent is down, so the least-loaded one.
     Fallback,
+    /// `handoff`: a full handshake, on the least-loaded agent (the session moves home after).
+    Handshake,
+    /// `handoff`: a resumption, straight to the client's home agent.
+    Home,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 6] = [
         Reason::Policy,
         Reason::Ticket,
         Reason::SessionId,
         Reason::Fallback,
+        Reason::Handshake,
+        Reason::Home,
     ];
 
     pub fn label(self) -> &'static str {
@@ -53,6 +63,8 @@ impl Reason {
             Reason::Ticket => "ticket",
             Reason::SessionId => "session_id",
             Reason::Fallback => "fallback",
+            Reason::Handshake => "handshake",
+            Reason::Home => "home",
         }
     }
 }
@@ -108,9 +120,28 @@ impl Router {
             Policy::Session => self
                 .by_session(hello)
                 .or_else(|| self.least_conn().map(|a| (a, Reason::Policy))),
+            Policy::Handoff => self.for_handoff(hello, client),
         }?;
         self.agents[choice.0].active += 1;
         Some(choice)
+    }
+
+    /// The client's home agent under `handoff` (and `client-ip`): `None` if it is down.
+    pub fn home_of(&self, client: IpAddr) -> Option<usize> {
+        let n = self.agents.len();
+        if n == 0 {
+            return None;
+        }
+        let home = (fnv1a(&ip_bytes(client)) % n as u64) as usize;
+        self.agents[home].healthy.then_some(home)
+    }
+
+    /// A connection counted at `from` now lives at `to` (a session migrated home).
+    pub fn moved(&mut self, from: usize, to: usize) {
+        if to < self.agents.len() {
+            self.closed(from);
+            self.agents[to].active += 1;
+        }
     }
 
     /// A connection routed to `agent` has ended.
@@ -166,15 +197,24 @@ impl Router {
     }
 
     fn by_client(&mut self, client: IpAddr) -> Option<(usize, Reason)> {
-        let n = self.agents.len();
-        if n == 0 {
-            return None;
+        match self.home_of(client) {
+            Some(home) => Some((home, Reason::Policy)),
+            None => self.least_conn().map(|a| (a, Reason::Fallback)),
         }
-        let home = (fnv1a(&ip_bytes(client)) % n as u64) as usize;
-        if self.agents[home].healthy {
-            return Some((home, Reason::Policy));
+    }
+
+    fn for_handoff(
+        &mut self,
+        hello: Option<&ClientHello>,
+        client: IpAddr,
+    ) -> Option<(usize, Reason)> {
+        if hello.is_some_and(offers_resumption) {
+            return match self.home_of(client) {
+                Some(home) => Some((home, Reason::Home)),
+                None => self.least_conn().map(|a| (a, Reason::Fallback)),
+            };
         }
-        self.least_conn().map(|a| (a, Reason::Fallback))
+        self.least_conn().map(|a| (a, Reason::Handshake))
     }
 
     fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {
@@ -205,6 +245,16 @@ impl Router {
         }
         None
     }
+}
+
+/// Whether a hello tries to resume: a PSK (TLS 1.3 ticket), a TLS 1.2 ticket, or a TLS 1.2
+/// session id (a TLS 1.3 client's session id is a random compatibility value, not a session).
+fn offers_resumption(hello: &ClientHello) -> bool {
+    hello
+        .pre_shared_key()
+        .is_some_and(|p| !p.identities.is_empty())
+        || hello.session_ticket().is_some_and(|t| !t.is_empty())
+        || !hello.offers_tls13() && !hello.session_id.is_empty()
 }
 
 fn ip_bytes(ip: IpAddr) -> Vec<u8> {
@@ -397,6 +447,44 @@ mod tests {
             r.route(Some(&h), ip("127.0.0.1")).unwrap().1,
             Reason::Fallback
         );
+    }
+
+    #[test]
+    fn handoff_spreads_handshakes_and_sends_resumptions_home() {
+        let mut r = Router::new(Policy::Handoff, 2);
+        let client = ip("127.0.0.3");
+        let home = r.home_of(client).unwrap();
+        // full handshakes from one address still alternate by load
+        let first = r.route(Some(&hello()), client).unwrap();
+        let second = r.route(Some(&hello()), client).unwrap();
+        assert_eq!(first.1, Reason::Handshake);
+        assert_ne!(first.0, second.0, "least-loaded, not by address");
+        // the one on the other agent migrates home: the load follows it
+        let away = if first.0 == home { second.0 } else { first.0 };
+        r.moved(away, home);
+        assert_eq!((r.active(home), r.active(1 - home)), (2, 0));
+        // a resumption goes straight home, whoever is less loaded
+        let mut resume = hello();
+        resume
+            .extensions
+            .push(ClientExtension::SessionTicket(vec![1, 2, 3]));
+        assert_eq!(r.route(Some(&resume), client), Some((home, Reason::Home)));
+        // a TLS 1.3 hello's random session id is not a resumption
+        let mut fresh13 = hello();
+        fresh13.session_id = vec![5; 32];
+        fresh13
+            .extensions
+            .push(ClientExtension::SupportedVersions(vec![
+                baton_wire::ProtocolVersion::TLSV1_3,
+            ]));
+        assert_eq!(
+            r.route(Some(&fresh13), client).unwrap().1,
+            Reason::Handshake
+        );
+        // home down: no home, resumptions go to the least loaded
+        r.set_health(home, false);
+        assert_eq!(r.home_of(client), None);
+        assert_eq!(r.route(Some(&resume), client).unwrap().1, Reason::Fallback);
     }
 
     #[test]

@@ -20,14 +20,14 @@ use crate::config::DispatchConfig;
 use crate::metrics::{HelloOutcome, Metrics};
 use crate::route::{Policy, Router};
 
-struct Shared {
-    config: DispatchConfig,
+pub(crate) struct Shared {
+    pub(crate) config: DispatchConfig,
     router: Arc<Mutex<Router>>,
-    metrics: Metrics,
+    pub(crate) metrics: Metrics,
 }
 
 impl Shared {
-    fn router(&self) -> std::sync::MutexGuard<'_, Router> {
+    pub(crate) fn router(&self) -> std::sync::MutexGuard<'_, Router> {
         self.router.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -179,6 +179,54 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
             }
         }
     };
+    // `handoff`: a full handshake on an agent other than the client's home agent migrates.
+    let home = {
+        let router = shared.router();
+        match router.policy() {
+            Policy::Handoff => router.home_of(source.ip()).filter(|h| *h != agent_idx),
+            _ => None,
+        }
+    };
+    if let Some(home_idx) = home {
+        let _ = agent.set_nodelay(true);
+        let destination = client.local_addr().unwrap_or(peer);
+        let mut head = Vec::with_capacity(first.bytes.len() + 64);
+        if cfg.proxy_protocol {
+            proxy_v2::encode(
+                &ProxyHeader::Proxy {
+                    source,
+                    destination,
+                },
+                &mut head,
+            );
+        }
+        head.extend_from_slice(&baton_wire::handoff::Relay::offer(home_idx as u16));
+        let result = match agent.write_all(&head).await {
+            Ok(()) => {
+                crate::handoff::relay(
+                    &mut client,
+                    agent,
+                    agent_idx,
+                    home_idx,
+                    source,
+                    destination,
+                    &first.bytes,
+                    shared,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        let ended_on = match result {
+            Ok((idx, up, down)) => {
+                shared.metrics.bytes(up, down);
+                idx
+            }
+            Err(_) => agent_idx,
+        };
+        shared.router().closed(ended_on);
+        return result.map(|_| ());
+    }
     let result = relay(
         &mut client,
         &mut agent,

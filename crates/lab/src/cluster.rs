@@ -50,7 +50,7 @@ pub struct ClusterSpec {
     pub dir: PathBuf,
     pub listen: SocketAddr,
     pub agents: usize,
-    /// Dispatcher policy name (`round-robin`, `least-conn`, `client-ip`, `session`).
+    /// Dispatcher policy name (`round-robin`, `least-conn`, `client-ip`, `session`, `handoff`).
     pub policy: String,
     pub store: Store,
     /// RSA-2048 instead of ECDSA P-256.
@@ -105,7 +105,9 @@ impl Cluster {
         std::fs::create_dir_all(&spec.dir)
             .with_context(|| format!("creating {}", spec.dir.display()))?;
         let pki = pki::generate(&spec.dir, spec.rsa)?;
-        let shared = spec.store != Store::Memory;
+        // Migration seals session objects with the cluster key, so `handoff` needs one too.
+        let handoff = spec.policy == "handoff";
+        let shared = spec.store != Store::Memory || handoff;
         let cluster_key = spec.dir.join("cluster.key");
         let ticket_key = spec.dir.join("ticket.key");
         if shared {
@@ -144,6 +146,9 @@ impl Cluster {
                     "--ticket-key-file".into(),
                     path(&ticket_key),
                 ]);
+            }
+            if handoff {
+                args.extend(["--handoff".into(), "true".into()]);
             }
             match &spec.store {
                 Store::Memory => {}

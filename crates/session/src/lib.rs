@@ -9,6 +9,7 @@
 
 mod error;
 mod memory;
+pub mod migration;
 pub mod peers;
 pub mod redis;
 pub mod replication;
@@ -17,6 +18,7 @@ pub mod ticket;
 
 pub use error::Error;
 pub use memory::MemoryStore;
+pub use migration::{ImportError, ReplayGuard, SessionObject};
 pub use peers::{PeerStore, PeersConfig, SharedRing};
 pub use redis::{RedisConfig, RedisStore};
 pub use store::{SessionStore, StoreStats};

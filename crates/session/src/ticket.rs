@@ -149,10 +149,16 @@ impl KeyRing {
     /// Seals `plain`; `context` is bound into the associated data without being sent (the
     /// opener must supply the same), which ties a blob to a channel or a position in it.
     pub fn seal(&self, issuer: u16, plain: &[u8], context: &[u8]) -> Option<Vec<u8>> {
-        let key = self.keys.first()?;
         if plain.len() > MAX_PLAIN_LEN {
             return None;
         }
+        self.seal_large(issuer, plain, context)
+    }
+
+    /// [`KeyRing::seal`] without the ticket size bound, for session objects that carry client
+    /// plaintext (bounded by their own limit).
+    pub fn seal_large(&self, issuer: u16, plain: &[u8], context: &[u8]) -> Option<Vec<u8>> {
+        let key = self.keys.first()?;
         let mut nonce = [0u8; NONCE_LEN];
         aws_lc_rs::rand::fill(&mut nonce).ok()?;
         let mut out = Vec::with_capacity(plain.len() + OVERHEAD);

@@ -1,0 +1,195 @@
+//! Migration counters: sessions handed out and taken in, failures by reason, and how long a
+//! migration took from the handshake agent's Freeze to the dispatcher's verdict.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use baton_ops::family;
+
+/// Why a migration did not happen (the connection was still served: by the handshake agent,
+/// or, for refused imports, by the dispatcher's fallback to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoffFailure {
+    /// Handshake agent: no TLS 1.3 traffic secret was captured (KeyUpdate would be impossible).
+    NoSecrets,
+    /// Handshake agent: the client sent more than a session object carries before the freeze.
+    TooMuchPlaintext,
+    /// Handshake agent: extraction or sealing failed.
+    Export,
+    /// Handshake agent: the dispatcher's answer did not come in time, or broke the protocol.
+    Protocol,
+    /// Handshake agent: the home agent did not take it; served here from the record layer.
+    FellBack,
+    /// Home agent: the object did not open (key, tampering, wrong agent).
+    ImportSeal,
+    /// Home agent: the object had expired.
+    ImportExpired,
+    /// Home agent: already imported once.
+    ImportReplay,
+    /// Home agent: the object opened but was unusable.
+    ImportInvalid,
+}
+
+impl HandoffFailure {
+    const ALL: [HandoffFailure; 9] = [
+        HandoffFailure::NoSecrets,
+        HandoffFailure::TooMuchPlaintext,
+        HandoffFailure::Export,
+        HandoffFailure::Protocol,
+        HandoffFailure::FellBack,
+        HandoffFailure::ImportSeal,
+        HandoffFailure::ImportExpired,
+        HandoffFailure::ImportReplay,
+        HandoffFailure::ImportInvalid,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            HandoffFailure::NoSecrets => "no_secrets",
+            HandoffFailure::TooMuchPlaintext => "too_much_plaintext",
+            HandoffFailure::Export => "export",
+            HandoffFailure::Protocol => "protocol",
+            HandoffFailure::FellBack => "fell_back",
+            HandoffFailure::ImportSeal => "import_seal",
+            HandoffFailure::ImportExpired => "import_expired",
+            HandoffFailure::ImportReplay => "import_replay",
+            HandoffFailure::ImportInvalid => "import_invalid",
+        }
+    }
+}
+
+/// Upper bounds of the migration time histogram, in seconds.
+const BUCKETS: [f64; 10] = [
+    0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
+];
+
+#[derive(Debug, Default)]
+pub struct HandoffMetrics {
+    out: AtomicU64,
+    into: AtomicU64,
+    declined: AtomicU64,
+    failures: [AtomicU64; 9],
+    buckets: [AtomicU64; 10],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl HandoffMetrics {
+    pub fn migrated_out(&self, took: Duration) {
+        self.out.fetch_add(1, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn migrated_in(&self) {
+        self.into.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Offered, but this agent is the home agent already.
+    pub fn declined(&self) {
+        self.declined.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn failure(&self, why: HandoffFailure) {
+        self.failures[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn out_total(&self) -> u64 {
+        self.out.load(Ordering::Relaxed)
+    }
+
+    pub fn render(&self, out: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        family(
+            out,
+            "baton_sessions_migrated_total",
+            "counter",
+            "TLS sessions moved to their home agent after the handshake (CSSL-SF): out = handed \
+             off by this agent, in = imported by it.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_sessions_migrated_total{{direction=\"out\"}} {}",
+            load(&self.out)
+        );
+        let _ = writeln!(
+            out,
+            "baton_sessions_migrated_total{{direction=\"in\"}} {}",
+            load(&self.into)
+        );
+        family(
+            out,
+            "baton_handoff_declined_total",
+            "counter",
+            "Connections offered for migration whose home agent was this agent.",
+        );
+        let _ = writeln!(out, "baton_handoff_declined_total {}", load(&self.declined));
+        family(
+            out,
+            "baton_handoff_failures_total",
+            "counter",
+            "Migrations that did not happen, by reason; the connection was served all the same.",
+        );
+        for f in HandoffFailure::ALL {
+            let _ = writeln!(
+                out,
+                "baton_handoff_failures_total{{reason=\"{}\"}} {}",
+                f.label(),
+                load(&self.failures[f as usize])
+            );
+        }
+        family(
+            out,
+            "baton_handoff_seconds",
+            "histogram",
+            "Time from the handshake agent's freeze request to the dispatcher's verdict, for \
+             sessions migrated out.",
+        );
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "baton_handoff_seconds_bucket{{le=\"{b}\"}} {}",
+                load(&self.buckets[i])
+            );
+        }
+        let count = load(&self.count);
+        let _ = writeln!(out, "baton_handoff_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "baton_handoff_seconds_sum {}",
+            load(&self.sum_ns) as f64 / 1e9
+        );
+        let _ = writeln!(out, "baton_handoff_seconds_count {count}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let m = HandoffMetrics::default();
+        m.migrated_out(Duration::from_micros(300));
+        m.migrated_out(Duration::from_millis(20));
+        m.failure(HandoffFailure::ImportReplay);
+        let mut out = String::new();
+        m.render(&mut out);
+        assert!(
+            out.contains("baton_handoff_seconds_bucket{le=\"0.0005\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("baton_handoff_seconds_bucket{le=\"0.025\"} 2\n"));
+        assert!(out.contains("baton_handoff_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(out.contains("baton_sessions_migrated_total{direction=\"out\"} 2\n"));
+        assert!(out.contains("baton_handoff_failures_total{reason=\"import_replay\"} 1\n"));
+    }
+}

@@ -1,0 +1,184 @@
+//! A migrated TLS connection as a tokio stream: `baton-record`'s sans-IO record layer pumped
+//! over the socket, so the HTTP code serves it exactly like a rustls stream.
+//!
+//! Reads decrypt records (answering a client's KeyUpdate on the way out); writes seal records
+//! and push them to the socket; shutdown sends close_notify. Plaintext the handshake agent had
+//! already decrypted comes first. Buffers are the record layer's own, bounded.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use baton_record::RecordLayer;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use zeroize::Zeroizing;
+
+/// Ciphertext read from the socket per read call: one maximum-size record and a bit.
+const READ_CHUNK: usize = 17 * 1024;
+
+pub struct MigratedStream<IO> {
+    io: IO,
+    layer: RecordLayer,
+    /// Client plaintext decrypted before the move, served before anything from the layer.
+    ahead: Zeroizing<Vec<u8>>,
+    ahead_pos: usize,
+    /// Ciphertext read but not yet taken by the layer (it takes at most a record ahead).
+    inbox: Vec<u8>,
+    eof: bool,
+    close_sent: bool,
+    /// A fatal record-layer error: reads fail after the alert is sent.
+    failed: Option<String>,
+}
+
+impl<IO> MigratedStream<IO> {
+    pub fn new(io: IO, layer: RecordLayer, ahead: Zeroizing<Vec<u8>>) -> Self {
+        Self {
+            io,
+            layer,
+            ahead,
+            ahead_pos: 0,
+            inbox: Vec::new(),
+            eof: false,
+            close_sent: false,
+            failed: None,
+        }
+    }
+
+    /// Ciphertext that arrived with the last protocol frame, to be decrypted first.
+    pub fn prefill_ciphertext(&mut self, bytes: &[u8]) {
+        self.inbox.extend_from_slice(bytes);
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> MigratedStream<IO> {
+    /// Writes pending ciphertext until none is left or the socket would block.
+    fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.layer.wants_write() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, self.layer.pending_tls()))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.layer.consume_tls(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Moves buffered ciphertext into the layer and decrypts what is complete.
+    fn process(&mut self) -> io::Result<()> {
+        loop {
+            let n = self.layer.read_tls(&self.inbox);
+            self.inbox.drain(..n);
+            if let Err(e) = self.layer.process() {
+                self.failed = Some(e.to_string());
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            if n == 0 || self.inbox.is_empty() || !self.layer.plaintext().is_empty() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for MigratedStream<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.ahead_pos < this.ahead.len() {
+            let n = (this.ahead.len() - this.ahead_pos).min(buf.remaining());
+            buf.put_slice(&this.ahead[this.ahead_pos..this.ahead_pos + n]);
+            this.ahead_pos += n;
+            if this.ahead_pos == this.ahead.len() {
+                this.ahead = Zeroizing::new(Vec::new());
+                this.ahead_pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if let Some(e) = this.failed.clone() {
+                // the alert the layer queued goes out best-effort
+                let _ = this.poll_flush_tls(cx);
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+            }
+            let plain = this.layer.plaintext();
+            if !plain.is_empty() {
+                let n = plain.len().min(buf.remaining());
+                buf.put_slice(&plain[..n]);
+                this.layer.consume_plaintext(n);
+                return Poll::Ready(Ok(()));
+            }
+            // A KeyUpdate answer or an alert may be waiting: send it without blocking the read.
+            if let Poll::Ready(Err(e)) = this.poll_flush_tls(cx) {
+                return Poll::Ready(Err(e));
+            }
+            if this.layer.peer_closed() || this.eof {
+                return Poll::Ready(Ok(()));
+            }
+            if !this.inbox.is_empty() {
+                let before = this.inbox.len();
+                let _ = this.process();
+                if this.failed.is_some() || !this.layer.plaintext().is_empty() {
+                    continue;
+                }
+                if this.layer.peer_closed() || this.inbox.len() < before {
+                    continue;
+                }
+            }
+            let mut chunk = [0u8; READ_CHUNK];
+            let mut rb = ReadBuf::new(&mut chunk);
+            ready!(Pin::new(&mut this.io).poll_read(cx, &mut rb))?;
+            if rb.filled().is_empty() {
+                this.eof = true;
+                continue;
+            }
+            this.inbox.extend_from_slice(rb.filled());
+            let _ = this.process();
+        }
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MigratedStream<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            let n = this
+                .layer
+                .write_plaintext(data)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            // Push what we can now; a full socket is fine once the data is taken.
+            match this.poll_flush_tls(cx) {
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) | Poll::Pending if n > 0 => return Poll::Ready(Ok(n)),
+                Poll::Ready(Ok(())) => {
+                    if data.is_empty() {
+                        return Poll::Ready(Ok(0));
+                    }
+                    continue;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_flush_tls(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.close_sent && this.failed.is_none() {
+            this.close_sent = true;
+            this.layer.send_close_notify();
+        }
+        ready!(this.poll_flush_tls(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,177 @@
+//! The tokio shell of a handed-off connection (`--policy handoff`, CSSL-SF): it pumps
+//! `baton_wire::handoff::Relay` — the protocol's state machine, where every decision is made —
+//! between the client, the handshake agent and the home agent, applies the timeouts the
+//! state machine leaves to it, and once the relay says where the stream belongs, splices the
+//! client to that agent.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use baton_wire::handoff::{Action, Outcome, Relay, Target};
+use baton_wire::proxy_v2::{self, ProxyHeader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::server::Shared;
+
+/// Relays one connection whose handshake runs on `agent` and whose session should move to
+/// agent `home`. The Offer and the client's first bytes are already in `head`. Returns the
+/// agent the connection ended on (for the router's connection counts) and the bytes each way.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay(
+    client: &mut TcpStream,
+    mut agent: TcpStream,
+    agent_idx: usize,
+    home_idx: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    first: &[u8],
+    shared: &Shared,
+) -> std::io::Result<(usize, u64, u64)> {
+    let cfg = &shared.config;
+    let mut relay = Relay::new();
+    relay
+        .from_client(first)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut home: Option<TcpStream> = None;
+    let mut cbuf = vec![0u8; 16 * 1024];
+    let mut abuf = vec![0u8; 16 * 1024];
+    let mut hbuf = vec![0u8; 4 * 1024];
+    let (mut up, mut down) = (0u64, 0u64);
+    let far = Instant::now() + Duration::from_secs(86_400);
+    let mut home_deadline = far;
+    let mut freeze_deadline = far;
+    let mut client_eof = false;
+    let target = loop {
+        // Do what the relay asks, in order; a splice ends the protocol part.
+        let mut spliced = None;
+        while let Some(action) = relay.poll_action() {
+            match action {
+                Action::ToClient(b) => {
+                    down += b.len() as u64;
+                    client.write_all(&b).await?;
+                }
+                Action::ToAgent(b) => agent.write_all(&b).await?,
+                Action::ToHome(b) => {
+                    if let Some(h) = home.as_mut() {
+                        if h.write_all(&b).await.is_err() && spliced.is_none() {
+                            relay.home_failed();
+                        }
+                    }
+                }
+                Action::ConnectHome => {
+                    home_deadline = Instant::now() + cfg.handoff_timeout;
+                    match connect_home(home_idx, source, destination, home_deadline, shared).await {
+                        Some(s) => {
+                            home = Some(s);
+                            relay.home_connected();
+                        }
+                        None => relay.home_failed(),
+                    }
+                }
+                Action::CloseAgent => {
+                    let _ = agent.shutdown().await;
+                }
+                Action::CloseHome => home = None,
+                Action::Splice(t) => spliced = Some(t),
+            }
+        }
+        if let Some(t) = spliced {
+            break t;
+        }
+        if relay.awaiting_freeze() && freeze_deadline == far {
+            freeze_deadline = Instant::now() + cfg.handoff_timeout * 2;
+        }
+        let client_open = relay.wants_client_bytes() && !client_eof;
+        let result = tokio::select! {
+            r = client.read(&mut cbuf), if client_open => match r {
+                // the client left before the handoff finished: nobody to serve
+                Ok(0) | Err(_) if !relay.awaiting_freeze() => return Ok((agent_idx, up, down)),
+                // frozen: its EOF waits with its held bytes, for whoever gets the stream
+                Ok(0) | Err(_) => { client_eof = true; Ok(()) }
+                Ok(n) => { up += n as u64; relay.from_client(&cbuf[..n]) }
+            },
+            r = agent.read(&mut abuf) => match r {
+                Ok(0) | Err(_) => return Ok((agent_idx, up, down)),
+                Ok(n) => relay.from_agent(&abuf[..n]),
+            },
+            r = read_opt(home.as_mut(), &mut hbuf) => match r {
+                Ok(0) | Err(_) => { home = None; relay.home_failed(); Ok(()) }
+                Ok(n) => relay.from_home(&hbuf[..n]),
+            },
+            _ = tokio::time::sleep_until(home_deadline), if relay.awaiting_home() => {
+                relay.home_failed();
+                Ok(())
+            }
+            _ = tokio::time::sleep_until(freeze_deadline), if relay.awaiting_freeze() => {
+                return Ok((agent_idx, up, down));
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "handoff protocol error");
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+        }
+    };
+    if let Some(outcome) = relay.outcome() {
+        shared.metrics.handoff(outcome);
+    }
+    let (idx, mut stream) = match (target, home) {
+        (Target::HomeAgent, Some(h)) => {
+            shared.router().moved(agent_idx, home_idx);
+            drop(agent);
+            (home_idx, h)
+        }
+        (Target::HomeAgent, None) => return Ok((agent_idx, up, down)),
+        (Target::HandshakeAgent, _) => (agent_idx, agent),
+    };
+    let (u, d) = tokio::io::copy_bidirectional(client, &mut stream)
+        .await
+        .unwrap_or((0, 0));
+    Ok((idx, up + u, down + d))
+}
+
+async fn read_opt(s: Option<&mut TcpStream>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match s {
+        Some(s) => s.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A stream to the home agent, its PROXY header written; `None` if it cannot be had in time.
+async fn connect_home(
+    home_idx: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    deadline: Instant,
+    shared: &Shared,
+) -> Option<TcpStream> {
+    let addr = *shared.config.agents.get(home_idx)?;
+    let mut s = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    let _ = s.set_nodelay(true);
+    if shared.config.proxy_protocol {
+        let mut head = Vec::with_capacity(64);
+        proxy_v2::encode(
+            &ProxyHeader::Proxy {
+                source,
+                destination,
+            },
+            &mut head,
+        );
+        s.write_all(&head).await.ok()?;
+    }
+    Some(s)
+}
+
+/// Label of a handoff outcome, for metrics.
+pub fn outcome_label(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Migrated => "migrated",
+        Outcome::Declined => "declined",
+        Outcome::Aborted => "aborted",
+        Outcome::FellBack(_) => "fell_back",
+    }
+}

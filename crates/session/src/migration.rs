@@ -1,0 +1,418 @@
+//! The session object of a migrated connection (seed 000's `SESS_OBJ`): what the handshake
+//! agent hands the home agent so it can carry on the same TLS connection — version, suite, both
+//! directions' keys, IVs, next sequence numbers and (TLS 1.3) traffic secrets for KeyUpdate,
+//! the client plaintext already decrypted, and what the application needs to know (ALPN, SNI,
+//! the client certificate's subject).
+//!
+//! On the wire it is sealed with the cluster key ring ([`KeyRing`], AES-256-GCM, key id in
+//! clear), bound to the home agent it is for and to this purpose (associated data), and it
+//! expires within seconds: a blob opens once, at one agent, soon. [`ReplayGuard`] makes "once"
+//! true: importing the same object twice would have two agents encrypt under one key and nonce.
+//! Decoded secrets live in `Zeroizing` buffers.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use zeroize::Zeroizing;
+
+use crate::ticket::KeyRing;
+
+/// Encoding version of [`SessionObject`].
+const VERSION: u8 = 1;
+/// Client plaintext a session object carries at most; a handshake agent holding more keeps the
+/// connection itself (a frame holds 64 KiB, and a request this large is not worth moving).
+pub const MAX_CARRIED_PLAINTEXT: usize = 32 * 1024;
+/// How long a sealed object stays valid: it crosses one dispatcher on a LAN.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// One direction of the connection, as rustls extracted it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DirectionState {
+    /// The next sequence number.
+    pub seq: u64,
+    pub key: Zeroizing<Vec<u8>>,
+    pub iv: [u8; 12],
+    /// TLS 1.3: this generation's application traffic secret (for KeyUpdate).
+    pub secret: Option<Zeroizing<Vec<u8>>>,
+}
+
+impl std::fmt::Debug for DirectionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectionState")
+            .field("seq", &self.seq)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A migrated TLS session.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionObject {
+    /// Random, unique per migration: the replay guard's key.
+    pub id: [u8; 16],
+    /// The agent it is for.
+    pub home: u16,
+    /// Seconds since the epoch after which it is refused (wall clock: it crosses processes).
+    pub expires_ms: u64,
+    /// 0x0303 or 0x0304.
+    pub version: u16,
+    /// The IANA cipher suite.
+    pub suite: u16,
+    /// Server to client.
+    pub tx: DirectionState,
+    /// Client to server.
+    pub rx: DirectionState,
+    pub resumed: bool,
+    pub alpn: Option<Vec<u8>>,
+    pub sni: Option<String>,
+    pub client_subject: Option<String>,
+    /// Client application data the handshake agent decrypted before the freeze.
+    pub plaintext: Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for SessionObject {
+    // Keys are redacted by DirectionState; the client's plaintext is not ours to log either.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionObject")
+            .field("home", &self.home)
+            .field("version", &format_args!("{:#06x}", self.version))
+            .field("suite", &format_args!("{:#06x}", self.suite))
+            .field("tx", &self.tx)
+            .field("rx", &self.rx)
+            .field("plaintext_len", &self.plaintext.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a sealed session object was not imported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    #[error("session object did not open (key, tampering, or not for this agent)")]
+    Seal,
+    #[error("session object expired")]
+    Expired,
+    #[error("session object already imported")]
+    Replay,
+    #[error("session object malformed")]
+    Invalid,
+}
+
+fn context(home: u16) -> Vec<u8> {
+    [
+        &b"baton session object v1 for agent "[..],
+        &home.to_be_bytes(),
+    ]
+    .concat()
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl SessionObject {
+    /// A fresh random id for a migration.
+    pub fn new_id() -> [u8; 16] {
+        let mut id = [0u8; 16];
+        // A failed RNG leaves zeros: the guard then refuses the second such object, safely.
+        let _ = aws_lc_rs::rand::fill(&mut id);
+        id
+    }
+
+    /// The expiry for an object made at `now`.
+    pub fn expiry(now: SystemTime, ttl: Duration) -> u64 {
+        unix_ms(now + ttl)
+    }
+
+    /// Seals for `self.home`, issued by `issuer` (in clear, for metrics at the receiver).
+    /// `None` if the ring has no key or the object is too large.
+    pub fn seal(&self, ring: &KeyRing, issuer: u16) -> Option<Vec<u8>> {
+        let plain = Zeroizing::new(self.encode());
+        ring.seal_large(issuer, &plain, &context(self.home))
+    }
+
+    /// Opens a blob sealed for agent `me`, checks its expiry at `now` and that `me` has not
+    /// imported it before. The caller's guard remembers it from here on.
+    pub fn open(
+        sealed: &[u8],
+        ring: &KeyRing,
+        me: u16,
+        now: SystemTime,
+        guard: &mut ReplayGuard,
+    ) -> Result<Self, ImportError> {
+        let plain = Zeroizing::new(ring.open(sealed, &context(me)).ok_or(ImportError::Seal)?);
+        let obj = Self::decode(&plain).ok_or(ImportError::Invalid)?;
+        if obj.home != me {
+            return Err(ImportError::Seal);
+        }
+        let now_ms = unix_ms(now);
+        if now_ms > obj.expires_ms {
+            return Err(ImportError::Expired);
+        }
+        if !guard.admit(obj.id, obj.expires_ms, now_ms) {
+            return Err(ImportError::Replay);
+        }
+        Ok(obj)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut o = Vec::with_capacity(160 + self.plaintext.len());
+        o.push(VERSION);
+        o.extend_from_slice(&self.id);
+        o.extend_from_slice(&self.home.to_be_bytes());
+        o.extend_from_slice(&self.expires_ms.to_be_bytes());
+        o.extend_from_slice(&self.version.to_be_bytes());
+        o.extend_from_slice(&self.suite.to_be_bytes());
+        for d in [&self.tx, &self.rx] {
+            o.extend_from_slice(&d.seq.to_be_bytes());
+            put(&mut o, &d.key);
+            o.extend_from_slice(&d.iv);
+            put(&mut o, d.secret.as_deref().map_or(&[][..], |s| &s[..]));
+        }
+        o.push(self.resumed as u8);
+        put(&mut o, self.alpn.as_deref().unwrap_or(&[]));
+        put(&mut o, self.sni.as_deref().unwrap_or("").as_bytes());
+        put(
+            &mut o,
+            self.client_subject.as_deref().unwrap_or("").as_bytes(),
+        );
+        put(&mut o, &self.plaintext);
+        o
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = bytes;
+        if take::<1>(&mut r)? != [VERSION] {
+            return None;
+        }
+        let id = take::<16>(&mut r)?;
+        let home = u16::from_be_bytes(take(&mut r)?);
+        let expires_ms = u64::from_be_bytes(take(&mut r)?);
+        let version = u16::from_be_bytes(take(&mut r)?);
+        let suite = u16::from_be_bytes(take(&mut r)?);
+        let mut dir = || -> Option<DirectionState> {
+            let seq = u64::from_be_bytes(take(&mut r)?);
+            let key = Zeroizing::new(get(&mut r)?.to_vec());
+            let iv = take::<12>(&mut r)?;
+            let secret = get(&mut r)?;
+            let secret = (!secret.is_empty()).then(|| Zeroizing::new(secret.to_vec()));
+            Some(DirectionState {
+                seq,
+                key,
+                iv,
+                secret,
+            })
+        };
+        let tx = dir()?;
+        let rx = dir()?;
+        let resumed = take::<1>(&mut r)?[0] == 1;
+        let text = |b: &[u8]| -> Option<Option<String>> {
+            if b.is_empty() {
+                Some(None)
+            } else {
+                String::from_utf8(b.to_vec()).ok().map(Some)
+            }
+        };
+        let alpn = get(&mut r)?;
+        let alpn = (!alpn.is_empty()).then(|| alpn.to_vec());
+        let sni = text(get(&mut r)?)?;
+        let client_subject = text(get(&mut r)?)?;
+        let plaintext = Zeroizing::new(get(&mut r)?.to_vec());
+        if !r.is_empty() || plaintext.len() > MAX_CARRIED_PLAINTEXT {
+            return None;
+        }
+        Some(Self {
+            id,
+            home,
+            expires_ms,
+            version,
+            suite,
+            tx,
+            rx,
+            resumed,
+            alpn,
+            sni,
+            client_subject,
+            plaintext,
+        })
+    }
+}
+
+fn put(o: &mut Vec<u8>, b: &[u8]) {
+    o.extend_from_slice(&(b.len() as u32).to_be_bytes());
+    o.extend_from_slice(b);
+}
+
+fn take<const N: usize>(r: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = r.split_first_chunk::<N>()?;
+    *r = rest;
+    Some(*head)
+}
+
+fn get<'a>(r: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = u32::from_be_bytes(take(r)?) as usize;
+    if len > r.len() {
+        return None;
+    }
+    let (head, rest) = r.split_at(len);
+    *r = rest;
+    Some(head)
+}
+
+/// The ids of session objects imported and not yet expired. Bounded: an object is remembered
+/// only until it expires (after which it is refused anyway), and when the guard is full it
+/// refuses new objects rather than forget live ones.
+#[derive(Debug)]
+pub struct ReplayGuard {
+    seen: HashMap<[u8; 16], u64>,
+    max: usize,
+}
+
+impl ReplayGuard {
+    pub fn new(max: usize) -> Self {
+        Self {
+            seen: HashMap::new(),
+            max,
+        }
+    }
+
+    /// Whether `id` (valid until `expires_ms`) may be imported now; remembers it if so.
+    pub fn admit(&mut self, id: [u8; 16], expires_ms: u64, now_ms: u64) -> bool {
+        if self.seen.contains_key(&id) {
+            return false;
+        }
+        if self.seen.len() >= self.max {
+            self.seen.retain(|_, exp| *exp >= now_ms);
+            if self.seen.len() >= self.max {
+                return false;
+            }
+        }
+        self.seen.insert(id, expires_ms);
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn ring(line: &str) -> KeyRing {
+        KeyRing::parse_key_file(line, Instant::now()).unwrap()
+    }
+    const KEY_A: &str = "0000000a 1111111111111111111111111111111111111111111111111111111111111111";
+    const KEY_B: &str = "0000000b 2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn object(now: SystemTime) -> SessionObject {
+        SessionObject {
+            id: SessionObject::new_id(),
+            home: 1,
+            expires_ms: SessionObject::expiry(now, DEFAULT_TTL),
+            version: 0x0304,
+            suite: 0x1301,
+            tx: DirectionState {
+                seq: 2,
+                key: Zeroizing::new(vec![7; 16]),
+                iv: [8; 12],
+                secret: Some(Zeroizing::new(vec![9; 32])),
+            },
+            rx: DirectionState {
+                seq: 0,
+                key: Zeroizing::new(vec![1; 16]),
+                iv: [2; 12],
+                secret: None,
+            },
+            resumed: false,
+            alpn: Some(b"h2".to_vec()),
+            sni: Some("localhost".into()),
+            client_subject: None,
+            plaintext: Zeroizing::new(b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        }
+    }
+
+    #[test]
+    fn seal_open_round_trip_once() {
+        let now = SystemTime::now();
+        let obj = object(now);
+        let ring = ring(KEY_A);
+        let sealed = obj.seal(&ring, 0).unwrap();
+        let mut guard = ReplayGuard::new(100);
+        assert_eq!(
+            SessionObject::open(&sealed, &ring, 1, now, &mut guard).unwrap(),
+            obj
+        );
+        assert_eq!(
+            SessionObject::open(&sealed, &ring, 1, now, &mut guard),
+            Err(ImportError::Replay)
+        );
+    }
+
+    #[test]
+    fn refused_when_expired_tampered_misaddressed_or_unkeyed() {
+        let now = SystemTime::now();
+        let obj = object(now);
+        let sealed = obj.seal(&ring(KEY_A), 0).unwrap();
+        let mut g = ReplayGuard::new(100);
+        let later = now + DEFAULT_TTL + Duration::from_secs(1);
+        assert_eq!(
+            SessionObject::open(&sealed, &ring(KEY_A), 1, later, &mut g),
+            Err(ImportError::Expired)
+        );
+        let mut bad = sealed.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(
+            SessionObject::open(&bad, &ring(KEY_A), 1, now, &mut g),
+            Err(ImportError::Seal)
+        );
+        assert_eq!(
+            SessionObject::open(&sealed, &ring(KEY_A), 2, now, &mut g),
+            Err(ImportError::Seal),
+            "sealed for agent 1, not 2"
+        );
+        assert_eq!(
+            SessionObject::open(&sealed, &ring(KEY_B), 1, now, &mut g),
+            Err(ImportError::Seal)
+        );
+        assert!(g.is_empty(), "nothing refused is remembered");
+    }
+
+    #[test]
+    fn debug_never_shows_keys() {
+        let dbg = format!("{:?}", object(SystemTime::now()));
+        assert!(!dbg.contains("[7, 7"), "{dbg}");
+        assert!(!dbg.contains("9, 9"), "{dbg}");
+    }
+
+    #[test]
+    fn decode_refuses_truncations_and_trailing_bytes() {
+        let bytes = object(SystemTime::now()).encode();
+        for n in 0..bytes.len() {
+            assert!(SessionObject::decode(&bytes[..n]).is_none(), "prefix {n}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(SessionObject::decode(&long).is_none());
+    }
+
+    #[test]
+    fn guard_is_bounded_and_forgets_only_expired_ids() {
+        let mut g = ReplayGuard::new(2);
+        assert!(g.admit([1; 16], 100, 0));
+        assert!(g.admit([2; 16], 200, 0));
+        assert!(!g.admit([3; 16], 300, 50), "full of live ids: refuse");
+        assert!(g.admit([3; 16], 300, 150), "id 1 expired and was forgotten");
+        assert!(!g.admit([2; 16], 200, 150));
+        assert_eq!(g.len(), 2);
+    }
+}
