@@ -17,13 +17,14 @@ use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 use zeroize::Zeroizing;
 
-use super::metrics::HandoffFailure;
+use super::metrics::{HandoffFailure, Side};
 use super::secrets::{Expected, TrafficSecrets};
 use super::stream::MigratedStream;
 use crate::conn::Tls;
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::server::Shared;
+use baton_ops::process::thread_cpu;
 
 /// How a handoff attempt left the connection.
 pub enum Exported {
@@ -84,6 +85,7 @@ pub async fn hand_off(
     // Decrypt every client record up to Frozen.
     let mut splitter = Splitter::new();
     let mut plain = Vec::new();
+    let mut cpu = std::time::Duration::ZERO;
     let mut buf = vec![0u8; 18 * 1024];
     'frozen: loop {
         let n = match timeout_at(deadline, stream.get_mut().0.read(&mut buf)).await {
@@ -101,7 +103,10 @@ pub async fn hand_off(
                 return Exported::Closed;
             };
             data = &data[split.consumed..];
-            if feed(stream.get_mut().1, &split.tls, &mut plain).is_err() {
+            let t = thread_cpu();
+            let fed = feed(stream.get_mut().1, &split.tls, &mut plain);
+            cpu += thread_cpu().saturating_sub(t);
+            if fed.is_err() {
                 // the client's bytes do not decrypt: rustls' alert ends it
                 let _ = stream.flush().await;
                 return Exported::Closed;
@@ -117,6 +122,7 @@ pub async fn hand_off(
         }
     }
 
+    let t = thread_cpu();
     let conn = stream.get_mut().1;
     let peer_closed = conn
         .process_new_packets()
@@ -161,6 +167,7 @@ pub async fn hand_off(
         .filter(|s| Frame::fits(s.len()));
     let plaintext = obj.plaintext.clone();
     drop(obj);
+    m.cpu(Side::Export, cpu + thread_cpu().saturating_sub(t));
     let Some(sealed) = sealed else {
         m.failure(HandoffFailure::Export);
         if io.write_all(&Frame::Abort.to_bytes()).await.is_err() {

@@ -13,11 +13,12 @@ use baton_wire::handoff::{Frame, RefuseReason};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::metrics::HandoffFailure;
+use super::metrics::{HandoffFailure, Side};
 use super::stream::MigratedStream;
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::server::Shared;
+use baton_ops::process::thread_cpu;
 
 /// Ids of imported session objects, remembered until they expire. Objects live seconds, so
 /// this bounds the rate of imports at ~MAX_REMEMBERED per TTL, far above what an agent serves.
@@ -45,6 +46,7 @@ pub async fn import(
     shared: &Shared,
 ) -> Option<(MigratedStream<ConnIo<TcpStream>>, ConnInfo)> {
     let m = &shared.metrics.handoff;
+    let t = thread_cpu();
     let opened = match shared.tls.cluster_ring() {
         None => Err(RefuseReason::Unavailable),
         Some(ring) => {
@@ -80,6 +82,7 @@ pub async fn import(
             Err(RefuseReason::Invalid)
         }
     });
+    m.cpu(Side::Import, thread_cpu().saturating_sub(t));
     let (obj, layer) = match layer {
         Ok(x) => x,
         Err(reason) => {

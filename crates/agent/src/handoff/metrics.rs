@@ -73,6 +73,17 @@ pub struct HandoffMetrics {
     buckets: [AtomicU64; 10],
     count: AtomicU64,
     sum_ns: AtomicU64,
+    /// [export, import]: thread CPU of the synchronous migration work.
+    cpu_ns: [AtomicU64; 2],
+}
+
+/// Which side of a migration spent CPU.
+#[derive(Debug, Clone, Copy)]
+pub enum Side {
+    /// Decrypting up to the freeze, extracting, building the object, sealing.
+    Export = 0,
+    /// Opening the object and building the record layer.
+    Import = 1,
 }
 
 impl HandoffMetrics {
@@ -87,6 +98,10 @@ impl HandoffMetrics {
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_ns
             .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn cpu(&self, side: Side, spent: Duration) {
+        self.cpu_ns[side as usize].fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
     }
 
     pub fn migrated_in(&self) {
@@ -144,6 +159,20 @@ impl HandoffMetrics {
                 "baton_handoff_failures_total{{reason=\"{}\"}} {}",
                 f.label(),
                 load(&self.failures[f as usize])
+            );
+        }
+        family(
+            out,
+            "baton_handoff_cpu_seconds_total",
+            "counter",
+            "Thread CPU of the migration work itself (export: decrypting up to the freeze, \
+             extraction, sealing; import: opening, record layer set-up), not the I/O around it.",
+        );
+        for (i, side) in ["export", "import"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "baton_handoff_cpu_seconds_total{{side=\"{side}\"}} {}",
+                load(&self.cpu_ns[i]) as f64 / 1e9
             );
         }
         family(
