@@ -30,6 +30,11 @@ pub async fn relay(
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
     let cfg = &shared.config;
+    let mut handshaking = HandshakeGuard {
+        shared,
+        agent: agent_idx,
+        done: false,
+    };
     let mut relay = Relay::new();
     relay
         .from_client(first)
@@ -80,6 +85,9 @@ pub async fn relay(
         if let Some(t) = spliced {
             break t;
         }
+        if !relay.is_relaying_handshake() {
+            handshaking.finish();
+        }
         if relay.awaiting_freeze() && freeze_deadline == far {
             freeze_deadline = Instant::now() + cfg.handoff_timeout * 2;
         }
@@ -113,6 +121,7 @@ pub async fn relay(
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
         }
     };
+    handshaking.finish();
     if let Some(outcome) = relay.outcome() {
         shared.metrics.handoff(outcome);
     }
@@ -129,6 +138,28 @@ pub async fn relay(
         .await
         .unwrap_or((0, 0));
     Ok((idx, up + u, down + d))
+}
+
+/// Tells the router, once, that this connection's handshake is over.
+struct HandshakeGuard<'a> {
+    shared: &'a Shared,
+    agent: usize,
+    done: bool,
+}
+
+impl HandshakeGuard<'_> {
+    fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.shared.router().handshake_done(self.agent);
+        }
+    }
+}
+
+impl Drop for HandshakeGuard<'_> {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 async fn read_opt(s: Option<&mut TcpStream>, buf: &mut [u8]) -> std::io::Result<usize> {

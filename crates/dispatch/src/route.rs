@@ -74,6 +74,8 @@ impl Reason {
 struct AgentState {
     healthy: bool,
     active: u32,
+    /// `handoff`: handshakes running there (routed, and not yet frozen or declined).
+    handshaking: u32,
 }
 
 /// The routing state. Agent `i` is the agent whose `--agent-id` is `i`.
@@ -92,7 +94,8 @@ impl Router {
             agents: vec![
                 AgentState {
                     healthy: true,
-                    active: 0
+                    active: 0,
+                    handshaking: 0,
                 };
                 agents
             ],
@@ -123,6 +126,9 @@ impl Router {
             Policy::Handoff => self.for_handoff(hello, client),
         }?;
         self.agents[choice.0].active += 1;
+        if self.policy == Policy::Handoff {
+            self.agents[choice.0].handshaking += 1;
+        }
         Some(choice)
     }
 
@@ -141,6 +147,14 @@ impl Router {
         if to < self.agents.len() {
             self.closed(from);
             self.agents[to].active += 1;
+        }
+    }
+
+    /// `handoff`: the handshake of a connection routed to `agent` is over (the agent froze or
+    /// declined it, or the connection ended first).
+    pub fn handshake_done(&mut self, agent: usize) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.handshaking = a.handshaking.saturating_sub(1);
         }
     }
 
@@ -214,7 +228,22 @@ impl Router {
                 None => self.least_conn().map(|a| (a, Reason::Fallback)),
             };
         }
-        self.least_conn().map(|a| (a, Reason::Handshake))
+        self.least_handshaking().map(|a| (a, Reason::Handshake))
+    }
+
+    /// The healthy agent running the fewest handshakes. Handshakes, not connections: after a
+    /// migration the bulk connection lives at its home agent, and an agent that is home to
+    /// more clients must not be spared handshakes for it (seed 000: handshakes are what the
+    /// cluster balances; bulk follows persistence).
+    fn least_handshaking(&mut self) -> Option<usize> {
+        let n = self.agents.len();
+        let start = self.next;
+        let best = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|a| self.agents[*a].healthy)
+            .min_by_key(|a| self.agents[*a].handshaking)?;
+        self.next = (best + 1) % n;
+        Some(best)
     }
 
     fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {
@@ -459,10 +488,16 @@ mod tests {
         let second = r.route(Some(&hello()), client).unwrap();
         assert_eq!(first.1, Reason::Handshake);
         assert_ne!(first.0, second.0, "least-loaded, not by address");
-        // the one on the other agent migrates home: the load follows it
+        // the one on the other agent migrates home: the connection count follows it, but
+        // handshakes are what is balanced
         let away = if first.0 == home { second.0 } else { first.0 };
+        r.handshake_done(first.0);
+        r.handshake_done(second.0);
         r.moved(away, home);
         assert_eq!((r.active(home), r.active(1 - home)), (2, 0));
+        let third = r.route(Some(&hello()), client).unwrap();
+        let fourth = r.route(Some(&hello()), client).unwrap();
+        assert_ne!(third.0, fourth.0, "both agents still get handshakes");
         // a resumption goes straight home, whoever is less loaded
         let mut resume = hello();
         resume

@@ -180,10 +180,12 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
         }
     };
     // `handoff`: a full handshake on an agent other than the client's home agent migrates.
+    // `handoff`: every connection is offered, so its agent says when the handshake is over
+    // (Freeze, or Decline when it is the home agent already): the router balances handshakes.
     let home = {
         let router = shared.router();
         match router.policy() {
-            Policy::Handoff => router.home_of(source.ip()).filter(|h| *h != agent_idx),
+            Policy::Handoff => Some(router.home_of(source.ip()).unwrap_or(agent_idx)),
             _ => None,
         }
     };

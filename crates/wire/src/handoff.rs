@@ -505,6 +505,12 @@ impl Relay {
         !matches!(self.state, State::Spliced(_)) && self.held.len() < MAX_HELD
     }
 
+    /// Whether the handshake is still being relayed (the agent has neither frozen nor
+    /// declined the connection).
+    pub fn is_relaying_handshake(&self) -> bool {
+        self.state == State::Relaying
+    }
+
     /// Whether the relay is waiting on the home agent (the shell's timeout applies).
     pub fn awaiting_home(&self) -> bool {
         matches!(self.state, State::Connecting | State::Importing)

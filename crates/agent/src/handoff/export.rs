@@ -227,15 +227,18 @@ async fn abort_keep(mut stream: Tls, plain: Vec<u8>) -> Exported {
     }
 }
 
-/// Gives rustls whole client records and takes out all their plaintext.
+/// Gives rustls whole client records and takes out all the plaintext it holds.
 fn feed(
     conn: &mut rustls::ServerConnection,
     mut tls: &[u8],
     plain: &mut Vec<u8>,
 ) -> Result<(), rustls::Error> {
     let mut chunk = [0u8; 4096];
-    while !tls.is_empty() {
-        if conn.read_tls(&mut tls).is_err() {
+    // At least once: records read during the handshake (a TLS 1.3 client's first request
+    // rides with its Finished) may already be decrypted inside rustls, with nothing new to
+    // feed; extraction would drop that plaintext.
+    loop {
+        if !tls.is_empty() && conn.read_tls(&mut tls).is_err() {
             return Err(rustls::Error::General("read_tls".into()));
         }
         conn.process_new_packets()?;
@@ -245,8 +248,10 @@ fn feed(
                 Ok(n) => plain.extend_from_slice(&chunk[..n]),
             }
         }
+        if tls.is_empty() {
+            return Ok(());
+        }
     }
-    Ok(())
 }
 
 /// Key and IV of one direction, with its next sequence number.

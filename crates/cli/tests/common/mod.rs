@@ -734,6 +734,16 @@ impl Up {
             .with_no_client_auth()
     }
 
+    /// Sum of agent `i`'s metric lines starting with `prefix` and containing `filter`.
+    pub fn agent_sum(&self, i: usize, prefix: &str, filter: &str) -> f64 {
+        let a = &self.state["agents"][i];
+        let (_, text) = plain_get(a["metrics"].as_str().unwrap().parse().unwrap(), "/metrics");
+        text.lines()
+            .filter(|l| l.starts_with(prefix) && l.contains(filter))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Sum over the agents of the metric lines starting with `prefix` and containing `filter`.
     pub fn agents_sum(&self, prefix: &str, filter: &str) -> f64 {
         self.state["agents"]

@@ -1,0 +1,555 @@
+//! Session migration (CSSL-SF) with real processes: `baton up --policy handoff` or a
+//! dispatcher and agents started by hand, real clients (curl, `openssl s_client`, rustls,
+//! `baton bench`). A full handshake runs on the least-loaded agent; the session then moves to
+//! the client's home agent, which carries the rest of the same TCP stream.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use baton_session::migration::{DirectionState, SessionObject, DEFAULT_TTL};
+use baton_session::KeyRing;
+use baton_wire::handoff::{Frame, RefuseReason, Splitter};
+use common::*;
+use rustls::pki_types::ServerName;
+
+fn handoff_cluster(extra: &[&str]) -> Up {
+    let mut args = vec!["--agents", "2", "--policy", "handoff", "--store", "peers"];
+    args.extend_from_slice(extra);
+    Up::start(&args)
+}
+
+fn migrated_out(up: &Up) -> f64 {
+    up.agents_sum("baton_sessions_migrated_total", "direction=\"out\"")
+}
+
+fn migrated_in(up: &Up) -> f64 {
+    up.agents_sum("baton_sessions_migrated_total", "direction=\"in\"")
+}
+
+fn url(up: &Up, path: &str) -> String {
+    format!("https://localhost:{}{path}", up.addr().port())
+}
+
+fn resolve(up: &Up) -> String {
+    format!("localhost:{}:127.0.0.1", up.addr().port())
+}
+
+#[test]
+fn curl_keep_alive_across_the_move_tls12_and_tls13() {
+    let up = handoff_cluster(&[]);
+    for version in [
+        ["--tlsv1.2", "--tls-max", "1.2"],
+        ["--tlsv1.3", "--tls-max", "1.3"],
+    ] {
+        let before = migrated_out(&up);
+        // Consecutive full handshakes alternate between the agents (least-loaded, ties in
+        // turn), so among four connections some run the handshake away from home and move.
+        for _ in 0..4 {
+            let dir = TempDir::new("curl-handoff");
+            let (a, b) = (dir.arg("a"), dir.arg("b"));
+            let mut args = vec!["--cacert", up.ca(), "--resolve"];
+            let resolve = resolve(&up);
+            args.push(&resolve);
+            args.extend_from_slice(&version);
+            let (u1, u2) = (url(&up, "/bytes/100000"), url(&up, "/bytes/7"));
+            args.extend_from_slice(&[
+                "-w",
+                "%{http_code} %{num_connects}\n",
+                &u1,
+                "-o",
+                &a,
+                &u2,
+                "-o",
+                &b,
+            ]);
+            let out = curl(&args);
+            let text = text_of(&out);
+            assert!(out.status.success(), "{text}");
+            // one connection: the second transfer reused it
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "200 1\n200 0\n",
+                "{text}"
+            );
+            let (body_a, body_b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+            assert_eq!(body_a.len() + body_b.len(), 100_007);
+            assert_eq!(body_b.len(), 7);
+        }
+        let moved = migrated_out(&up) - before;
+        assert!(moved >= 1.0, "{version:?}: no connection migrated");
+    }
+    assert_eq!(migrated_out(&up), migrated_in(&up));
+    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
+}
+
+#[test]
+fn http2_across_the_move() {
+    let up = handoff_cluster(&[]);
+    let before = migrated_out(&up);
+    for _ in 0..4 {
+        let resolve = resolve(&up);
+        let (u1, u2) = (url(&up, "/bytes/70000"), url(&up, "/tls"));
+        let out = curl(&[
+            "--cacert",
+            up.ca(),
+            "--resolve",
+            &resolve,
+            "--http2",
+            "-w",
+            "%{http_version} %{num_connects} %{size_download}\n",
+            "-o",
+            "/dev/null",
+            &u1,
+            &u2,
+        ]);
+        let text = text_of(&out);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("2 1 70000\n"), "{text}");
+        // /tls describes the connection as the agent serving it sees it: still h2
+        assert!(text.contains("alpn: h2"), "{text}");
+    }
+    assert!(migrated_out(&up) - before >= 1.0);
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length from a keep-alive stream.
+fn read_response(s: &mut impl Read) -> (u16, Vec<u8>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).expect("response head");
+        head.push(byte[0]);
+        assert!(head.len() < 16 * 1024, "head too long");
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .expect("content-length");
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    (status, body)
+}
+
+#[test]
+fn rustls_client_key_updates_and_large_bodies_both_ways_after_the_move() {
+    let up = handoff_cluster(&[]);
+    for v in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        // every connection a full handshake (a resumption goes straight home: no move)
+        let mut config = up.client(v);
+        config.resumption = rustls::client::Resumption::disabled();
+        let config = Arc::new(config);
+        let mut moved_connections = 0;
+        for _ in 0..4 {
+            let before = migrated_out(&up);
+            let tcp = TcpStream::connect(up.addr()).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let name = ServerName::try_from("localhost").unwrap();
+            let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            write!(tls, "GET /bytes/10 HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+            let (status, body) = read_response(&mut tls);
+            assert_eq!((status, body.len()), (200, 10));
+            // a 1 MiB upload, then a 1 MB download
+            let upload = vec![b'u'; 1 << 20];
+            write!(
+                tls,
+                "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+                upload.len()
+            )
+            .unwrap();
+            tls.write_all(&upload).unwrap();
+            assert_eq!(read_response(&mut tls).0, 200);
+            write!(
+                tls,
+                "GET /bytes/1000000 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            )
+            .unwrap();
+            let (status, body) = read_response(&mut tls);
+            assert_eq!((status, body.len()), (200, 1_000_000));
+            if v == &rustls::version::TLS13 {
+                // KeyUpdate with update_requested: the agent follows the client's new key
+                // and answers with its own
+                tls.conn.refresh_traffic_keys().unwrap();
+                for i in 0..3 {
+                    write!(
+                        tls,
+                        "GET /bytes/{} HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                        5000 + i
+                    )
+                    .unwrap();
+                    let (status, body) = read_response(&mut tls);
+                    assert_eq!((status, body.len()), (200, 5000 + i));
+                    tls.conn.refresh_traffic_keys().unwrap();
+                }
+            }
+            write!(
+                tls,
+                "GET /bytes/3 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            assert_eq!(read_response(&mut tls).1.len(), 3);
+            if migrated_out(&up) > before {
+                moved_connections += 1;
+            }
+        }
+        assert!(moved_connections >= 1, "{v:?}: nothing migrated");
+    }
+    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
+}
+
+#[test]
+fn openssl_s_client_key_update_after_the_move() {
+    let up = handoff_cluster(&[]);
+    let before = migrated_out(&up);
+    let mut answered = 0;
+    for _ in 0..4 {
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-connect", &up.addr().to_string()])
+            .args([
+                "-servername",
+                "localhost",
+                "-CAfile",
+                up.ca(),
+                "-tls1_3",
+                "-msg",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("openssl");
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        stdin
+            .write_all(b"GET /bytes/11 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        // s_client's command: KeyUpdate with update_requested
+        stdin.write_all(b"K\n").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        stdin
+            .write_all(b"GET /bytes/13 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let text = text_of(&out);
+        assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+        assert!(text.contains("KEYUPDATE"), "{text}");
+        // the agent's own KeyUpdate, answering update_requested
+        if text
+            .lines()
+            .any(|l| l.starts_with("<<< TLS 1.3, Handshake") && l.contains("KeyUpdate"))
+        {
+            answered += 1;
+        }
+    }
+    assert!(migrated_out(&up) - before >= 1.0);
+    assert_eq!(answered, 4, "every server answered update_requested");
+}
+
+#[test]
+fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
+    let up = handoff_cluster(&[]);
+    let dir = TempDir::new("scenario-a");
+    let json = dir.arg("run.json");
+    let target = format!("https://127.0.0.1:{}/bytes/5120", up.addr().port());
+    let out = Command::new(BATON)
+        .args([
+            "bench",
+            &target,
+            "--ca",
+            up.ca(),
+            "--sni",
+            "localhost",
+            "--quiet",
+        ])
+        .args([
+            "--resume", "none", "-n", "3000", "-c", "30", "--json", &json,
+        ])
+        .args(["--timeout", "10s"])
+        .args(["--source-ip", "127.0.0.2", "--source-ip", "127.0.0.3"])
+        .args(["--source-ip", "127.0.0.4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text_of(&out));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["requests"]["ok"].as_u64(), Some(3000), "{report}");
+    assert_eq!(report["requests"]["failed"].as_u64(), Some(0), "{report}");
+    assert_eq!(
+        report["handshakes"]["full"].as_u64(),
+        Some(3000),
+        "{report}"
+    );
+    let full: Vec<f64> = (0..2)
+        .map(|i| up.agent_sum(i, "baton_handshakes_total", "kind=\"full\""))
+        .collect();
+    assert_eq!(full[0] + full[1], 3000.0, "{full:?}");
+    let (lo, hi) = (full[0].min(full[1]), full[0].max(full[1]));
+    assert!(hi - lo <= 0.1 * hi, "full handshakes per agent {full:?}");
+    assert!(migrated_out(&up) > 0.0);
+    assert_eq!(migrated_out(&up), migrated_in(&up));
+}
+
+/// FNV-1a over the address, as the dispatcher picks a client's home agent.
+fn home_of(ip: IpAddr, agents: u64) -> u64 {
+    let bytes = match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    }) % agents
+}
+
+struct Cluster {
+    agents: Vec<Agent>,
+    _dir: TempDir,
+    pki: Pki,
+}
+
+/// Two agents run by hand (so one can be killed or stopped), with their own cluster keys
+/// when `same_key` is false.
+fn agents(same_key: bool) -> Cluster {
+    let pki = Pki::new();
+    let dir = TempDir::new("handoff-agents");
+    let keys = [key_file(&dir, "k0"), key_file(&dir, "k1")];
+    let tickets = key_file(&dir, "tickets");
+    let agents = (0..2)
+        .map(|i| {
+            let mut args = pki.server_args();
+            let id = i.to_string();
+            let key = if same_key { &keys[0] } else { &keys[i] };
+            args.extend(
+                [
+                    "--agent-id",
+                    &id,
+                    "--handoff",
+                    "true",
+                    "--cluster-key-file",
+                    key,
+                    "--ticket-key-file",
+                    &tickets,
+                    "--proxy-protocol",
+                    "true",
+                ]
+                .map(String::from),
+            );
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Agent::start(&args)
+        })
+        .collect();
+    Cluster {
+        agents,
+        _dir: dir,
+        pki,
+    }
+}
+
+fn dispatcher(c: &Cluster) -> Dispatcher {
+    Dispatcher::start(
+        &[&c.agents[0], &c.agents[1]],
+        &[
+            "--policy",
+            "handoff",
+            "--proxy-protocol",
+            "true",
+            "--handoff-timeout",
+            "0.5",
+            // a dead agent is noticed only when a connection to it fails
+            "--health-interval",
+            "60",
+        ],
+    )
+}
+
+/// A source address on 127/8 whose home is agent `home`.
+fn source_with_home(home: u64) -> IpAddr {
+    (2..250)
+        .map(|i| IpAddr::from([127, 0, 0, i]))
+        .find(|ip| home_of(*ip, 2) == home)
+        .unwrap()
+}
+
+fn curl_from(src: IpAddr, d: &Dispatcher, pki: &Pki, path: &str) -> std::process::Output {
+    let resolve = format!("localhost:{}:127.0.0.1", d.addr.port());
+    let src = src.to_string();
+    let url = format!("https://localhost:{}{path}", d.addr.port());
+    curl(&[
+        "--interface",
+        &src,
+        "--cacert",
+        &pki.arg("ca.pem"),
+        "--resolve",
+        &resolve,
+        &url,
+    ])
+}
+
+#[test]
+fn home_agent_dead_or_hung_the_handshake_agent_serves_it() {
+    for fault in ["KILL", "STOP"] {
+        let mut c = agents(true);
+        let d = dispatcher(&c);
+        // The first full handshake goes to agent 0 (least-loaded, ties from the first); a
+        // client whose home is agent 1 makes it migrate there.
+        let src = source_with_home(1);
+        c.agents[1].signal(fault);
+        let out = curl_from(src, &d, &c.pki, "/bytes/4321");
+        assert!(out.status.success(), "{fault}: {}", text_of(&out));
+        assert_eq!(out.stdout.len(), 4321);
+        assert_eq!(
+            c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}"),
+            1.0
+        );
+        assert_eq!(
+            d.metric("baton_dispatch_handoffs_total{outcome=\"fell_back\"}"),
+            1.0
+        );
+        assert_eq!(
+            c.agents[0].metric("baton_sessions_migrated_total{direction=\"out\"}"),
+            0.0
+        );
+        if fault == "STOP" {
+            c.agents[1].signal("CONT");
+        }
+        let _ = c.agents[1].wait_exit(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn refused_session_objects_fall_back_and_the_client_never_notices() {
+    // agents that do not share a cluster key: every import fails to open
+    let c = agents(false);
+    let d = dispatcher(&c);
+    let src = source_with_home(1);
+    let out = curl_from(src, &d, &c.pki, "/bytes/999");
+    assert!(out.status.success(), "{}", text_of(&out));
+    assert_eq!(out.stdout.len(), 999);
+    assert_eq!(
+        c.agents[1].metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
+        1.0
+    );
+    assert_eq!(
+        c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}"),
+        1.0
+    );
+}
+
+/// Sends one frame to an agent as the dispatcher would (PROXY header first) and returns the
+/// frame it answers with.
+fn import(agent: &Agent, frame: &Frame) -> Option<Frame> {
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = Vec::new();
+    baton_wire::proxy_v2::encode(
+        &baton_wire::proxy_v2::ProxyHeader::Proxy {
+            source: SocketAddr::from(([127, 0, 0, 9], 5555)),
+            destination: agent.addr,
+        },
+        &mut head,
+    );
+    head.extend(frame.to_bytes());
+    s.write_all(&head).unwrap();
+    let mut buf = vec![0u8; 64];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let n = s.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if let Ok(split) = Splitter::new().split(&got) {
+            if split.frame.is_some() {
+                return split.frame;
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn home_agent_refuses_garbage_expired_misaddressed_and_replayed_sessions() {
+    let c = agents(true);
+    let key_path = c._dir.path("k0");
+    let ring = KeyRing::parse_key_file(
+        &std::fs::read_to_string(&key_path).unwrap(),
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let object = |home: u16, ttl_from: SystemTime| SessionObject {
+        id: SessionObject::new_id(),
+        home,
+        expires_ms: SessionObject::expiry(ttl_from, DEFAULT_TTL),
+        version: 0x0303,
+        suite: 0xc02b,
+        tx: DirectionState {
+            seq: 1,
+            key: vec![1; 16].into(),
+            iv: [2; 12],
+            secret: None,
+        },
+        rx: DirectionState {
+            seq: 1,
+            key: vec![3; 16].into(),
+            iv: [4; 12],
+            secret: None,
+        },
+        resumed: false,
+        alpn: None,
+        sni: None,
+        client_subject: None,
+        plaintext: Vec::new().into(),
+    };
+    let home = &c.agents[1];
+    assert_eq!(
+        import(home, &Frame::Import(b"not a sealed session".to_vec())),
+        Some(Frame::Refused(RefuseReason::Seal))
+    );
+    let long_ago = SystemTime::now() - DEFAULT_TTL - Duration::from_secs(5);
+    let expired = object(1, long_ago).seal(&ring, 0).unwrap();
+    assert_eq!(
+        import(home, &Frame::Import(expired)),
+        Some(Frame::Refused(RefuseReason::Expired))
+    );
+    let for_agent_0 = object(0, SystemTime::now()).seal(&ring, 0).unwrap();
+    assert_eq!(
+        import(home, &Frame::Import(for_agent_0)),
+        Some(Frame::Refused(RefuseReason::Seal))
+    );
+    let mut tampered = object(1, SystemTime::now()).seal(&ring, 0).unwrap();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0x80;
+    assert_eq!(
+        import(home, &Frame::Import(tampered)),
+        Some(Frame::Refused(RefuseReason::Seal))
+    );
+    let good = object(1, SystemTime::now()).seal(&ring, 0).unwrap();
+    assert_eq!(
+        import(home, &Frame::Import(good.clone())),
+        Some(Frame::Accepted)
+    );
+    assert_eq!(
+        import(home, &Frame::Import(good)),
+        Some(Frame::Refused(RefuseReason::Replay))
+    );
+    assert_eq!(
+        home.metric("baton_sessions_migrated_total{direction=\"in\"}"),
+        1.0
+    );
+    assert_eq!(
+        home.metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
+        3.0
+    );
+}
