@@ -78,3 +78,73 @@ pub fn client_hello(data: &[u8]) {
         (a, b) => panic!("one push gave {a:?}, chunks gave {b:?}"),
     }
 }
+
+/// Drives the handoff protocol's splitter and the dispatcher's relay with hostile bytes: the
+/// first byte splits `data` into what the client, the handshake agent and the home agent
+/// send. Checks: nothing panics; the splitter gives the same TLS bytes and frames in chunks as
+/// in one push; the relay never holds more than its bound plus one read.
+pub fn handoff(data: &[u8]) {
+    use crate::handoff::{Relay, Splitter, MAX_HELD};
+
+    let Some((&cut, rest)) = data.split_first() else {
+        return;
+    };
+    let whole = drain(&mut Splitter::new(), rest);
+    let chunk = 1 + usize::from(cut % 17);
+    let mut s = Splitter::new();
+    let mut chunked = (Vec::new(), Vec::new(), true);
+    for c in rest.chunks(chunk) {
+        let (tls, frames, ok) = drain(&mut s, c);
+        chunked.0.extend(tls);
+        chunked.1.extend(frames);
+        if !ok {
+            chunked.2 = false;
+            break;
+        }
+    }
+    if whole.2 && chunked.2 {
+        assert_eq!(whole.0, chunked.0, "TLS bytes differ by chunking");
+        assert_eq!(whole.1, chunked.1, "frames differ by chunking");
+    }
+
+    let third = rest.len() / 3;
+    let (client, others) = rest.split_at(third);
+    let (agent, home) = others.split_at(third);
+    let mut relay = Relay::new();
+    for (i, c) in client.chunks(chunk).enumerate() {
+        let _ = relay.from_client(c);
+        if let Some(a) = agent.chunks(chunk).nth(i) {
+            let _ = relay.from_agent(a);
+        }
+        if i == 1 {
+            relay.home_connected();
+        }
+        if let Some(h) = home.chunks(chunk).nth(i) {
+            let _ = relay.from_home(h);
+        }
+        if i == 3 {
+            relay.home_failed();
+        }
+        while relay.poll_action().is_some() {}
+        assert!(relay.held_len() <= MAX_HELD + chunk);
+    }
+}
+
+/// Everything a splitter yields from `data`: TLS bytes, frames, and whether no error came.
+fn drain(
+    s: &mut crate::handoff::Splitter,
+    mut data: &[u8],
+) -> (Vec<u8>, Vec<crate::handoff::Frame>, bool) {
+    let (mut tls, mut frames) = (Vec::new(), Vec::new());
+    while !data.is_empty() {
+        match s.split(data) {
+            Ok(out) => {
+                tls.extend(out.tls);
+                frames.extend(out.frame);
+                data = &data[out.consumed..];
+            }
+            Err(_) => return (tls, frames, false),
+        }
+    }
+    (tls, frames, true)
+}

@@ -505,6 +505,11 @@ impl Relay {
         !matches!(self.state, State::Spliced(_)) && self.held.len() < MAX_HELD
     }
 
+    /// Client bytes held while frozen.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
     /// Whether the handshake is still being relayed (the agent has neither frozen nor
     /// declined the connection).
     pub fn is_relaying_handshake(&self) -> bool {

@@ -392,6 +392,11 @@ proptest! {
     }
 
     #[test]
+    fn fuzz_entry_point_holds(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        crate::fuzzing::handoff(&data);
+    }
+
+    #[test]
     fn relay_never_panics(
         client in proptest::collection::vec(any::<u8>(), 0..200),
         agent in proptest::collection::vec(any::<u8>(), 0..200),
