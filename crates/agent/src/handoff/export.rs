@@ -157,23 +157,17 @@ pub async fn hand_off(
         info,
         plain,
     );
-    let Some(layer) = super::record_layer(&obj) else {
-        m.failure(HandoffFailure::Export);
-        return Exported::Closed;
-    };
     let mut io = io;
     let sealed = ring
         .and_then(|r| obj.seal(&r.read().unwrap_or_else(|p| p.into_inner()), cfg.agent_id))
         .filter(|s| Frame::fits(s.len()));
-    let plaintext = obj.plaintext.clone();
-    drop(obj);
     m.cpu(Side::Export, cpu + thread_cpu().saturating_sub(t));
     let Some(sealed) = sealed else {
         m.failure(HandoffFailure::Export);
         if io.write_all(&Frame::Abort.to_bytes()).await.is_err() {
             return Exported::Closed;
         }
-        return Exported::ServeHere(Box::new(MigratedStream::new(io, layer, plaintext)));
+        return serve_here(io, &obj, &[]);
     };
     if io
         .write_all(&Frame::Switch(sealed).to_bytes())
@@ -206,15 +200,27 @@ pub async fn hand_off(
             }
             Some(Frame::Resume) if split.tls.is_empty() => {
                 m.failure(HandoffFailure::FellBack);
-                let mut s = MigratedStream::new(io, layer, plaintext);
-                s.prefill_ciphertext(&buf[split.consumed..n]);
-                return Exported::ServeHere(Box::new(s));
+                return serve_here(io, &obj, &buf[split.consumed..n]);
             }
             _ => {
                 m.failure(HandoffFailure::Protocol);
                 return Exported::Closed;
             }
         }
+    }
+}
+
+/// Serves an extracted session here after all, from the record layer (built only now: most
+/// sessions move, and their keys are needed only at the home agent). `ciphertext` came with
+/// the dispatcher's Resume.
+fn serve_here(io: ConnIo<TcpStream>, obj: &SessionObject, ciphertext: &[u8]) -> Exported {
+    match super::record_layer(obj) {
+        Some(layer) => {
+            let mut s = MigratedStream::new(io, layer, obj.plaintext.clone());
+            s.prefill_ciphertext(ciphertext);
+            Exported::ServeHere(Box::new(s))
+        }
+        None => Exported::Closed,
     }
 }
 
