@@ -63,16 +63,23 @@ impl Negotiated {
         })
     }
 
-    /// e.g. `TLSv1_3 TLS13_AES_128_GCM_SHA256 X25519`; unknown code points print as hex.
+    /// e.g. `TLSv1_3 TLS13_AES_128_GCM_SHA256 X25519`, `TLSv1_2 TLS_RSA_WITH_AES_128_CBC_SHA -`;
+    /// unknown code points print as hex.
     pub fn name(&self) -> String {
         let group = match self.group {
             0 => "-".to_string(),
             g => format!("{:?}", rustls::NamedGroup::from(g)),
         };
+        let mut suite = format!("{:?}", rustls::CipherSuite::from(self.suite));
+        if suite.starts_with("CipherSuite(") || suite.starts_with("Unknown") {
+            // a suite rustls has no name for (`--engine openssl`): its IANA name from libssl
+            if let Some(name) = crate::openssl_engine::suite_name(self.suite) {
+                suite = name.to_string();
+            }
+        }
         format!(
-            "{:?} {:?} {group}",
+            "{:?} {suite} {group}",
             rustls::ProtocolVersion::from(self.version),
-            rustls::CipherSuite::from(self.suite)
         )
     }
 }

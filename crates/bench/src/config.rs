@@ -43,10 +43,16 @@ pub struct BenchArgs {
     /// Request body.
     #[arg(long, value_name = "TEXT")]
     pub body: Option<String>,
-    /// TLS version: 1.2 or 1.3. Default: both offered.
+    /// TLS client engine: rustls (default) or openssl (the system libssl: TLS 1.0-1.3, RSA key
+    /// exchange, DHE, CBC, anonymous suites; --suite then takes OpenSSL cipher strings).
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
+    /// TLS version: 1.2 or 1.3 (with --engine openssl also 1.0, 1.1). Default: all offered.
     #[arg(long, value_name = "V")]
     pub tls_version: Option<String>,
-    /// Cipher suite to offer (IANA or OpenSSL name; repeatable).
+    /// Cipher suite to offer (IANA or OpenSSL name; repeatable). With --engine openssl: OpenSSL
+    /// cipher names or strings (e.g. AES128-SHA, 'ADH-AES128-SHA:@SECLEVEL=0'), TLS_* names
+    /// for TLS 1.3.
     #[arg(long, value_name = "SUITE")]
     pub suite: Vec<String>,
     /// Key exchange group to offer (x25519, secp256r1, secp384r1, x25519mlkem768; repeatable).
@@ -152,6 +158,15 @@ pub enum Resume {
     Auto,
 }
 
+/// Which TLS library the client uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    #[default]
+    Rustls,
+    Openssl,
+}
+
 /// The resolved configuration (also written into the JSON result, and read back by `merge`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -166,6 +181,9 @@ pub struct BenchConfig {
     pub method: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
+    /// (absent in results written before there was a choice: rustls)
+    #[serde(default)]
+    pub engine: Engine,
     pub tls_version: Option<String>,
     pub suites: Vec<String>,
     pub groups: Vec<String>,
@@ -292,8 +310,14 @@ impl BenchArgs {
                 bail!("--rate must be a positive number of transactions per second");
             }
         }
+        let engine = match a.engine.as_deref().unwrap_or("rustls") {
+            "rustls" => Engine::Rustls,
+            "openssl" => Engine::Openssl,
+            other => bail!("--engine `{other}`: rustls or openssl"),
+        };
         if let Some(v) = &a.tls_version {
-            if v != "1.2" && v != "1.3" {
+            let legacy = engine == Engine::Openssl && (v == "1.0" || v == "1.1");
+            if v != "1.2" && v != "1.3" && !legacy {
                 bail!("--tls-version `{v}`: 1.2 or 1.3 (older versions need --engine openssl)");
             }
         }
@@ -337,6 +361,7 @@ impl BenchArgs {
                 .to_ascii_uppercase(),
             headers,
             body: a.body,
+            engine,
             tls_version: a.tls_version,
             suites: a.suite,
             groups: a.group,
@@ -380,6 +405,7 @@ impl BenchArgs {
             method: self.method.or(f.method),
             header: list(self.header, f.header),
             body: self.body.or(f.body),
+            engine: self.engine.or(f.engine),
             tls_version: self.tls_version.or(f.tls_version),
             suite: list(self.suite, f.suite),
             group: list(self.group, f.group),
@@ -475,7 +501,15 @@ mod tests {
         }
         .resolve()
         .unwrap();
-        assert_eq!(c.full_every, 1);
+        assert_eq!((c.full_every, c.engine), (1, Engine::Rustls));
+        let c = BenchArgs {
+            engine: Some("openssl".into()),
+            tls_version: Some("1.0".into()),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.engine, Engine::Openssl);
         for bad in [
             BenchArgs {
                 resume: Some("sometimes".into()),
@@ -488,6 +522,10 @@ mod tests {
             },
             BenchArgs {
                 tls_version: Some("1.1".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                engine: Some("gnutls".into()),
                 ..args("https://a:1/")
             },
             BenchArgs {

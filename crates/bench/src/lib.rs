@@ -2,6 +2,7 @@
 //! suites and keys its users really bring, counted exactly as negotiated.
 //!
 //! Layout: `config` (flags + TOML), `tls` (client configs, per-virtual-client sessions),
+//! `engine` (the TLS engine seam: rustls or `openssl_engine`, the system libssl),
 //! `accounting` (full/resumed/refused, and dealing connections to clients so mixes are exact),
 //! `transaction` (one connection, phase by phase), `http1` (response framing, sans-IO),
 //! `runner` (closed and open loop), `stats` (counters, histograms), `scrape` (server
@@ -12,10 +13,12 @@
 mod accounting;
 mod cli;
 mod config;
+mod engine;
 mod find_max;
 mod html;
 mod http1;
 mod merge;
+mod openssl_engine;
 mod report;
 mod runner;
 mod scrape;

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use crate::accounting::{global_index, share};
 use crate::config::BenchConfig;
+use crate::engine::TlsEngine;
 use crate::stats::Stats;
-use crate::tls::Tls;
 use crate::transaction::{request_bytes, Client, READ_BUF};
 
 /// The merged result and how long the run took.
@@ -23,7 +23,7 @@ pub struct Outcome {
 }
 
 pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcome> {
-    let tls = Tls::new(&cfg)?;
+    let tls = TlsEngine::new(&cfg)?;
     let addr = tokio::net::lookup_host((cfg.host.as_str(), cfg.port))
         .await
         .with_context(|| format!("resolving {}", cfg.host))?
@@ -49,12 +49,9 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
     let mut tasks = Vec::new();
     let clients = cfg.clients as u64;
     for c in 0..clients {
-        let (config, sessions) = tls.client();
         let mut client = Client {
             cfg: cfg.clone(),
-            config,
-            sessions,
-            server_name: tls.server_name.clone(),
+            tls: tls.client(),
             addr,
             source: (!cfg.source_ips.is_empty())
                 .then(|| cfg.source_ips[c as usize % cfg.source_ips.len()]),
@@ -91,7 +88,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
                     tokio::time::sleep_until(due).await;
                 }
                 if m.is_multiple_of(cfg.full_every) {
-                    client.sessions.forget();
+                    client.tls.forget();
                 }
                 client.transaction(due, &mut stats).await;
                 m += 1;

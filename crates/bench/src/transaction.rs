@@ -11,19 +11,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use rustls::pki_types::ServerName;
-use rustls::ClientConfig;
+use rustls::HandshakeKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{timeout, Instant};
-use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::accounting::{classify, End, Negotiated};
 use crate::config::BenchConfig;
+use crate::engine::{ClientTls, TlsIo};
 use crate::http1::{parse_head, Chunked, Framing};
 use crate::stats::{ErrorClass, Stats};
-use crate::tls::ClientSessions;
 
 /// Bytes read from the TLS stream at a time; also the longest response head accepted (a
 /// longer one is an `http` error).
@@ -32,9 +30,8 @@ pub const READ_BUF: usize = 16 * 1024;
 /// What a virtual client needs for each of its transactions.
 pub struct Client {
     pub cfg: Arc<BenchConfig>,
-    pub config: Arc<ClientConfig>,
-    pub sessions: Arc<ClientSessions>,
-    pub server_name: ServerName<'static>,
+    /// The engine's TLS state for this client (config and sessions).
+    pub tls: ClientTls,
     pub addr: SocketAddr,
     pub source: Option<IpAddr>,
     /// The request bytes (HTTP/1.1), built once.
@@ -64,7 +61,6 @@ impl Client {
 
     async fn run(&mut self, stats: &mut Stats, end: &mut End) -> Result<(), Failure> {
         let t = self.cfg.timeout();
-        let offered = self.sessions.has_session();
         // phases are each their own service time; only `total` counts from `due`, so that in
         // open loop the time spent waiting behind a slow server shows there (as in wrk2)
         let started = Instant::now();
@@ -76,39 +72,87 @@ impl Client {
         let connected = Instant::now();
         stats.latency(0, connected - started);
         end.handshake_started = true;
-        // HTTP/1.1: the first request is handed to rustls before the handshake; rustls sends it
-        // the moment the handshake completes, with the client's Finished (TLS 1.3, and TLS 1.2
-        // resumption), so the server gets both in one segment, as from a browser.
-        // rustls buffers at most its plaintext limit (64 KiB by default) before the handshake:
-        // `pre` is how much it took, the rest follows once the handshake is done.
-        let mut pre = 0;
-        let connector = TlsConnector::from(self.config.clone());
-        let connect = connector.connect_with(self.server_name.clone(), tcp, |conn| {
-            if self.cfg.alpn != "h2" {
-                pre = std::io::Write::write(&mut conn.writer(), &self.request).unwrap_or(0);
+        match &self.tls {
+            ClientTls::Rustls {
+                config,
+                sessions,
+                server_name,
+            } => {
+                let offered = sessions.has_session();
+                // HTTP/1.1: the first request is handed to rustls before the handshake; rustls
+                // sends it the moment the handshake completes, with the client's Finished (TLS
+                // 1.3, and TLS 1.2 resumption), so the server gets both in one segment, as from
+                // a browser. rustls buffers at most its plaintext limit (64 KiB by default)
+                // before the handshake: `pre` is how much it took, the rest follows once the
+                // handshake is done.
+                let mut pre = 0;
+                let connector = TlsConnector::from(config.clone());
+                let connect = connector.connect_with(server_name.clone(), tcp, |conn| {
+                    if self.cfg.alpn != "h2" {
+                        pre = std::io::Write::write(&mut conn.writer(), &self.request).unwrap_or(0);
+                    }
+                });
+                let tls = match timeout(t, connect).await {
+                    Ok(Ok(s)) => s,
+                    // whatever broke the handshake (an alert, a reset, the server hanging up),
+                    // the handshake failed: `tls`, unless it was too slow
+                    Ok(Err(e)) if class_of(&e) == ErrorClass::Timeout => {
+                        return Err(Failure::new(ErrorClass::Timeout, &e))
+                    }
+                    Ok(Err(e)) => return Err(Failure::new(ErrorClass::Tls, &e)),
+                    Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TLS handshake")),
+                };
+                let handshaken = Instant::now();
+                stats.latency(1, handshaken - connected);
+                let conn = tls.get_ref().1;
+                if let Some(kind) = conn.handshake_kind() {
+                    end.handshake = Some(classify(offered, kind));
+                }
+                end.negotiated = Negotiated::of(conn);
+                let h2 = conn.alpn_protocol() == Some(b"h2");
+                // (`pre` is 0 when h2 was asked for and the server chose HTTP/1.1)
+                self.http(tls, h2, stats, handshaken, end, pre).await
             }
-        });
-        let mut tls = match timeout(t, connect).await {
-            Ok(Ok(s)) => s,
-            // whatever broke the handshake (an alert, a reset, the server hanging up), the
-            // handshake failed: `tls`, unless it was too slow
-            Ok(Err(e)) if class_of(&e) == ErrorClass::Timeout => {
-                return Err(Failure::new(ErrorClass::Timeout, &e))
+            ClientTls::Openssl(client) => {
+                let tls = match timeout(t, client.connect(tcp)).await {
+                    Ok(Ok((s, offered))) => {
+                        let kind = if s.ssl().session_reused() {
+                            HandshakeKind::Resumed
+                        } else {
+                            HandshakeKind::Full
+                        };
+                        end.handshake = Some(classify(offered, kind));
+                        s
+                    }
+                    Ok(Err(e)) if class_of(&e) == ErrorClass::Timeout => {
+                        return Err(Failure::new(ErrorClass::Timeout, &e))
+                    }
+                    Ok(Err(e)) => return Err(Failure::new(ErrorClass::Tls, &e)),
+                    Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TLS handshake")),
+                };
+                let handshaken = Instant::now();
+                stats.latency(1, handshaken - connected);
+                end.negotiated = crate::openssl_engine::negotiated(tls.ssl());
+                let h2 = tls.ssl().selected_alpn_protocol() == Some(b"h2");
+                self.http(tls, h2, stats, handshaken, end, 0).await
             }
-            Ok(Err(e)) => return Err(Failure::new(ErrorClass::Tls, &e)),
-            Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TLS handshake")),
-        };
-        let handshaken = Instant::now();
-        stats.latency(1, handshaken - connected);
-        if let Some(kind) = tls.get_ref().1.handshake_kind() {
-            end.handshake = Some(classify(offered, kind));
         }
-        end.negotiated = Negotiated::of(tls.get_ref().1);
-        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+    }
+
+    /// HTTP over the handshaken stream, whichever engine made it.
+    async fn http<S: TlsIo>(
+        &mut self,
+        mut tls: S,
+        h2: bool,
+        stats: &mut Stats,
+        handshaken: Instant,
+        end: &mut End,
+        pre: usize,
+    ) -> Result<(), Failure> {
+        if h2 {
             // the h2 path never pre-writes (the protocol is known only now)
             self.http2(tls, stats, handshaken, end).await
         } else {
-            // (`pre` is 0 when h2 was asked for and the server chose HTTP/1.1)
             self.http1(&mut tls, stats, handshaken, end, pre).await
         }
     }
@@ -127,9 +171,9 @@ impl Client {
         Ok(s)
     }
 
-    async fn http1(
+    async fn http1<S: TlsIo>(
         &mut self,
-        tls: &mut TlsStream<TcpStream>,
+        tls: &mut S,
         stats: &mut Stats,
         started: Instant,
         end: &mut End,
@@ -240,16 +284,14 @@ impl Client {
                 ));
             }
         }
-        // close_notify, then `close` on drop sends the FIN (a `shutdown` first would only add a
-        // system call); a server that already closed is fine
-        tls.get_mut().1.send_close_notify();
-        let _ = timeout(t, tls.flush()).await;
+        // close_notify, then `close` on drop sends the FIN; a server that already closed is fine
+        let _ = timeout(t, tls.close_notify()).await;
         Ok(())
     }
 
-    async fn http2(
+    async fn http2<S: TlsIo>(
         &self,
-        tls: TlsStream<TcpStream>,
+        tls: S,
         stats: &mut Stats,
         started: Instant,
         end: &mut End,
@@ -385,8 +427,12 @@ fn io<T>(r: Result<std::io::Result<T>, tokio::time::error::Elapsed>) -> Result<T
 pub fn class_of(e: &(dyn std::error::Error + 'static)) -> ErrorClass {
     let mut cur = Some(e);
     while let Some(e) = cur {
-        if e.is::<rustls::Error>() {
+        if e.is::<rustls::Error>() || e.is::<openssl::error::ErrorStack>() {
             return ErrorClass::Tls;
+        }
+        // OpenSSL: a protocol error or alert is `tls`, a broken socket what the socket says
+        if let Some(ssl) = e.downcast_ref::<openssl::ssl::Error>() {
+            return ssl.io_error().map_or(ErrorClass::Tls, |io| class_of(io));
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             if io.kind() == std::io::ErrorKind::TimedOut {
