@@ -199,13 +199,18 @@ impl Router {
     }
 
     fn least_conn(&mut self) -> Option<usize> {
-        // Ties are broken in turn, so equal agents share the load instead of the first taking all.
+        self.least_by(|a| a.active)
+    }
+
+    /// The healthy agent with the least of `load`; ties are broken in turn, so equal agents
+    /// share the load instead of the first taking all.
+    fn least_by(&mut self, load: impl Fn(&AgentState) -> u32) -> Option<usize> {
         let n = self.agents.len();
         let start = self.next;
         let best = (0..n)
             .map(|i| (start + i) % n)
             .filter(|a| self.agents[*a].healthy)
-            .min_by_key(|a| self.agents[*a].active)?;
+            .min_by_key(|a| load(&self.agents[*a]))?;
         self.next = (best + 1) % n;
         Some(best)
     }
@@ -236,14 +241,7 @@ impl Router {
     /// more clients must not be spared handshakes for it (seed 000: handshakes are what the
     /// cluster balances; bulk follows persistence).
     fn least_handshaking(&mut self) -> Option<usize> {
-        let n = self.agents.len();
-        let start = self.next;
-        let best = (0..n)
-            .map(|i| (start + i) % n)
-            .filter(|a| self.agents[*a].healthy)
-            .min_by_key(|a| self.agents[*a].handshaking)?;
-        self.next = (best + 1) % n;
-        Some(best)
+        self.least_by(|a| a.handshaking)
     }
 
     fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {
