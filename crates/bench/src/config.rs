@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::scenario::{file_and_weight, Mix, Scenario, Think};
 use crate::sweep::Sweep;
 
 /// `baton bench URL`: TLS transactions per second with exact handshake accounting.
@@ -43,6 +44,14 @@ pub struct BenchArgs {
     /// Request body.
     #[arg(long, value_name = "TEXT")]
     pub body: Option<String>,
+    /// Replay this scenario file on each connection (its requests in order, keep-alive;
+    /// repeatable: connections take the files round-robin, or by `FILE:WEIGHT`). The URL then
+    /// gives only the host. See `baton scenario import-har`.
+    #[arg(long, value_name = "FILE[:WEIGHT]")]
+    pub scenario: Vec<String>,
+    /// Scenario think times: recorded (default), none, or a scale factor (0.5 = half).
+    #[arg(long, value_name = "recorded|none|SCALE")]
+    pub think: Option<String>,
     /// TLS client engine: rustls (default) or openssl (the system libssl: TLS 1.0-1.3, RSA key
     /// exchange, DHE, CBC, anonymous suites; --suite then takes OpenSSL cipher strings).
     #[arg(long, value_name = "ENGINE")]
@@ -181,6 +190,14 @@ pub struct BenchConfig {
     pub method: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
+    /// `--scenario`: the files, their weights and request counts (absent without).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scenarios: Vec<ScenarioRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think: Option<String>,
+    /// The parsed scenarios with their weights.
+    #[serde(skip)]
+    pub loaded: Vec<(Scenario, u32)>,
     /// (absent in results written before there was a choice: rustls)
     #[serde(default)]
     pub engine: Engine,
@@ -209,7 +226,24 @@ pub struct BenchConfig {
     pub quiet: bool,
 }
 
+/// A scenario file of a run, as the JSON result names it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScenarioRef {
+    pub file: String,
+    pub weight: u32,
+    pub requests: u32,
+}
+
 impl BenchConfig {
+    /// The scenario mix, when `--scenario` was given.
+    pub fn mix(&self) -> anyhow::Result<Option<Mix>> {
+        if self.loaded.is_empty() {
+            return Ok(None);
+        }
+        let think = Think::parse(self.think.as_deref().unwrap_or("recorded"))?;
+        Ok(Some(Mix::new(&self.loaded, think, &self.sni)))
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.timeout_s)
     }
@@ -301,7 +335,20 @@ impl BenchArgs {
         if clients == 0 {
             bail!("-c must be at least 1");
         }
-        let requests_per_conn = a.requests_per_conn.unwrap_or(1);
+        let (loaded, scenarios) = load_scenarios(&a.scenario)?;
+        if let Some(t) = &a.think {
+            if loaded.is_empty() {
+                bail!("--think is for --scenario");
+            }
+            Think::parse(t)?;
+        }
+        let requests_per_conn = match scenarios.first() {
+            None => a.requests_per_conn.unwrap_or(1),
+            Some(_) if a.requests_per_conn.is_some() => {
+                bail!("--requests-per-conn and --scenario: a scenario's requests are its connection's")
+            }
+            Some(first) => first.requests,
+        };
         if requests_per_conn == 0 {
             bail!("--requests-per-conn must be at least 1");
         }
@@ -361,6 +408,9 @@ impl BenchArgs {
                 .to_ascii_uppercase(),
             headers,
             body: a.body,
+            scenarios,
+            think: a.think,
+            loaded,
             engine,
             tls_version: a.tls_version,
             suites: a.suite,
@@ -405,6 +455,8 @@ impl BenchArgs {
             method: self.method.or(f.method),
             header: list(self.header, f.header),
             body: self.body.or(f.body),
+            scenario: list(self.scenario, f.scenario),
+            think: self.think.or(f.think),
             engine: self.engine.or(f.engine),
             tls_version: self.tls_version.or(f.tls_version),
             suite: list(self.suite, f.suite),
@@ -430,6 +482,39 @@ impl BenchArgs {
             sweep: self.sweep.or(f.sweep),
         }
     }
+}
+
+/// The scenarios with their weights, and how the JSON names them.
+type Loaded = (Vec<(Scenario, u32)>, Vec<ScenarioRef>);
+
+/// `--scenario FILE[:WEIGHT]...`: read and checked. Every scenario of a run has the same
+/// number of requests, so `requests_per_conn` stays exact (every request counted once).
+fn load_scenarios(specs: &[String]) -> anyhow::Result<Loaded> {
+    let mut loaded = Vec::new();
+    let mut refs: Vec<ScenarioRef> = Vec::new();
+    for spec in specs {
+        let (file, weight) = file_and_weight(spec)?;
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading scenario file {file}"))?;
+        let s = crate::scenario::parse(&text).with_context(|| format!("scenario file {file}"))?;
+        let requests = u32::try_from(s.requests.len()).context("too many requests")?;
+        if let Some(first) = refs.first() {
+            if first.requests != requests {
+                bail!(
+                    "scenario {file} has {requests} requests, {} has {}: the scenarios of one run must have the same number of requests",
+                    first.file,
+                    first.requests
+                );
+            }
+        }
+        refs.push(ScenarioRef {
+            file,
+            weight,
+            requests,
+        });
+        loaded.push((s, weight));
+    }
+    Ok((loaded, refs))
 }
 
 /// `https://host:port/path` -> (host, port, path). Only https.
@@ -544,6 +629,50 @@ mod tests {
         ] {
             assert!(bad.resolve().is_err());
         }
+    }
+
+    #[test]
+    fn scenarios_set_requests_per_conn() {
+        let dir = std::env::temp_dir().join(format!("baton-scen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (two, one) = (dir.join("two.toml"), dir.join("one.toml"));
+        std::fs::write(
+            &two,
+            "[[request]]\npath = \"/\"\n[[request]]\npath = \"/b\"\n",
+        )
+        .unwrap();
+        std::fs::write(&one, "[[request]]\npath = \"/\"\n").unwrap();
+        let with = |files: &[String]| BenchArgs {
+            scenario: files.to_vec(),
+            ..args("https://a:1/")
+        };
+        let two_s = two.display().to_string();
+        let c = with(&[two_s.clone(), format!("{two_s}:3")])
+            .resolve()
+            .unwrap();
+        assert_eq!(c.requests_per_conn, 2);
+        assert_eq!(c.scenarios[1].weight, 3);
+        assert!(c.mix().unwrap().is_some());
+        assert!(with(&[two_s.clone(), one.display().to_string()])
+            .resolve()
+            .is_err());
+        for bad in [
+            BenchArgs {
+                requests_per_conn: Some(2),
+                ..with(std::slice::from_ref(&two_s))
+            },
+            BenchArgs {
+                think: Some("sometimes".into()),
+                ..with(std::slice::from_ref(&two_s))
+            },
+            BenchArgs {
+                think: Some("none".into()),
+                ..args("https://a:1/")
+            },
+        ] {
+            assert!(bad.resolve().is_err());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

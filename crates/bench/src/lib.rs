@@ -5,7 +5,7 @@
 //! `engine` (the TLS engine seam: rustls or `openssl_engine`, the system libssl),
 //! `accounting` (full/resumed/refused, and dealing connections to clients so mixes are exact),
 //! `transaction` (one connection, phase by phase), `http1` (response framing, sans-IO),
-//! `runner` (closed and open loop), `stats` (counters, histograms), `scrape` (server
+//! `runner` (closed and open loop), `scenario` (scenario files, HAR import), `stats` (counters, histograms), `scrape` (server
 //! metrics), `report` (JSON and the human summary), `html` + `svg` (the HTML report), `merge`
 //! (runs of several machines as one), `search` + `find_max` (the highest rate at zero loss),
 //! `cli` (the subcommands).
@@ -21,6 +21,7 @@ mod merge;
 mod openssl_engine;
 mod report;
 mod runner;
+mod scenario;
 mod scrape;
 mod search;
 mod stats;
@@ -40,6 +41,7 @@ pub use cli::{BenchCli, BenchCommand, MergeArgs};
 pub use config::{BenchArgs, BenchConfig};
 pub use find_max::FindMaxArgs;
 pub use report::Report;
+pub use scenario::{main as scenario_main, ScenarioCli};
 
 /// `baton bench ...`: a run, or one of its subcommands.
 pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {

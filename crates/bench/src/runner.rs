@@ -30,6 +30,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
         .next()
         .with_context(|| format!("{} has no address", cfg.host))?;
     let request = request_bytes(&cfg);
+    let mix = cfg.mix()?.map(Arc::new);
     let bar = progress.then(|| {
         let bar = match cfg.connections {
             Some(n) => ProgressBar::new(n),
@@ -58,6 +59,8 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
             request: request.clone(),
             buf: vec![0; READ_BUF].into_boxed_slice(),
             start,
+            script: None,
+            thought: Duration::ZERO,
         };
         let my_share = cfg
             .connections
@@ -65,6 +68,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
         let bar = bar.clone().filter(|_| cfg.connections.is_some());
         let stop = stop.clone();
         let cfg = cfg.clone();
+        let mix = mix.clone();
         tasks.push(tokio::spawn(async move {
             let mut stats = Stats::default();
             let mut m = 0u64;
@@ -72,12 +76,29 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
                 if my_share.is_some_and(|s| m >= s) || stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let due = match cfg.rate {
-                    Some(r) => {
-                        let i = global_index(clients, cfg.full_every, c, m);
-                        start + Duration::from_secs_f64(i as f64 / r)
+                let i = global_index(clients, cfg.full_every, c, m);
+                // --scenario: this connection's scenario; its first think time comes before
+                // the connection (closed loop: before the clock starts; open loop: added to
+                // the due time)
+                let think0 = match &mix {
+                    Some(mix) => {
+                        let steps = mix.pick(i);
+                        let t = steps[0].think;
+                        client.script = Some(steps);
+                        t
                     }
-                    None => Instant::now(),
+                    None => Duration::ZERO,
+                };
+                let due = match cfg.rate {
+                    Some(r) => start + Duration::from_secs_f64(i as f64 / r) + think0,
+                    None if think0.is_zero() => Instant::now(),
+                    None => {
+                        if deadline.is_some_and(|d| Instant::now() + think0 >= d) {
+                            break;
+                        }
+                        tokio::time::sleep(think0).await;
+                        Instant::now()
+                    }
                 };
                 // before sleeping: a client whose next turn falls after the end must not hold
                 // the run open until then (at a low rate with many clients, many seconds)

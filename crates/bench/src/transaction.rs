@@ -8,6 +8,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -21,6 +22,7 @@ use crate::accounting::{classify, End, Negotiated};
 use crate::config::BenchConfig;
 use crate::engine::{ClientTls, TlsIo};
 use crate::http1::{parse_head, Chunked, Framing};
+use crate::scenario::Step;
 use crate::stats::{ErrorClass, Stats};
 
 /// Bytes read from the TLS stream at a time; also the longest response head accepted (a
@@ -40,6 +42,10 @@ pub struct Client {
     pub buf: Box<[u8]>,
     /// When the run started (the timeline counts from here).
     pub start: Instant,
+    /// `--scenario`: this transaction's requests (else `request`, `requests_per_conn` times).
+    pub script: Option<Arc<[Step]>>,
+    /// Think time slept in this transaction (not latency).
+    pub thought: Duration,
 }
 
 impl Client {
@@ -47,6 +53,7 @@ impl Client {
     /// latency is measured from there (in open loop, later than now if the client fell behind).
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
         let mut end = End::default();
+        self.thought = Duration::ZERO;
         let result = self.run(stats, &mut end).await;
         let now = Instant::now();
         stats.ended(now - self.start, result.is_ok());
@@ -54,9 +61,24 @@ impl Client {
             end.error = Some(f.class);
             stats.example(f.class, f.detail);
         } else {
-            stats.latency(3, now - due);
+            stats.latency(3, (now - due).saturating_sub(self.thought));
         }
-        stats.finish(&end, self.cfg.requests_per_conn);
+        stats.finish(&end, self.requests());
+    }
+
+    /// Requests in this transaction.
+    fn requests(&self) -> u32 {
+        self.script
+            .as_ref()
+            .map_or(self.cfg.requests_per_conn, |s| s.len() as u32)
+    }
+
+    /// The first request's bytes, written with the handshake.
+    fn first_request(&self) -> &[u8] {
+        match &self.script {
+            Some(s) => &s[0].wire,
+            None => &self.request,
+        }
     }
 
     async fn run(&mut self, stats: &mut Stats, end: &mut End) -> Result<(), Failure> {
@@ -89,7 +111,8 @@ impl Client {
                 let connector = TlsConnector::from(config.clone());
                 let connect = connector.connect_with(server_name.clone(), tcp, |conn| {
                     if self.cfg.alpn != "h2" {
-                        pre = std::io::Write::write(&mut conn.writer(), &self.request).unwrap_or(0);
+                        pre = std::io::Write::write(&mut conn.writer(), self.first_request())
+                            .unwrap_or(0);
                     }
                 });
                 let tls = match timeout(t, connect).await {
@@ -180,15 +203,26 @@ impl Client {
         pre: usize,
     ) -> Result<(), Failure> {
         let t = self.cfg.timeout();
-        let k = self.cfg.requests_per_conn;
-        let head_request = self.cfg.method == "HEAD";
+        let k = self.requests();
+        let script = self.script.clone();
         let buf = &mut self.buf[..];
         let mut held = 0usize; // bytes in buf not yet consumed
         for i in 0..k {
+            let (request, head_request) = match &script {
+                Some(s) => {
+                    let step = &s[i as usize];
+                    if i > 0 && !step.think.is_zero() {
+                        tokio::time::sleep(step.think).await;
+                        self.thought += step.think;
+                    }
+                    (&step.wire, step.method == "HEAD")
+                }
+                None => (&self.request, self.cfg.method == "HEAD"),
+            };
             let unsent = if i == 0 {
-                &self.request[pre..]
+                &request[pre..]
             } else {
-                &self.request[..]
+                &request[..]
             };
             if !unsent.is_empty() {
                 io(timeout(t, tls.write_all(unsent)).await)?;
@@ -290,7 +324,7 @@ impl Client {
     }
 
     async fn http2<S: TlsIo>(
-        &self,
+        &mut self,
         tls: S,
         stats: &mut Stats,
         started: Instant,
@@ -309,22 +343,40 @@ impl Client {
             Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"HTTP/2 handshake")),
         };
         let driver = tokio::spawn(conn);
-        let uri: http::Uri = format!(
-            "https://{}:{}{}",
-            self.cfg.host, self.cfg.port, self.cfg.path
-        )
-        .parse()
-        .map_err(|e| Failure::new(ErrorClass::Http, &e))?;
-        let body = Bytes::from(self.cfg.body.clone().unwrap_or_default());
-        for _ in 0..self.cfg.requests_per_conn {
-            let mut req = http::Request::builder()
-                .method(self.cfg.method.as_str())
-                .uri(uri.clone());
-            for (k, v) in &self.cfg.headers {
+        let uri = |path: &str| -> Result<http::Uri, Failure> {
+            format!("https://{}:{}{path}", self.cfg.host, self.cfg.port)
+                .parse()
+                .map_err(|e| Failure::new(ErrorClass::Http, &e))
+        };
+        let default_uri = uri(&self.cfg.path)?;
+        let default_body = Bytes::from(self.cfg.body.clone().unwrap_or_default());
+        let script = self.script.clone();
+        for i in 0..self.requests() {
+            let (mut req, headers, body) = match &script {
+                Some(s) => {
+                    let step = &s[i as usize];
+                    if i > 0 && !step.think.is_zero() {
+                        tokio::time::sleep(step.think).await;
+                        self.thought += step.think;
+                    }
+                    let req = http::Request::builder()
+                        .method(step.method.as_str())
+                        .uri(uri(&step.path)?);
+                    (req, &step.headers, step.body.clone())
+                }
+                None => (
+                    http::Request::builder()
+                        .method(self.cfg.method.as_str())
+                        .uri(default_uri.clone()),
+                    &self.cfg.headers,
+                    default_body.clone(),
+                ),
+            };
+            for (k, v) in headers {
                 req = req.header(k, v);
             }
             let req = req
-                .body(Full::new(body.clone()))
+                .body(Full::new(body))
                 .map_err(|e| Failure::new(ErrorClass::Http, &e))?;
             let resp = match timeout(t, sender.send_request(req)).await {
                 Ok(Ok(r)) => r,

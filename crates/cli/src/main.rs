@@ -21,6 +21,8 @@ enum Command {
     Agent(Box<baton_agent::AgentArgs>),
     /// Measure TLS transactions per second of any TLS server.
     Bench(Box<baton_bench::BenchCli>),
+    /// Scenario files for `baton bench --scenario`: `import-har` converts a browser's HAR export.
+    Scenario(baton_bench::ScenarioCli),
     /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
     Dispatch(Box<baton_dispatch::DispatchArgs>),
     /// Local clusters under load, side by side: round robin with and without shared sessions,
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::main(*args),
+        Command::Scenario(args) => baton_bench::scenario_main(args).map(|()| ExitCode::SUCCESS),
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
