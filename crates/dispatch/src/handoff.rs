@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_wire::handoff::{Action, Outcome, Relay, Target};
-use baton_wire::proxy_v2::{self, ProxyHeader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -183,15 +182,8 @@ async fn connect_home(
         .ok()?
         .ok()?;
     let _ = s.set_nodelay(true);
-    if shared.config.proxy_protocol {
-        let mut head = Vec::with_capacity(64);
-        proxy_v2::encode(
-            &ProxyHeader::Proxy {
-                source,
-                destination,
-            },
-            &mut head,
-        );
+    let head = shared.proxy_head(source, destination);
+    if !head.is_empty() {
         s.write_all(&head).await.ok()?;
     }
     Some(s)

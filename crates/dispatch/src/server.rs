@@ -27,6 +27,21 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The PROXY v2 header that opens a stream to an agent (`--proxy-protocol`), or nothing.
+    pub(crate) fn proxy_head(&self, source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+        let mut head = Vec::with_capacity(64);
+        if self.config.proxy_protocol {
+            proxy_v2::encode(
+                &ProxyHeader::Proxy {
+                    source,
+                    destination,
+                },
+                &mut head,
+            );
+        }
+        head
+    }
+
     pub(crate) fn router(&self) -> std::sync::MutexGuard<'_, Router> {
         self.router.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -192,16 +207,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
     if let Some(home_idx) = home {
         let _ = agent.set_nodelay(true);
         let destination = client.local_addr().unwrap_or(peer);
-        let mut head = Vec::with_capacity(first.bytes.len() + 64);
-        if cfg.proxy_protocol {
-            proxy_v2::encode(
-                &ProxyHeader::Proxy {
-                    source,
-                    destination,
-                },
-                &mut head,
-            );
-        }
+        let mut head = shared.proxy_head(source, destination);
         head.extend_from_slice(&baton_wire::handoff::Relay::offer(home_idx as u16));
         let result = match agent.write_all(&head).await {
             Ok(()) => {
@@ -278,17 +284,7 @@ async fn relay(
     shared: &Shared,
 ) -> std::io::Result<()> {
     let _ = agent.set_nodelay(true);
-    let mut head = Vec::with_capacity(first.bytes.len() + 64);
-    if shared.config.proxy_protocol {
-        let destination = client.local_addr().unwrap_or(peer);
-        proxy_v2::encode(
-            &ProxyHeader::Proxy {
-                source,
-                destination,
-            },
-            &mut head,
-        );
-    }
+    let mut head = shared.proxy_head(source, client.local_addr().unwrap_or(peer));
     head.extend_from_slice(&first.bytes);
     agent.write_all(&head).await?;
     let mut to_client = 0u64;

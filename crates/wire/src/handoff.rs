@@ -112,19 +112,12 @@ impl std::fmt::Debug for Frame {
     // Sealed, but still nobody's business in a log: print sizes only.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Frame::Switch(b) => write!(f, "Switch(<{} sealed bytes>)", b.len()),
-            Frame::Import(b) => write!(f, "Import(<{} sealed bytes>)", b.len()),
+            Frame::Switch(b) | Frame::Import(b) => {
+                write!(f, "{}(<{} sealed bytes>)", self.name(), b.len())
+            }
             Frame::Offer { home } => write!(f, "Offer {{ home: {home} }}"),
             Frame::Refused(r) => write!(f, "Refused({r:?})"),
-            other => f.write_str(match other {
-                Frame::Freeze => "Freeze",
-                Frame::Decline => "Decline",
-                Frame::Frozen => "Frozen",
-                Frame::Abort => "Abort",
-                Frame::Done => "Done",
-                Frame::Resume => "Resume",
-                _ => "Accepted",
-            }),
+            _ => f.write_str(self.name()),
         }
     }
 }
@@ -540,10 +533,13 @@ impl Relay {
                 }
                 if self.client.inner.at_boundary() {
                     self.freeze_now();
-                    self.hold(&data[n..])?;
+                    self.held.extend_from_slice(&data[n..]);
                 }
             }
-            State::Frozen | State::Connecting | State::Importing => self.hold(data)?,
+            // The shell stops reading at MAX_HELD; a read may overshoot it by one buffer.
+            State::Frozen | State::Connecting | State::Importing => {
+                self.held.extend_from_slice(data)
+            }
             // bytes that raced the splice: the shell forwards them to the target
             State::Spliced(t) => self.push(match t {
                 Target::HandshakeAgent => Action::ToAgent(data.to_vec()),
@@ -666,12 +662,6 @@ impl Relay {
     fn freeze_now(&mut self) {
         self.state = State::Frozen;
         self.push(Action::ToAgent(Frame::Frozen.to_bytes()));
-    }
-
-    fn hold(&mut self, data: &[u8]) -> Result<(), HandoffError> {
-        // The shell stops reading at MAX_HELD; a read may overshoot it by one buffer.
-        self.held.extend_from_slice(data);
-        Ok(())
     }
 
     fn release_to_agent(&mut self) {
