@@ -42,6 +42,7 @@ pub use config::{BenchArgs, BenchConfig};
 pub use find_max::FindMaxArgs;
 pub use report::Report;
 pub use scenario::{main as scenario_main, ScenarioCli};
+pub use scrape::parse as parse_metrics;
 
 /// `baton bench ...`: a run, or one of its subcommands.
 pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {

@@ -7,13 +7,14 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
-use crate::pki::{self, Pki};
+use crate::pki::{self, KeyKind, Pki};
+use crate::rig::cap::Confine;
 
 /// Where the agents keep sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,10 +54,12 @@ pub struct ClusterSpec {
     /// Dispatcher policy name (`round-robin`, `least-conn`, `client-ip`, `session`, `handoff`).
     pub policy: String,
     pub store: Store,
-    /// RSA-2048 instead of ECDSA P-256.
-    pub rsa: bool,
+    /// The server key (ECDSA P-256 unless asked otherwise).
+    pub key: KeyKind,
     /// More flags for every agent.
     pub agent_args: Vec<String>,
+    /// CPU caps: agent `i` runs under `agent_caps[i]` when given (the lab's experiments).
+    pub agent_caps: Vec<Arc<Confine>>,
 }
 
 /// One running child and the addresses it announced.
@@ -104,7 +107,7 @@ impl Cluster {
         }
         std::fs::create_dir_all(&spec.dir)
             .with_context(|| format!("creating {}", spec.dir.display()))?;
-        let pki = pki::generate(&spec.dir, spec.rsa)?;
+        let pki = pki::generate_kind(&spec.dir, spec.key)?;
         // Migration seals session objects with the cluster key, so `handoff` needs one too.
         let handoff = spec.policy == "handoff";
         let shared = spec.store != Store::Memory || handoff;
@@ -168,7 +171,8 @@ impl Cluster {
             }
             args.extend(spec.agent_args.iter().cloned());
             let log = spec.dir.join(format!("agent-{id}.log"));
-            agents.push(spawn_ready(&spec.baton, &args, &log)?);
+            let cap = spec.agent_caps.get(id).map(|c| &**c);
+            agents.push(spawn_ready_in(&spec.baton, &args, &log, cap)?);
         }
         let mut args: Vec<String> = vec![
             "dispatch".into(),
@@ -282,12 +286,24 @@ fn free_port() -> anyhow::Result<u16> {
 /// Starts `baton ARGS` with stderr to `log`, and waits (at most 30 s) for `ready` on stdout,
 /// collecting `listening KIND ADDR` lines.
 pub fn spawn_ready(baton: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
+    spawn_ready_in(baton, args, log, None)
+}
+
+/// [`spawn_ready`] under a CPU cap (the process joins it before exec).
+pub fn spawn_ready_in(
+    baton: &Path,
+    args: &[String],
+    log: &Path,
+    cap: Option<&Confine>,
+) -> anyhow::Result<Proc> {
     let stderr =
         std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut child = Command::new(baton)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(stderr)
+    let mut cmd = Command::new(baton);
+    cmd.args(args).stdout(Stdio::piped()).stderr(stderr);
+    if let Some(c) = cap {
+        c.apply(&mut cmd)?;
+    }
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {} {}", baton.display(), args[0]))?;
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;

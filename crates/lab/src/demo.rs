@@ -63,8 +63,9 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
             agents: args.agents,
             policy: policy.into(),
             store,
-            rsa: false,
+            key: crate::pki::KeyKind::EcdsaP256,
             agent_args: Vec::new(),
+            agent_caps: Vec::new(),
         })?;
         // peers connect to each other right after start
         std::thread::sleep(Duration::from_millis(300));

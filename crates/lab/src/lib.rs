@@ -1,10 +1,14 @@
-//! The lab: local clusters of real `baton` processes, and (later) the documents' experiments
-//! run against them. `cluster.rs` starts a dispatcher and N agents as child processes with
-//! generated certificates and keys; `up.rs` is `baton up`; `demo.rs` is `baton demo`.
+//! The lab: local clusters of real `baton` processes, and the documents' experiments run against
+//! them beside real baselines. `cluster.rs` starts a dispatcher and N agents as child processes
+//! with generated certificates and keys; `up.rs` is `baton up`; `demo.rs` is `baton demo`;
+//! `rig/` holds the capped servers, nginx, HAProxy and the delay proxy; `experiments/` is
+//! `baton lab EXPERIMENT`, one file per experiment; `table.rs` prints their results.
 
 pub mod cluster;
 mod demo;
 pub mod pki;
+pub mod rig;
+pub mod table;
 mod up;
 
 pub use cluster::{Cluster, ClusterSpec, Store};

@@ -1,6 +1,6 @@
-//! Certificates for a local cluster: a throwaway CA and one server certificate (ECDSA P-256 or
-//! RSA-2048) for localhost and 127.0.0.1, written to the cluster's directory. Clients trust
-//! `ca.pem`; the private keys are written 0600.
+//! Certificates for a local cluster: a throwaway CA and one server certificate (ECDSA P-256 by
+//! default; P-384 or RSA 1024-4096 for the lab's key-size runs) for localhost and 127.0.0.1,
+//! written to the cluster's directory. Clients trust `ca.pem`; the private keys are written 0600.
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +14,60 @@ pub struct Pki {
     pub key: PathBuf,
 }
 
+/// The server key's algorithm and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum KeyKind {
+    EcdsaP256,
+    EcdsaP384,
+    /// RSA with this many bits (1024 only for OpenSSL-based servers: rustls refuses it).
+    Rsa(u32),
+}
+
+impl KeyKind {
+    pub fn name(self) -> String {
+        match self {
+            KeyKind::EcdsaP256 => "ECDSA P-256".into(),
+            KeyKind::EcdsaP384 => "ECDSA P-384".into(),
+            KeyKind::Rsa(bits) => format!("RSA {bits}"),
+        }
+    }
+}
+
+impl std::str::FromStr for KeyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "p256" | "p-256" | "ecdsa" | "ecdsa-p256" => Ok(KeyKind::EcdsaP256),
+            "p384" | "p-384" | "ecdsa-p384" => Ok(KeyKind::EcdsaP384),
+            other => match other
+                .strip_prefix("rsa")
+                .map(|b| b.trim_start_matches(['-', ' ']))
+            {
+                Some("") => Ok(KeyKind::Rsa(2048)),
+                Some(b) => match b.parse() {
+                    Ok(bits @ (1024 | 2048 | 3072 | 4096)) => Ok(KeyKind::Rsa(bits)),
+                    _ => Err(format!("`{s}`: RSA sizes are 1024, 2048, 3072, 4096")),
+                },
+                None => Err(format!(
+                    "`{s}`: p256, p384, rsa2048, rsa3072, rsa4096 or rsa1024"
+                )),
+            },
+        }
+    }
+}
+
 pub fn generate(dir: &Path, rsa: bool) -> anyhow::Result<Pki> {
+    generate_kind(
+        dir,
+        if rsa {
+            KeyKind::Rsa(2048)
+        } else {
+            KeyKind::EcdsaP256
+        },
+    )
+}
+
+pub fn generate_kind(dir: &Path, kind: KeyKind) -> anyhow::Result<Pki> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().context("CA key")?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
@@ -24,26 +77,79 @@ pub fn generate(dir: &Path, rsa: bool) -> anyhow::Result<Pki> {
         .push(DnType::CommonName, "Baton local cluster CA");
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = if rsa {
-        KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)?
-    } else {
-        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?
-    };
     let mut params =
         CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
     params
         .distinguished_name
         .push(DnType::CommonName, "localhost");
-    let cert = params.signed_by(&key, &issuer)?;
     let pki = Pki {
         ca: dir.join("ca.pem"),
         cert: dir.join("cert.pem"),
         key: dir.join("key.pem"),
     };
+    let (cert, key_pem) = match kind {
+        // aws-lc-rs (behind rcgen) will not make or load a 1024-bit RSA key; OpenSSL still does,
+        // and only the public half is needed to issue the certificate.
+        KeyKind::Rsa(1024) => {
+            let key_pem = openssl_rsa_1024()?;
+            let public = public_pem_of(&key_pem)?;
+            let spki = rcgen::SubjectPublicKeyInfo::from_pem(&public)?;
+            (params.signed_by(&spki, &issuer)?, key_pem)
+        }
+        _ => {
+            let key = match kind {
+                KeyKind::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?,
+                KeyKind::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)?,
+                KeyKind::Rsa(bits) => {
+                    let size = match bits {
+                        2048 => rcgen::RsaKeySize::_2048,
+                        3072 => rcgen::RsaKeySize::_3072,
+                        4096 => rcgen::RsaKeySize::_4096,
+                        _ => anyhow::bail!("RSA {bits}: 1024, 2048, 3072 or 4096"),
+                    };
+                    KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, size)?
+                }
+            };
+            (params.signed_by(&key, &issuer)?, key.serialize_pem())
+        }
+    };
     std::fs::write(&pki.ca, ca_cert.pem())?;
     std::fs::write(&pki.cert, cert.pem())?;
-    write_private(&pki.key, key.serialize_pem().as_bytes())?;
+    write_private(&pki.key, key_pem.as_bytes())?;
     Ok(pki)
+}
+
+fn openssl_rsa_1024() -> anyhow::Result<String> {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:1024",
+        ])
+        .output()
+        .context("running openssl genpkey (RSA 1024 needs the openssl command)")?;
+    anyhow::ensure!(out.status.success(), "openssl genpkey failed");
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+fn public_pem_of(key_pem: &str) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("openssl")
+        .args(["pkey", "-pubout"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("running openssl pkey")?;
+    child
+        .stdin
+        .take()
+        .context("openssl stdin")?
+        .write_all(key_pem.as_bytes())?;
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(out.status.success(), "openssl pkey -pubout failed");
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 /// Writes a secret file readable by its owner only.

@@ -31,9 +31,12 @@ pub struct UpArgs {
     /// Directory for certificates, keys and logs. Default: a new one under /tmp.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// RSA-2048 certificate instead of ECDSA P-256.
+    /// RSA-2048 certificate instead of ECDSA P-256 (same as `--key rsa2048`).
     #[arg(long)]
     pub rsa: bool,
+    /// Server key: p256, p384, rsa2048, rsa3072 or rsa4096.
+    #[arg(long, value_name = "KIND", conflicts_with = "rsa")]
+    pub key: Option<crate::pki::KeyKind>,
     /// A flag passed to every agent (repeatable), e.g. --agent-arg=--body-size=4096.
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
@@ -54,8 +57,13 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         agents: args.agents,
         policy: args.policy,
         store: args.store.clone(),
-        rsa: args.rsa,
+        key: args.key.unwrap_or(if args.rsa {
+            crate::pki::KeyKind::Rsa(2048)
+        } else {
+            crate::pki::KeyKind::EcdsaP256
+        }),
         agent_args: args.agent_args,
+        agent_caps: Vec::new(),
     })?;
     if let Some(state) = &args.state {
         cluster.write_state(state)?;

@@ -1,0 +1,262 @@
+//! CPU caps for the servers under test, so that N "machines" and the client share two cores
+//! without the client ever being the bottleneck.
+//!
+//! The first choice is a cgroup (v1 `cpu` controller: `cfs_quota_us` out of `cfs_period_us`),
+//! with a sibling group in the `cpuacct` hierarchy to count the CPU-seconds of every process and
+//! thread of the server (nginx's master and workers, an agent's runtime threads) exactly. When
+//! cgroups cannot be written (not root, cgroup v2 only, a container), the fallback pins each
+//! server to one core with `sched_setaffinity`: a weaker cap (a whole core), and the lab says so.
+//!
+//! A process joins its group between fork and exec (see [`Confine::pre_exec`]), so everything it
+//! ever starts inherits the cap; nothing runs uncapped for a moment.
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
+const PERIOD_US: u64 = 100_000;
+
+/// How servers are capped in this lab run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapMode {
+    /// cgroup v1 CPU quota per server: the requested share of a core.
+    Cgroup,
+    /// No cgroups here: each server pinned to one core (its cap is a whole core).
+    Taskset,
+    /// No cap at all (asked for with `--quota 0`).
+    None,
+}
+
+impl CapMode {
+    /// cgroups if this process can create them, else taskset.
+    pub fn detect() -> CapMode {
+        let probe = Path::new(CPU_ROOT).join(format!("baton-lab-probe-{}", std::process::id()));
+        let ok = fs::create_dir(&probe).is_ok() && probe.join("cpu.cfs_quota_us").exists();
+        let _ = fs::remove_dir(&probe);
+        if ok && Path::new(CPUACCT_ROOT).join("cpuacct.usage").exists() {
+            CapMode::Cgroup
+        } else {
+            CapMode::Taskset
+        }
+    }
+}
+
+/// One server's cap: a cgroup pair (cpu quota + cpuacct) or a core to pin to.
+#[derive(Debug)]
+pub struct Confine {
+    name: String,
+    mode: CapMode,
+    /// percent of one core (cgroup mode)
+    percent: u32,
+    /// core to pin to (taskset mode)
+    core: usize,
+    cpu_dir: Option<PathBuf>,
+    acct_dir: Option<PathBuf>,
+}
+
+impl Confine {
+    /// Creates the group `baton-lab-<pid>-<name>` capped at `percent` of one core (cgroup
+    /// mode), or remembers core `core` (taskset mode).
+    pub fn new(mode: CapMode, name: &str, percent: u32, core: usize) -> anyhow::Result<Confine> {
+        let name = format!("baton-lab-{}-{name}", std::process::id());
+        let mut c = Confine {
+            name,
+            mode,
+            percent,
+            core,
+            cpu_dir: None,
+            acct_dir: None,
+        };
+        if mode == CapMode::Cgroup {
+            if percent == 0 || percent > 100 * 64 {
+                bail!("CPU cap {percent}%: between 1 and 6400 (percent of one core)");
+            }
+            let cpu = Path::new(CPU_ROOT).join(&c.name);
+            let acct = Path::new(CPUACCT_ROOT).join(&c.name);
+            for d in [&cpu, &acct] {
+                if !d.exists() {
+                    fs::create_dir(d)
+                        .with_context(|| format!("creating cgroup {}", d.display()))?;
+                }
+            }
+            c.cpu_dir = Some(cpu.clone());
+            c.acct_dir = Some(acct);
+            write(&cpu.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
+            write(
+                &cpu.join("cpu.cfs_quota_us"),
+                &(PERIOD_US * u64::from(percent) / 100).to_string(),
+            )?;
+        }
+        Ok(c)
+    }
+
+    pub fn mode(&self) -> CapMode {
+        self.mode
+    }
+
+    /// What the cap is, for tables: `40% of a core (cgroup)`, `core 1 (taskset)`, `none`.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            CapMode::Cgroup => format!("{}% of a core (cgroup)", self.percent),
+            CapMode::Taskset => format!("core {} (taskset)", self.core),
+            CapMode::None => "none".into(),
+        }
+    }
+
+    /// Makes `cmd`'s process join this cap before it execs.
+    pub fn apply(&self, cmd: &mut Command) -> anyhow::Result<()> {
+        match self.mode {
+            CapMode::None => Ok(()),
+            CapMode::Cgroup => {
+                // Paths are prepared here: between fork and exec only async-signal-safe calls
+                // (open, write, close) may run, so no allocation happens in the hook.
+                let files: Vec<CString> = [&self.cpu_dir, &self.acct_dir]
+                    .into_iter()
+                    .flatten()
+                    .map(|d| {
+                        CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes())
+                    })
+                    .collect::<Result<_, _>>()?;
+                // SAFETY: the hook only calls open/write/close on pre-built C strings; writing
+                // "0" to cgroup.procs moves the calling (child) process.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        for f in &files {
+                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                            if fd < 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                            let err = std::io::Error::last_os_error();
+                            libc::close(fd);
+                            if n != 2 {
+                                return Err(err);
+                            }
+                        }
+                        Ok(())
+                    })
+                };
+                Ok(())
+            }
+            CapMode::Taskset => {
+                let core = self.core % available_cores();
+                // SAFETY: sched_setaffinity on the child itself with a zeroed, then filled,
+                // cpu_set_t; no allocation.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(core, &mut set);
+                        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+                            != 0
+                        {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    })
+                };
+                Ok(())
+            }
+        }
+    }
+
+    /// CPU-seconds used by every process that ever ran in this group (cgroup mode), or `None`.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let d = self.acct_dir.as_ref()?;
+        let ns: u64 = fs::read_to_string(d.join("cpuacct.usage"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(ns as f64 / 1e9)
+    }
+
+    /// How many periods the group hit its quota (cgroup mode): > 0 means the cap was binding,
+    /// i.e. the server, not the client, was the bottleneck.
+    pub fn throttled(&self) -> Option<u64> {
+        let d = self.cpu_dir.as_ref()?;
+        let stat = fs::read_to_string(d.join("cpu.stat")).ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Processes still in the group.
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(d) = self.cpu_dir.as_ref() else {
+            return Vec::new();
+        };
+        fs::read_to_string(d.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Confine {
+    /// Kills what is left in the group (the servers' children, if a server forgot them), then
+    /// removes the directories. A cgroup can only be removed once empty.
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            // SAFETY: kill(2) on a pid listed in our own cgroup.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        for d in [&self.cpu_dir, &self.acct_dir].into_iter().flatten() {
+            for _ in 0..50 {
+                if fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn write(path: &Path, value: &str) -> anyhow::Result<()> {
+    fs::write(path, value).with_context(|| format!("writing {value} to {}", path.display()))
+}
+
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_child_joins_its_group_and_is_counted() {
+        if CapMode::detect() != CapMode::Cgroup {
+            eprintln!("skipping: no writable cgroup v1 cpu controller here");
+            return;
+        }
+        let c = Confine::new(CapMode::Cgroup, "unit-test", 20, 0).unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"]);
+        c.apply(&mut cmd).unwrap();
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id();
+        assert!(c.pids().contains(&pid), "child {pid} not in {:?}", c.pids());
+        child.wait().unwrap();
+        assert!(c.cpu_seconds().unwrap() > 0.0);
+    }
+
+    #[test]
+    fn nonsense_caps_are_refused() {
+        if CapMode::detect() != CapMode::Cgroup {
+            return;
+        }
+        assert!(Confine::new(CapMode::Cgroup, "bad", 0, 0).is_err());
+    }
+}

@@ -1,0 +1,601 @@
+//! The lab's rig: the systems under test as capped process groups on this machine, the
+//! baselines (nginx, HAProxy), a delay proxy for RTT, and one measured bench run against them.
+//!
+//! A system under test ([`Sut`]) is an entry address plus the servers behind it; every server is
+//! a [`Server`] with its own CPU cap ([`cap::Confine`]) and its own counters (a Baton agent's
+//! /metrics, an nginx access log), so each run reports what the servers saw, not only what the
+//! client measured.
+
+pub mod cap;
+pub mod delay;
+pub mod haproxy;
+pub mod nginx;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use baton_bench::{BenchArgs, Report};
+
+use crate::cluster::{spawn_ready_in, Cluster, ClusterSpec, Proc, Store};
+use crate::pki::{self, KeyKind, Pki};
+use cap::{CapMode, Confine};
+use nginx::Nginx;
+
+/// Settings shared by every experiment of one `baton lab` run.
+#[derive(Debug, Clone)]
+pub struct Lab {
+    pub baton: PathBuf,
+    /// Work directory (certificates, configs, logs).
+    pub dir: PathBuf,
+    pub quick: bool,
+    /// Added round-trip time between clients and the system under test.
+    pub rtt: Option<Duration>,
+    /// CPU cap of each server, percent of one core.
+    pub quota: u32,
+    pub cap: CapMode,
+}
+
+impl Lab {
+    /// A cap for server `index` of a run (cgroup: `quota`% of a core; taskset: core `index`).
+    pub fn confine(&self, name: &str, index: usize) -> anyhow::Result<Confine> {
+        Confine::new(self.cap, name, self.quota, index)
+    }
+
+    /// Certificates for `kind`, generated once per lab run.
+    pub fn pki(&self, kind: KeyKind) -> anyhow::Result<Pki> {
+        let dir = self
+            .dir
+            .join(format!("pki-{}", kind.name().replace(' ', "-")));
+        if dir.join("key.pem").exists() {
+            return Ok(Pki {
+                ca: dir.join("ca.pem"),
+                cert: dir.join("cert.pem"),
+                key: dir.join("key.pem"),
+            });
+        }
+        std::fs::create_dir_all(&dir)?;
+        pki::generate_kind(&dir, kind)
+    }
+
+    /// A fresh directory for one system under test.
+    pub fn sut_dir(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let slug: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let mut dir = self.dir.join(&slug);
+        let mut i = 1;
+        while dir.exists() {
+            i += 1;
+            dir = self.dir.join(format!("{slug}-{i}"));
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Starts `baton agent` (no PROXY header, its own sessions unless `extra` says otherwise),
+    /// capped.
+    pub fn agent(
+        &self,
+        dir: &Path,
+        name: &str,
+        pki: &Pki,
+        extra: &[String],
+        confine: &Confine,
+    ) -> anyhow::Result<Proc> {
+        let mut args: Vec<String> = [
+            "agent",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--cert",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(path(&pki.cert));
+        args.extend(["--key".into(), path(&pki.key)]);
+        args.extend(extra.iter().cloned());
+        spawn_ready_in(
+            &self.baton,
+            &args,
+            &dir.join(format!("{name}.log")),
+            Some(confine),
+        )
+    }
+
+    /// One measured bench run against `sut`: the servers' counters and CPU before and after,
+    /// through the delay proxy when `rtt` is set. `args.url` may hold `{addr}`, replaced by the
+    /// address clients connect to.
+    pub fn run(&self, sut: &Sut, mut args: BenchArgs) -> anyhow::Result<Run> {
+        let proxy = match self.rtt {
+            Some(rtt) => Some(delay::DelayProxy::start(sut.entry, rtt)?),
+            None => None,
+        };
+        let target = proxy.as_ref().map_or(sut.entry, |p| p.addr());
+        let url = args.url.take().unwrap_or_else(|| "https://{addr}/".into());
+        args.url = Some(url.replace("{addr}", &target.to_string()));
+        args.ca = Some(sut.ca.clone());
+        args.sni.get_or_insert_with(|| "localhost".into());
+        args.quiet = true;
+        let cfg = Arc::new(args.resolve()?);
+        let before = sut.snapshot()?;
+        let client0 = baton_ops::process::usage().cpu_seconds;
+        let t0 = Instant::now();
+        let report = baton_bench::execute(cfg)?;
+        let wall = t0.elapsed().as_secs_f64();
+        let client_cpu = baton_ops::process::usage().cpu_seconds - client0;
+        drop(proxy);
+        if sut
+            .servers
+            .iter()
+            .any(|s| matches!(s.counter, Counter::Nginx(_)))
+        {
+            // nginx flushes its buffered access log every second
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let after = sut.snapshot()?;
+        let per_server = before.iter().zip(&after).map(|(b, a)| a.minus(b)).collect();
+        Ok(Run {
+            report,
+            per_server,
+            client_cpu_s: client_cpu,
+            wall_s: wall,
+        })
+    }
+}
+
+/// What one bench run measured, client side and server side.
+#[derive(Debug)]
+pub struct Run {
+    pub report: Report,
+    /// Per server (in the system's order): handshakes, requests, CPU during the run.
+    pub per_server: Vec<ServerCounts>,
+    /// CPU-seconds of the lab process during the run (the bench and the delay proxy).
+    pub client_cpu_s: f64,
+    pub wall_s: f64,
+}
+
+impl Run {
+    pub fn failed(&self) -> u64 {
+        self.report.handshakes.failed + self.report.requests.failed
+    }
+
+    /// Full handshakes counted by the servers themselves.
+    pub fn server_full(&self) -> u64 {
+        self.per_server.iter().map(|s| s.full).sum()
+    }
+
+    pub fn server_resumed(&self) -> u64 {
+        self.per_server.iter().map(|s| s.resumed).sum()
+    }
+
+    /// Cores the client used on average (bench + delay proxy).
+    pub fn client_cores(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            self.client_cpu_s / self.wall_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Servers' CPU-seconds per transaction (the comparison that survives a noisy machine).
+    pub fn server_cpu_per_tx_ms(&self) -> Option<f64> {
+        let cpu: Option<f64> = self.per_server.iter().map(|s| s.cpu_s).sum();
+        let n = self.report.requests.ok;
+        cpu.filter(|_| n > 0).map(|c| c * 1e3 / n as f64)
+    }
+
+    /// Whether every server hit its cap during the run (the servers, not the client, limited
+    /// the throughput). `None` without cgroups.
+    pub fn servers_bound(&self) -> Option<bool> {
+        let t: Option<Vec<u64>> = self.per_server.iter().map(|s| s.throttled).collect();
+        t.map(|t| t.iter().all(|&n| n > 0))
+    }
+}
+
+/// One server's counters (cumulative, or a difference of two snapshots).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ServerCounts {
+    pub full: u64,
+    pub resumed: u64,
+    pub requests: u64,
+    pub cpu_s: Option<f64>,
+    pub throttled: Option<u64>,
+}
+
+impl ServerCounts {
+    fn minus(&self, b: &ServerCounts) -> ServerCounts {
+        ServerCounts {
+            full: self.full.saturating_sub(b.full),
+            resumed: self.resumed.saturating_sub(b.resumed),
+            requests: self.requests.saturating_sub(b.requests),
+            cpu_s: self.cpu_s.zip(b.cpu_s).map(|(a, b)| a - b),
+            throttled: self
+                .throttled
+                .zip(b.throttled)
+                .map(|(a, b)| a.saturating_sub(b)),
+        }
+    }
+}
+
+/// Where a server's own counts come from.
+pub enum Counter {
+    /// A Baton agent's /metrics.
+    Metrics(SocketAddr),
+    /// An nginx access log (index into the system's nginx instances).
+    Nginx(usize),
+    /// A server that counts nothing we can read (plain backends).
+    None,
+}
+
+/// One capped server of a system under test.
+pub struct Server {
+    pub name: String,
+    pub counter: Counter,
+    pub confine: Confine,
+    /// For the taskset fallback's CPU accounting (no cpuacct group): the server's process.
+    pub pid: u32,
+}
+
+/// A running system under test. Dropping it stops everything it started.
+pub struct Sut {
+    pub name: String,
+    /// Where clients connect.
+    pub entry: SocketAddr,
+    pub ca: PathBuf,
+    pub servers: Vec<Server>,
+    pub nginx: Vec<Nginx>,
+    pub haproxy: Option<haproxy::Haproxy>,
+    pub cluster: Option<Cluster>,
+    pub agents: Vec<Proc>,
+    /// Uncapped helpers (plain backends) kept alive with the system.
+    pub backends: Vec<Nginx>,
+}
+
+impl Sut {
+    fn empty(name: &str, ca: PathBuf) -> Sut {
+        Sut {
+            name: name.into(),
+            entry: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ca,
+            servers: Vec::new(),
+            nginx: Vec::new(),
+            haproxy: None,
+            cluster: None,
+            agents: Vec::new(),
+            backends: Vec::new(),
+        }
+    }
+
+    /// Every server's cumulative counters now.
+    pub fn snapshot(&self) -> anyhow::Result<Vec<ServerCounts>> {
+        self.servers
+            .iter()
+            .map(|s| {
+                let mut c = match &s.counter {
+                    Counter::Metrics(addr) => agent_counts(*addr)?,
+                    Counter::Nginx(i) => {
+                        let n = self.nginx[*i].counts()?;
+                        ServerCounts {
+                            full: n.full,
+                            resumed: n.resumed,
+                            requests: n.requests,
+                            ..Default::default()
+                        }
+                    }
+                    Counter::None => ServerCounts::default(),
+                };
+                c.cpu_s = s.confine.cpu_seconds().or_else(|| proc_cpu_seconds(s.pid));
+                c.throttled = s.confine.throttled();
+                Ok(c)
+            })
+            .collect()
+    }
+
+    /// Errors the baselines logged (nginx error logs), to show next to the results.
+    pub fn baseline_errors(&self) -> Vec<String> {
+        self.nginx
+            .iter()
+            .chain(&self.backends)
+            .flat_map(|n| n.logged_errors())
+            .collect()
+    }
+
+    /// One Baton agent, capped.
+    pub fn baton_single(
+        lab: &Lab,
+        name: &str,
+        kind: KeyKind,
+        extra: &[String],
+    ) -> anyhow::Result<Sut> {
+        let dir = lab.sut_dir(name)?;
+        let pki = lab.pki(kind)?;
+        let mut sut = Sut::empty(name, pki.ca.clone());
+        let confine = lab.confine("agent0", 0)?;
+        let agent = lab.agent(&dir, "agent0", &pki, extra, &confine)?;
+        sut.entry = agent
+            .addr("tls")
+            .context("agent announced no TLS address")?;
+        sut.servers.push(Server {
+            name: "agent0".into(),
+            counter: Counter::Metrics(agent.addr("metrics").context("agent metrics address")?),
+            pid: agent.child.id(),
+            confine,
+        });
+        sut.agents.push(agent);
+        Ok(sut)
+    }
+
+    /// N Baton agents behind `baton dispatch` with `policy` and `store` (CSSL).
+    pub fn baton_cluster(
+        lab: &Lab,
+        name: &str,
+        agents: usize,
+        policy: &str,
+        store: Store,
+        kind: KeyKind,
+    ) -> anyhow::Result<Sut> {
+        let dir = lab.sut_dir(name)?;
+        let caps: Vec<Arc<Confine>> = (0..agents)
+            .map(|i| lab.confine(&format!("agent{i}"), i).map(Arc::new))
+            .collect::<anyhow::Result<_>>()?;
+        let cluster = Cluster::start(&ClusterSpec {
+            baton: lab.baton.clone(),
+            dir: dir.clone(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            agents,
+            policy: policy.into(),
+            store,
+            key: kind,
+            agent_args: Vec::new(),
+            agent_caps: caps.clone(),
+        })?;
+        let mut sut = Sut::empty(name, cluster.pki.ca.clone());
+        sut.entry = cluster.addr();
+        for (i, (a, c)) in cluster.agents.iter().zip(caps).enumerate() {
+            sut.servers.push(Server {
+                name: format!("agent{i}"),
+                counter: Counter::Metrics(a.addr("metrics").context("agent metrics address")?),
+                pid: a.child.id(),
+                confine: Arc::try_unwrap(c).map_err(|_| anyhow!("cap still shared"))?,
+            });
+        }
+        sut.cluster = Some(cluster);
+        Ok(sut)
+    }
+
+    /// N TLS servers (Baton agents with their own sessions, or nginx) behind HAProxy `mode tcp`
+    /// with `balance` (`source` = LB-IP, `roundrobin` = LB-RR).
+    pub fn haproxy(
+        lab: &Lab,
+        name: &str,
+        balance: &str,
+        servers: usize,
+        backend: Backend,
+        kind: KeyKind,
+        www: &Path,
+    ) -> anyhow::Result<Sut> {
+        let mut sut = match backend {
+            Backend::Baton => Sut::baton_agents(lab, name, servers, kind)?,
+            Backend::Nginx => Sut::nginx_servers(lab, name, servers, kind, www, None, None)?,
+        };
+        let addrs: Vec<SocketAddr> = match backend {
+            Backend::Baton => sut
+                .agents
+                .iter()
+                .map(|a| a.addr("tls").context("agent address"))
+                .collect::<anyhow::Result<_>>()?,
+            Backend::Nginx => sut.nginx.iter().map(Nginx::addr).collect(),
+        };
+        let dir = lab
+            .dir
+            .join(format!("{}-lb", sut.servers[0].confine.name()));
+        let h = haproxy::Haproxy::start("haproxy", balance, &addrs, &dir, None)?;
+        sut.entry = h.addr();
+        sut.haproxy = Some(h);
+        Ok(sut)
+    }
+
+    /// N Baton agents, each its own sessions and ticket keys, no balancer.
+    fn baton_agents(lab: &Lab, name: &str, n: usize, kind: KeyKind) -> anyhow::Result<Sut> {
+        let dir = lab.sut_dir(name)?;
+        let pki = lab.pki(kind)?;
+        let mut sut = Sut::empty(name, pki.ca.clone());
+        for i in 0..n {
+            let confine = lab.confine(&format!("agent{i}"), i)?;
+            let agent = lab.agent(&dir, &format!("agent{i}"), &pki, &[], &confine)?;
+            sut.servers.push(Server {
+                name: format!("agent{i}"),
+                counter: Counter::Metrics(agent.addr("metrics").context("agent metrics")?),
+                pid: agent.child.id(),
+                confine,
+            });
+            sut.agents.push(agent);
+        }
+        sut.entry = sut.agents[0].addr("tls").context("agent address")?;
+        Ok(sut)
+    }
+
+    /// N nginx TLS servers, each its own session cache and ticket keys, no balancer.
+    pub fn nginx_servers(
+        lab: &Lab,
+        name: &str,
+        n: usize,
+        kind: KeyKind,
+        www: &Path,
+        ciphers: Option<String>,
+        curve: Option<String>,
+    ) -> anyhow::Result<Sut> {
+        let dir = lab.sut_dir(name)?;
+        let pki = lab.pki(kind)?;
+        let mut sut = Sut::empty(name, pki.ca.clone());
+        for i in 0..n {
+            let confine = lab.confine(&format!("nginx{i}"), i)?;
+            let spec = nginx::Spec {
+                name: format!("nginx{i}"),
+                role: nginx::Role::TlsServer,
+                cert: pki.cert.clone(),
+                key: pki.key.clone(),
+                www: www.to_path_buf(),
+                ciphers: ciphers.clone(),
+                curve: curve.clone(),
+            };
+            let ng = Nginx::start(&spec, &dir, Some(&confine))?;
+            sut.servers.push(Server {
+                name: format!("nginx{i}"),
+                counter: Counter::Nginx(i),
+                pid: ng.pid(),
+                confine,
+            });
+            sut.nginx.push(ng);
+        }
+        sut.entry = sut.nginx[0].addr();
+        Ok(sut)
+    }
+
+    /// nginx as the single TLS reverse proxy (capped like one server) in front of `backends`
+    /// plain-HTTP nginx servers (each capped too): seed 000's Pound.
+    pub fn nginx_tls_proxy(
+        lab: &Lab,
+        name: &str,
+        backends: usize,
+        ip_hash: bool,
+        kind: KeyKind,
+        www: &Path,
+    ) -> anyhow::Result<Sut> {
+        let dir = lab.sut_dir(name)?;
+        let pki = lab.pki(kind)?;
+        let mut sut = Sut::empty(name, pki.ca.clone());
+        let mut addrs = Vec::new();
+        for i in 0..backends {
+            let confine = lab.confine(&format!("backend{i}"), i + 1)?;
+            let spec = nginx::Spec {
+                name: format!("backend{i}"),
+                role: nginx::Role::Plain,
+                cert: pki.cert.clone(),
+                key: pki.key.clone(),
+                www: www.to_path_buf(),
+                ciphers: None,
+                curve: None,
+            };
+            let ng = Nginx::start(&spec, &dir, Some(&confine))?;
+            addrs.push(ng.addr());
+            sut.backends.push(ng);
+            // the backends' CPU is part of the system's cost, though they do no TLS
+            add_backend_server(confine, &mut sut);
+        }
+        let confine = lab.confine("tls-proxy", 0)?;
+        let spec = nginx::Spec {
+            name: "tls-proxy".into(),
+            role: nginx::Role::TlsProxy {
+                backends: addrs,
+                ip_hash,
+            },
+            cert: pki.cert.clone(),
+            key: pki.key.clone(),
+            www: www.to_path_buf(),
+            ciphers: None,
+            curve: None,
+        };
+        let ng = Nginx::start(&spec, &dir, Some(&confine))?;
+        sut.entry = ng.addr();
+        sut.servers.insert(
+            0,
+            Server {
+                name: "tls-proxy".into(),
+                counter: Counter::Nginx(0),
+                pid: ng.pid(),
+                confine,
+            },
+        );
+        sut.nginx.push(ng);
+        Ok(sut)
+    }
+}
+
+/// Plain backends are servers too (capped, CPU counted) but count no handshakes.
+fn add_backend_server(confine: Confine, sut: &mut Sut) {
+    let pid = sut.backends.last().map_or(0, Nginx::pid);
+    sut.servers.push(Server {
+        name: format!("backend{}", sut.backends.len() - 1),
+        counter: Counter::None,
+        pid,
+        confine,
+    });
+}
+
+/// Which TLS server stands behind a balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Baton,
+    Nginx,
+}
+
+impl Drop for Sut {
+    fn drop(&mut self) {
+        // Balancer first (no new connections), then the servers; their caps go last (a cgroup
+        // can only be removed once its processes are gone).
+        self.haproxy.take();
+        self.cluster.take();
+        for a in &mut self.agents {
+            let _ = a.child.kill();
+            let _ = a.child.wait();
+        }
+        self.nginx.clear();
+        self.backends.clear();
+        self.servers.clear();
+    }
+}
+
+/// Full/resumed handshakes and requests from a Baton agent's /metrics.
+fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("agent metrics at {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut raw = Vec::new();
+    s.take(8 << 20).read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let sample = baton_bench::parse_metrics(body);
+    let sum = |family: &str, label: &str| -> u64 {
+        sample
+            .iter()
+            .filter(|(k, _)| {
+                k.split('{').next() == Some(family) && (label.is_empty() || k.contains(label))
+            })
+            .map(|(_, v)| *v as u64)
+            .sum()
+    };
+    Ok(ServerCounts {
+        full: sum("baton_handshakes_total", "kind=\"full\""),
+        resumed: sum("baton_handshakes_total", "kind=\"resumed\""),
+        requests: sum("baton_http_requests_total", ""),
+        ..Default::default()
+    })
+}
+
+/// utime + stime of one process (the fallback when no cpuacct group counts the server).
+fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz)
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
