@@ -38,7 +38,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 pub use cli::{BenchCli, BenchCommand, MergeArgs};
-pub use config::{BenchArgs, BenchConfig};
+pub use config::{parse_duration, BenchArgs, BenchConfig};
 pub use find_max::FindMaxArgs;
 pub use report::Report;
 pub use scenario::{main as scenario_main, ScenarioCli};

@@ -28,6 +28,8 @@ enum Command {
     /// Local clusters under load, side by side: round robin with and without shared sessions,
     /// and session affinity (seed 000 Scenario B).
     Demo(baton_lab::DemoArgs),
+    /// Reproduce the seed documents' experiments on this machine, baselines beside Baton.
+    Lab(baton_lab::LabArgs),
     /// Start a local cluster: a dispatcher and N agents on this machine.
     Up(Box<baton_lab::UpArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Scenario(args) => baton_bench::scenario_main(args).map(|()| ExitCode::SUCCESS),
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
+        Command::Lab(args) => baton_lab::lab(args).map(|()| ExitCode::SUCCESS),
         Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)

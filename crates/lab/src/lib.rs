@@ -6,6 +6,7 @@
 
 pub mod cluster;
 mod demo;
+pub mod experiments;
 pub mod pki;
 pub mod rig;
 pub mod table;
@@ -13,4 +14,5 @@ mod up;
 
 pub use cluster::{Cluster, ClusterSpec, Store};
 pub use demo::{demo, DemoArgs};
+pub use experiments::{lab, LabArgs};
 pub use up::{up, UpArgs};

@@ -126,7 +126,7 @@ impl Drop for Haproxy {
 
 fn config(balance: &str, addr: SocketAddr, servers: &[SocketAddr], dir: &Path) -> String {
     let mut s = format!(
-        "global\n  maxconn 20000\n  stats socket {}/stats.sock mode 600 level user\n  \
+        "global\n  maxconn 8000\n  stats socket {}/stats.sock mode 600 level user\n  \
          log stdout format raw local0 info\n\
          defaults\n  mode tcp\n  log global\n  option tcplog\n  timeout connect 5s\n  \
          timeout client 60s\n  timeout server 60s\n\

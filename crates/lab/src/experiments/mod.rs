@@ -1,0 +1,192 @@
+//! `baton lab EXPERIMENT`: one file per experiment of the seed documents. Each experiment is a
+//! function `fn(&Lab) -> anyhow::Result<Table>` listed in [`EXPERIMENTS`]; it starts its systems
+//! under test with the rig (`crate::rig::Sut`), measures them with `Lab::run`, and returns a
+//! table whose rows put the paper's figure beside ours. This module owns what every experiment
+//! shares: the command line, the work directory, printing, JSON and the HTML report.
+//!
+//! To add one: write `experiments/NAME.rs` with `pub fn run(lab: &Lab) -> anyhow::Result<Table>`
+//! (honour `lab.quick`: about a minute, same shape), add it to [`EXPERIMENTS`], and a variant to
+//! [`Experiment`].
+
+mod policies;
+mod report;
+mod scenario_a;
+mod scenario_b;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::rig::cap::CapMode;
+use crate::rig::Lab;
+use crate::table::Table;
+
+/// `baton lab`: reproduce the seed documents' experiments on this machine.
+#[derive(clap::Args, Debug)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub experiment: Experiment,
+    /// Small runs (about a minute each) with the same shape: for CI and a first look.
+    #[arg(long, global = true)]
+    pub quick: bool,
+    /// Write every table as JSON to this file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one self-contained HTML report (tables and charts) to this file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Round-trip time added between clients and servers by the lab's delay proxy
+    /// (seed 000 used 30 ms). Default: 30ms, or 0 with --quick.
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub rtt: Option<String>,
+    /// CPU cap of each server, percent of one core (cgroup v1; falls back to one core each
+    /// with taskset when cgroups are not writable).
+    #[arg(long, global = true, default_value_t = 40, value_name = "PERCENT")]
+    pub quota: u32,
+    /// Work directory (configs, certificates, logs); kept afterwards. Default: a temporary
+    /// directory, removed at the end.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experiment {
+    /// Seed 000 Table 2: client affinity (LB-IP, TLS proxy, CSSL-SF with and without migration).
+    ScenarioA,
+    /// Seed 000 Table 3: no affinity (LB-RR, TLS proxy, CSSL-SL with and without sharing).
+    ScenarioB,
+    /// Every experiment, one after another, into one report.
+    All,
+}
+
+type Run = fn(&Lab) -> anyhow::Result<Table>;
+
+/// Every experiment, in the order `all` runs them.
+pub const EXPERIMENTS: &[(Experiment, &str, Run)] = &[
+    (Experiment::ScenarioA, "scenario-a", scenario_a::run),
+    (Experiment::ScenarioB, "scenario-b", scenario_b::run),
+];
+
+pub fn lab(args: LabArgs) -> anyhow::Result<()> {
+    let baton = std::env::current_exe().context("locating the baton binary")?;
+    let owns_dir = args.dir.is_none();
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("baton-lab-{}", std::process::id())));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let rtt = match args.rtt.as_deref() {
+        Some(s) => Some(baton_bench::parse_duration(s)?).filter(|d| !d.is_zero()),
+        None if args.quick => None,
+        None => Some(Duration::from_millis(30)),
+    };
+    let cap = if args.quota == 0 {
+        CapMode::None
+    } else {
+        CapMode::detect()
+    };
+    let lab = Lab {
+        baton,
+        dir: dir.clone(),
+        quick: args.quick,
+        rtt,
+        quota: args.quota,
+        cap,
+    };
+    raise_fd_limit();
+    println!(
+        "baton lab: {} CPUs, servers capped at {} ({:?}), RTT {}, {}",
+        crate::rig::cap::available_cores(),
+        if cap == CapMode::None {
+            "nothing".to_string()
+        } else {
+            format!("{}% of a core each", args.quota)
+        },
+        cap,
+        rtt.map_or("none".into(), |d| format!("{} ms", d.as_millis())),
+        if args.quick {
+            "quick runs"
+        } else {
+            "full runs"
+        }
+    );
+    if cap == CapMode::Taskset {
+        println!("  cgroups are not writable here: each server is pinned to one core instead (a weaker cap)");
+    }
+    let mut tables = Vec::new();
+    let result = (|| {
+        for (e, name, run) in EXPERIMENTS {
+            if args.experiment != Experiment::All && args.experiment != *e {
+                continue;
+            }
+            println!("\n== {name}");
+            let table = run(&lab).with_context(|| format!("experiment {name}"))?;
+            print!("{}", table.render());
+            tables.push(table);
+        }
+        anyhow::Ok(())
+    })();
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({ "lab": {
+            "quick": lab.quick, "rtt_ms": rtt.map(|d| d.as_secs_f64() * 1e3),
+            "quota_percent": lab.quota, "cap": cap, "cpus": crate::rig::cap::available_cores(),
+        }, "experiments": tables });
+        std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, report::render(&tables, &lab))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\nreport: {}", path.display());
+    }
+    if owns_dir && result.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if result.is_err() {
+        eprintln!("baton lab: logs and configs kept in {}", dir.display());
+    }
+    result
+}
+
+/// Thousands of connections in flight: lift the soft descriptor limit to the hard one (our
+/// children, nginx and HAProxy, inherit it).
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// The client "hosts" of an experiment: loopback addresses 127.0.0.2, .3, ...
+pub fn hosts(n: u8) -> Vec<std::net::IpAddr> {
+    (0..n)
+        .map(|i| std::net::IpAddr::from([127, 0, 0, 2 + i]))
+        .collect()
+}
+
+/// Standard notes about how far to trust a run: caps, client headroom, bottleneck.
+pub fn run_notes(t: &mut Table, lab: &Lab, runs: &[(&str, &crate::rig::Run)]) {
+    let client = runs
+        .iter()
+        .map(|(_, r)| r.client_cores())
+        .fold(0.0f64, f64::max);
+    t.note(format!(
+        "client (bench + delay proxy) used at most {client:.2} of {} cores",
+        crate::rig::cap::available_cores()
+    ));
+    let unbound: Vec<&str> = runs
+        .iter()
+        .filter(|(_, r)| r.servers_bound() == Some(false))
+        .map(|(n, _)| *n)
+        .collect();
+    if lab.cap == CapMode::Cgroup && !unbound.is_empty() {
+        t.note(format!(
+            "not every server reached its CPU cap in: {} (there the client, RTT or the balancer limited TPS)",
+            unbound.join(", ")
+        ));
+    }
+}

@@ -1,0 +1,133 @@
+//! What Scenario A and B share: a list of cluster configurations (balancer policy x TLS server),
+//! each started, loaded by the same bench run, and stopped, with the server-side counts per
+//! server, and a ratio to the single server of the same implementation.
+
+use baton_bench::BenchArgs;
+use serde_json::json;
+
+use crate::rig::{Lab, Run, Sut};
+use crate::row;
+use crate::table::{ratio, Table};
+
+/// One configuration of a policy comparison.
+pub struct Config {
+    pub name: &'static str,
+    /// The TLS implementation doing the work (`nginx` or `baton`), for the single-server ratio.
+    pub server: &'static str,
+    /// The paper's figure for this configuration (requests/s), if it measured it.
+    pub paper_tps: Option<f64>,
+    /// True for the 1-server reference row.
+    pub single: bool,
+    pub build: Box<dyn Fn(&Lab) -> anyhow::Result<Sut>>,
+}
+
+/// Runs every configuration with `bench()`'s arguments; skips the nginx/HAProxy ones (with a
+/// note) only if those programs are missing and `BATON_REQUIRE_SERVERS` is unset.
+pub fn compare(
+    lab: &Lab,
+    table: &mut Table,
+    configs: Vec<Config>,
+    bench: &dyn Fn() -> BenchArgs,
+) -> anyhow::Result<Vec<(Config, Run)>> {
+    let require = std::env::var_os("BATON_REQUIRE_SERVERS").is_some();
+    let mut out = Vec::new();
+    for c in configs {
+        let needs_nginx = c.server == "nginx" || c.name.contains("TLS proxy");
+        if needs_nginx && !crate::rig::nginx::available() && !require {
+            table.note(format!("{}: skipped, nginx is not installed", c.name));
+            continue;
+        }
+        if c.name.starts_with("LB-") && !crate::rig::haproxy::available() && !require {
+            table.note(format!("{}: skipped, haproxy is not installed", c.name));
+            continue;
+        }
+        println!("   {} ({})", c.name, c.server);
+        let sut = (c.build)(lab).map_err(|e| e.context(format!("starting {}", c.name)))?;
+        let run = lab.run(&sut, bench())?;
+        for e in sut.baseline_errors().iter().take(3) {
+            table.note(format!("{}: nginx logged: {e}", c.name));
+        }
+        if let Some(h) = &sut.haproxy {
+            let logged = h.logged_connections() as u64;
+            if logged == 0 {
+                anyhow::bail!(
+                    "{}: HAProxy logged no connection: it was not in the path",
+                    c.name
+                );
+            }
+        }
+        drop(sut);
+        out.push((c, run));
+    }
+    Ok(out)
+}
+
+/// The common row: config, server, TPS, failures, per-server full handshakes and their
+/// spread, servers' CPU per transaction, ratio to the single server, the paper's figure and
+/// ratio.
+pub fn row(
+    c: &Config,
+    r: &Run,
+    single_tps: Option<f64>,
+    paper_single: f64,
+) -> serde_json::Map<String, serde_json::Value> {
+    let per: Vec<u64> = r
+        .per_server
+        .iter()
+        .filter(|s| s.full + s.resumed > 0 || s.requests > 0)
+        .map(|s| s.full)
+        .collect();
+    let spread = spread_percent(&per);
+    let mut m = row![
+        ("config", c.name),
+        ("server", c.server),
+        ("tps", r.report.tps),
+        ("failed", r.failed()),
+        ("per_server_handshakes", per),
+        ("spread_percent", spread),
+        ("server_cpu_ms_per_tx", r.server_cpu_per_tx_ms()),
+        ("client_full", r.report.handshakes.full),
+        ("client_resumed", r.report.handshakes.resumed),
+        ("servers_at_cap", r.servers_bound()),
+    ];
+    m.insert(
+        "ratio_to_single".into(),
+        json!(single_tps.and_then(|s| ratio(r.report.tps, s))),
+    );
+    m.insert("paper_tps".into(), json!(c.paper_tps));
+    m.insert(
+        "paper_ratio".into(),
+        json!(c.paper_tps.and_then(|p| ratio(p, paper_single))),
+    );
+    m
+}
+
+/// (max - min) / mean of the per-server counts, in percent (0 for one server).
+pub fn spread_percent(v: &[u64]) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let max = *v.iter().max()? as f64;
+    let min = *v.iter().min()? as f64;
+    let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
+    (mean > 0.0).then(|| (max - min) / mean * 100.0)
+}
+
+/// TPS of the single-server row of implementation `server`.
+pub fn single_tps(runs: &[(Config, Run)], server: &str) -> Option<f64> {
+    runs.iter()
+        .find(|(c, _)| c.single && c.server == server)
+        .map(|(_, r)| r.report.tps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_relative_to_the_mean() {
+        assert_eq!(spread_percent(&[100, 100]), Some(0.0));
+        assert_eq!(spread_percent(&[150, 50]), Some(100.0));
+        assert_eq!(spread_percent(&[7]), None);
+    }
+}
