@@ -166,3 +166,33 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     f.write_all(bytes)?;
     Ok(())
 }
+
+/// A client certificate (ECDSA P-256) and the CA servers must trust for it (`ca`), for mutual
+/// authentication runs.
+pub fn generate_client(dir: &Path) -> anyhow::Result<Pki> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    std::fs::create_dir_all(dir)?;
+    let ca_key = KeyPair::generate().context("client CA key")?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "Baton lab client CA");
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "baton lab client");
+    let cert = params.signed_by(&key, &issuer)?;
+    let pki = Pki {
+        ca: dir.join("client-ca.pem"),
+        cert: dir.join("client.pem"),
+        key: dir.join("client.key"),
+    };
+    std::fs::write(&pki.ca, ca_cert.pem())?;
+    std::fs::write(&pki.cert, cert.pem())?;
+    write_private(&pki.key, key.serialize_pem().as_bytes())?;
+    Ok(pki)
+}

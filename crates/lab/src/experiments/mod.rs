@@ -8,10 +8,15 @@
 //! (honour `lab.quick`: about a minute, same shape), add it to [`EXPERIMENTS`], and a variant to
 //! [`Experiment`].
 
+mod auth_modes;
+mod key_sizes;
 mod policies;
 mod report;
+mod resumption;
 mod scenario_a;
 mod scenario_b;
+mod ssl_tps;
+mod suites;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -56,6 +61,14 @@ pub enum Experiment {
     ScenarioA,
     /// Seed 000 Table 3: no affinity (LB-RR, TLS proxy, CSSL-SL with and without sharing).
     ScenarioB,
+    /// Seed 001 experiment A: server vs mutual authentication, 1 vs 2 servers.
+    AuthModes,
+    /// Seed 001 experiment B: 2/3 resumed vs none.
+    Resumption,
+    /// Seed 003: SSL TPS by key size (RSA 1024-4096, ECDSA P-256/P-384) and response size.
+    KeySizes,
+    /// Seed 004: ECDHE-ECDSA vs ECDHE-RSA vs RSA key exchange, X25519 vs P-256.
+    Suites,
     /// Every experiment, one after another, into one report.
     All,
 }
@@ -66,6 +79,10 @@ type Run = fn(&Lab) -> anyhow::Result<Table>;
 pub const EXPERIMENTS: &[(Experiment, &str, Run)] = &[
     (Experiment::ScenarioA, "scenario-a", scenario_a::run),
     (Experiment::ScenarioB, "scenario-b", scenario_b::run),
+    (Experiment::AuthModes, "auth-modes", auth_modes::run),
+    (Experiment::Resumption, "resumption", resumption::run),
+    (Experiment::KeySizes, "key-sizes", key_sizes::run),
+    (Experiment::Suites, "suites", suites::run),
 ];
 
 pub fn lab(args: LabArgs) -> anyhow::Result<()> {

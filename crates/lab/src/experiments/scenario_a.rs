@@ -64,7 +64,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             paper_tps: Some(184.7),
             single: false,
             build: Box::new(|l| {
-                Sut::baton_cluster(l, "cssl-sf-off", 2, "client-ip", Store::Memory, KEY)
+                Sut::baton_cluster(l, "cssl-sf-off", 2, "client-ip", Store::Memory, KEY, &[])
             }),
         },
         Config {
@@ -73,7 +73,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             paper_tps: Some(223.4),
             single: false,
             build: Box::new(|l| {
-                Sut::baton_cluster(l, "cssl-sf-on", 2, "handoff", Store::Memory, KEY)
+                Sut::baton_cluster(l, "cssl-sf-on", 2, "handoff", Store::Memory, KEY, &[])
             }),
         },
         Config {

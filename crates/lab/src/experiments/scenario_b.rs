@@ -71,7 +71,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             paper_tps: Some(389.6),
             single: false,
             build: Box::new(|l| {
-                Sut::baton_cluster(l, "cssl-sl-off", 2, "round-robin", Store::Memory, KEY)
+                Sut::baton_cluster(l, "cssl-sl-off", 2, "round-robin", Store::Memory, KEY, &[])
             }),
         },
         Config {
@@ -80,7 +80,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             paper_tps: Some(638.3),
             single: false,
             build: Box::new(|l| {
-                Sut::baton_cluster(l, "cssl-sl-on", 2, "round-robin", Store::Peers, KEY)
+                Sut::baton_cluster(l, "cssl-sl-on", 2, "round-robin", Store::Peers, KEY, &[])
             }),
         },
         Config {

@@ -338,6 +338,7 @@ impl Sut {
         policy: &str,
         store: Store,
         kind: KeyKind,
+        agent_args: &[String],
     ) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let caps: Vec<Arc<Confine>> = (0..agents)
@@ -351,7 +352,7 @@ impl Sut {
             policy: policy.into(),
             store,
             key: kind,
-            agent_args: Vec::new(),
+            agent_args: agent_args.to_vec(),
             agent_caps: caps.clone(),
         })?;
         let mut sut = Sut::empty(name, cluster.pki.ca.clone());
