@@ -47,7 +47,7 @@ pub struct LabArgs {
     pub rtt: Option<String>,
     /// CPU cap of each server, percent of one core (cgroup v1; falls back to one core each
     /// with taskset when cgroups are not writable).
-    #[arg(long, global = true, default_value_t = 40, value_name = "PERCENT")]
+    #[arg(long, global = true, default_value_t = 20, value_name = "PERCENT")]
     pub quota: u32,
     /// Work directory (configs, certificates, logs); kept afterwards. Default: a temporary
     /// directory, removed at the end.

@@ -9,6 +9,9 @@ use crate::rig::{Lab, Run, Sut};
 use crate::row;
 use crate::table::{ratio, Table};
 
+/// Starts a configuration's system under test.
+pub type Build = Box<dyn Fn(&Lab) -> anyhow::Result<Sut>>;
+
 /// One configuration of a policy comparison.
 pub struct Config {
     pub name: &'static str,
@@ -18,7 +21,19 @@ pub struct Config {
     pub paper_tps: Option<f64>,
     /// True for the 1-server reference row.
     pub single: bool,
-    pub build: Box<dyn Fn(&Lab) -> anyhow::Result<Sut>>,
+    pub build: Build,
+}
+
+/// Proof that the systems compared really ran what they claim: the programs seen in each
+/// server's cgroup and the balancer's own counts.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    /// `name:pid` of every process seen in the servers' caps during the run.
+    pub processes: Vec<String>,
+    /// HAProxy's connections per server (`show stat`), if HAProxy balanced.
+    pub balancer_per_server: Option<Vec<u64>>,
+    /// Connections HAProxy logged.
+    pub balancer_logged: Option<usize>,
 }
 
 /// Runs every configuration with `bench()`'s arguments; skips the nginx/HAProxy ones (with a
@@ -28,7 +43,7 @@ pub fn compare(
     table: &mut Table,
     configs: Vec<Config>,
     bench: &dyn Fn() -> BenchArgs,
-) -> anyhow::Result<Vec<(Config, Run)>> {
+) -> anyhow::Result<Vec<(Config, Run, Evidence)>> {
     let require = std::env::var_os("BATON_REQUIRE_SERVERS").is_some();
     let mut out = Vec::new();
     for c in configs {
@@ -47,17 +62,33 @@ pub fn compare(
         for e in sut.baseline_errors().iter().take(3) {
             table.note(format!("{}: nginx logged: {e}", c.name));
         }
+        let mut ev = Evidence {
+            processes: sut
+                .servers
+                .iter()
+                .flat_map(|s| s.confine.pids().into_iter().chain([s.pid]))
+                .collect::<std::collections::BTreeSet<u32>>()
+                .into_iter()
+                .filter_map(|pid| comm(pid).map(|n| format!("{n}:{pid}")))
+                .collect(),
+            ..Default::default()
+        };
         if let Some(h) = &sut.haproxy {
-            let logged = h.logged_connections() as u64;
+            let logged = h.logged_connections();
             if logged == 0 {
                 anyhow::bail!(
                     "{}: HAProxy logged no connection: it was not in the path",
                     c.name
                 );
             }
+            ev.balancer_logged = Some(logged);
+            ev.balancer_per_server = Some(h.per_server_connections()?);
+            if let Some(name) = comm(h.pid()) {
+                ev.processes.push(format!("{name}:{}", h.pid()));
+            }
         }
         drop(sut);
-        out.push((c, run));
+        out.push((c, run, ev));
     }
     Ok(out)
 }
@@ -68,6 +99,7 @@ pub fn compare(
 pub fn row(
     c: &Config,
     r: &Run,
+    ev: &Evidence,
     single_tps: Option<f64>,
     paper_single: f64,
 ) -> serde_json::Map<String, serde_json::Value> {
@@ -95,6 +127,9 @@ pub fn row(
         json!(single_tps.and_then(|s| ratio(r.report.tps, s))),
     );
     m.insert("paper_tps".into(), json!(c.paper_tps));
+    m.insert("processes".into(), json!(ev.processes));
+    m.insert("balancer_per_server".into(), json!(ev.balancer_per_server));
+    m.insert("balancer_logged".into(), json!(ev.balancer_logged));
     m.insert(
         "paper_ratio".into(),
         json!(c.paper_tps.and_then(|p| ratio(p, paper_single))),
@@ -114,10 +149,17 @@ pub fn spread_percent(v: &[u64]) -> Option<f64> {
 }
 
 /// TPS of the single-server row of implementation `server`.
-pub fn single_tps(runs: &[(Config, Run)], server: &str) -> Option<f64> {
+pub fn single_tps(runs: &[(Config, Run, Evidence)], server: &str) -> Option<f64> {
     runs.iter()
-        .find(|(c, _)| c.single && c.server == server)
-        .map(|(_, r)| r.report.tps)
+        .find(|(c, _, _)| c.single && c.server == server)
+        .map(|(_, r, _)| r.report.tps)
+}
+
+/// A process's command name (`/proc/PID/comm`), while it runs.
+fn comm(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 #[cfg(test)]

@@ -126,9 +126,9 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         ..Default::default()
     };
     let runs = policies::compare(lab, &mut t, configs, &bench)?;
-    for (c, r) in &runs {
+    for (c, r, ev) in &runs {
         let single = policies::single_tps(&runs, c.server);
-        let mut row = policies::row(c, r, single, PAPER_SINGLE);
+        let mut row = policies::row(c, r, ev, single, PAPER_SINGLE);
         let full = r.server_full();
         row.insert("full_handshakes".into(), json!(full));
         row.insert(
@@ -140,7 +140,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     }
     let named: Vec<(String, &crate::rig::Run)> = runs
         .iter()
-        .map(|(c, r)| (format!("{} ({})", c.name, c.server), r))
+        .map(|(c, r, _)| (format!("{} ({})", c.name, c.server), r))
         .collect();
     let refs: Vec<(&str, &crate::rig::Run)> = named.iter().map(|(n, r)| (n.as_str(), *r)).collect();
     super::run_notes(&mut t, lab, &refs);

@@ -64,7 +64,9 @@ impl Haproxy {
             if let Some(status) = h.child.try_wait()? {
                 bail!("haproxy exited at start ({status}): {}", h.log_tail());
             }
-            if std::net::TcpStream::connect_timeout(&h.addr, Duration::from_millis(200)).is_ok() {
+            // Ready when its stats socket answers (a probe connection to the frontend would be
+            // forwarded, logged and counted as a client's).
+            if h.per_server_connections().is_ok() {
                 return Ok(h);
             }
             if Instant::now() > deadline {

@@ -1,0 +1,147 @@
+//! `baton lab` quick runs of seed 000's scenarios, end to end: real `baton` agents and
+//! dispatchers, real nginx and HAProxy baselines, each server in its own CPU cap. The
+//! assertions are about counts the servers kept themselves (handshakes per server, connections
+//! per HAProxy backend, processes seen in each cap), never about speed.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::TempDir;
+use serde_json::Value;
+
+/// Runs `baton lab EXPERIMENT --quick --json FILE` and returns the experiment's rows.
+fn lab(experiment: &str, dir: &TempDir) -> Vec<Value> {
+    if !Path::new("/usr/sbin/nginx").exists() || !Path::new("/usr/sbin/haproxy").exists() {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+            "nginx and haproxy are required"
+        );
+        eprintln!("nginx or haproxy not installed: skipping");
+        return Vec::new();
+    }
+    let json = dir.path("lab.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["lab", experiment, "--quick", "--json"])
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path("work"))
+        .output()
+        .expect("running baton lab");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "baton lab {experiment} failed:\n{stdout}\n{stderr}"
+    );
+    println!("{stdout}");
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let exp = &v["experiments"][0];
+    assert_eq!(exp["experiment"], experiment);
+    exp["rows"].as_array().unwrap().clone()
+}
+
+fn find<'a>(rows: &'a [Value], config: &str, server: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["config"] == config && r["server"] == server)
+        .unwrap_or_else(|| panic!("no row {config} / {server} in {rows:#?}"))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+fn per_server(r: &Value) -> Vec<u64> {
+    r["per_server_handshakes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(u)
+        .collect()
+}
+
+fn has_process(r: &Value, name: &str) -> bool {
+    r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p.as_str().unwrap().starts_with(&format!("{name}:")))
+}
+
+/// The baselines really ran: nginx processes in the nginx servers' caps, HAProxy in the path
+/// with every connection logged and counted per backend, and the servers' own counts adding up
+/// to what the client sent.
+fn check_baselines(rows: &[Value], connections: u64) {
+    for r in rows {
+        assert_eq!(u(&r["failed"]), 0, "failures in {r:#}");
+        if r["server"] == "nginx" {
+            assert!(has_process(r, "nginx"), "no nginx process seen: {r:#}");
+        } else {
+            assert!(has_process(r, "baton"), "no baton process seen: {r:#}");
+        }
+        let config = r["config"].as_str().unwrap();
+        if config.starts_with("LB-") {
+            assert!(has_process(r, "haproxy"), "no haproxy process seen: {r:#}");
+            assert_eq!(u(&r["balancer_logged"]), connections, "{r:#}");
+            let per: u64 = r["balancer_per_server"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(u)
+                .sum();
+            assert_eq!(per, connections, "HAProxy's per-server counts: {r:#}");
+        }
+        let client = u(&r["client_full"]) + u(&r["client_resumed"]);
+        assert_eq!(client, connections, "{r:#}");
+    }
+}
+
+#[test]
+fn scenario_b_quick_shared_sessions_need_fewer_full_handshakes_than_round_robin() {
+    let dir = TempDir::new("lab-b");
+    let rows = lab("scenario-b", &dir);
+    if rows.is_empty() {
+        return;
+    }
+    check_baselines(&rows, 600);
+    let full = |c: &str, s: &str| u(&find(&rows, c, s)["full_handshakes"]);
+    let shared = full("CSSL-SL enabled (peers)", "baton");
+    // each client's first connection of three is full: 200 of 600
+    assert_eq!(
+        shared, 200,
+        "CSSL-SL: only the clients' own full handshakes"
+    );
+    assert!(shared < full("LB-RR", "baton"), "{rows:#?}");
+    assert!(shared < full("LB-RR", "nginx"), "{rows:#?}");
+    assert!(
+        shared < full("CSSL-SL disabled (memory)", "baton"),
+        "{rows:#?}"
+    );
+    // a single server resumes everything it issued
+    assert_eq!(full("1 server", "nginx"), 200);
+    assert_eq!(full("1 server", "baton"), 200);
+}
+
+#[test]
+fn scenario_a_quick_handoff_spreads_full_handshakes_evenly() {
+    let dir = TempDir::new("lab-a");
+    let rows = lab("scenario-a", &dir);
+    if rows.is_empty() {
+        return;
+    }
+    check_baselines(&rows, 450);
+    let on = per_server(find(&rows, "CSSL-SF enabled (handoff)", "baton"));
+    assert_eq!(on.len(), 2);
+    assert_eq!(on.iter().sum::<u64>(), 450);
+    let (max, min) = (*on.iter().max().unwrap(), *on.iter().min().unwrap());
+    assert!(
+        (max - min) as f64 <= 0.10 * (max + min) as f64 / 2.0,
+        "CSSL-SF full handshakes per agent more than 10% apart: {on:?}"
+    );
+    // client-ip affinity puts the three hosts 2:1 on the two agents
+    let off = per_server(find(&rows, "CSSL-SF disabled (client-ip)", "baton"));
+    let mut off_sorted = off.clone();
+    off_sorted.sort();
+    assert_eq!(off_sorted, vec![150, 300], "client-ip: {off:?}");
+}
