@@ -1,0 +1,124 @@
+//! Private-key offload: `baton signer` holds TLS private keys in a process of its own (the shape
+//! of PKCS#11 offload and of keyless TLS) and signs for agents over an authenticated unix
+//! socket; `baton agent --key-signer unix:PATH` uses [`client::RemoteKey`] instead of a key.
+//!
+//! Layout: `protocol` (sans-IO frames, fuzzed), `auth` (peer credentials + mutual HMAC
+//! challenge), `keys` (keys by SPKI hash, PEM backend), `server` (the tokio shell: bounded
+//! queue, signing threads, batched answers), `client` (blocking pool + rustls `SigningKey`),
+//! `metrics` (the agent's signer counters).
+
+pub mod auth;
+pub mod client;
+pub mod fuzzing;
+pub mod keys;
+pub mod metrics;
+pub mod protocol;
+pub mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+/// `baton signer`: hold private keys and sign for agents.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SignerArgs {
+    /// Socket to serve on, `unix:PATH` (created mode 0600; a stale socket is replaced).
+    #[arg(long, value_name = "unix:PATH")]
+    pub listen: String,
+
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) to hold (repeatable). Agents find a key by
+    /// their certificate's public key.
+    #[arg(long, value_name = "PEM")]
+    pub key: Vec<PathBuf>,
+
+    /// Shared secret agents must prove they hold (at least 32 bytes, e.g. `openssl rand -hex
+    /// 32`; mode 0600). The same file goes to `baton agent --key-signer-auth-key-file`.
+    #[arg(long, value_name = "FILE")]
+    pub auth_key_file: PathBuf,
+
+    /// Uid allowed to connect (repeatable). Default: the signer's own uid.
+    #[arg(long, value_name = "UID")]
+    pub allow_uid: Vec<u32>,
+
+    /// Signing threads.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub threads: usize,
+
+    /// Signing requests waiting at most; beyond, requests are answered `busy`.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub queue: usize,
+
+    /// Connections served at once; more are closed at accept.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_connections: usize,
+
+    /// Seconds an authenticated connection may stay idle.
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    pub idle_timeout: u64,
+}
+
+/// Runs the signer until SIGTERM/SIGINT. Prints `signer PATH` then `ready` on stdout once the
+/// socket accepts connections.
+pub fn run(args: SignerArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
+    anyhow::ensure!(args.queue >= 1, "--queue must be at least 1");
+    let path = server::unix_path(&args.listen)?;
+    let auth = auth::AuthKey::from_file(&args.auth_key_file)?;
+    let mut loaded = Vec::new();
+    for k in &args.key {
+        loaded.push(keys::Key::from_pem_file(k)?);
+    }
+    for k in &loaded {
+        tracing::info!(key = %keys::short_id(&k.info.key_id), "holding key");
+    }
+    let store = keys::KeyStore::new(loaded)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let own_uid = unsafe { libc::geteuid() };
+    let settings = server::Settings {
+        path: path.clone(),
+        auth,
+        allowed_uids: if args.allow_uid.is_empty() {
+            vec![own_uid]
+        } else {
+            args.allow_uid
+        },
+        threads: args.threads,
+        queue: args.queue,
+        max_connections: args.max_connections.max(1),
+        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+    };
+    // The shell only moves frames: one thread is plenty, signing has threads of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")?;
+    runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listener = server::bind(&settings)?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "signer {}\nready", path.display())?;
+            out.flush()?;
+        }
+        let stop = async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        };
+        let counters = server::serve(listener, settings, store, stop).await;
+        use std::sync::atomic::Ordering::Relaxed;
+        tracing::info!(
+            signed = counters.signed.load(Relaxed),
+            busy = counters.busy.load(Relaxed),
+            failed = counters.failed.load(Relaxed),
+            refused = counters.refused.load(Relaxed),
+            "signer stopped"
+        );
+        Ok(())
+    })
+}

@@ -1,0 +1,351 @@
+//! The signer process: a unix socket, the authentication exchange, and a fixed pool of signing
+//! threads behind a bounded queue.
+//!
+//! The tokio side only moves frames; signatures run on `threads` dedicated OS threads fed by one
+//! bounded channel of `queue` jobs. When the queue is full a request is answered `Busy` at once
+//! rather than queued without bound (the agent counts it and fails that handshake; queueing
+//! longer than a handshake timeout helps no one). Batching: each read decodes every complete
+//! frame it delivered, and the writer answers every response ready at its wakeup with one
+//! write, so a busy connection costs one syscall per batch, not per signature. A connection with
+//! `MAX_IN_FLIGHT` answers outstanding is no longer read until its writer catches up (back
+//! pressure per connection; the queue bound is what protects the process).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use crate::auth::{self, AuthKey};
+use crate::keys::KeyStore;
+use crate::protocol::{split_frame, ErrorCode, Request, Response, MAX_FRAME};
+
+/// Answers one connection may have outstanding before the signer stops reading it.
+const MAX_IN_FLIGHT: usize = 64;
+/// Time a client has to complete authentication.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time one batch of answers may take to write before the connection is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Settings {
+    pub path: PathBuf,
+    pub auth: AuthKey,
+    pub allowed_uids: Vec<u32>,
+    pub threads: usize,
+    pub queue: usize,
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+}
+
+struct Job {
+    key_id: [u8; 32],
+    scheme: u16,
+    message: Vec<u8>,
+    id: u64,
+    reply: mpsc::UnboundedSender<Reply>,
+    permit: OwnedSemaphorePermit,
+}
+
+/// One answer and the in-flight slot it releases once written.
+type Reply = (u64, Response, OwnedSemaphorePermit);
+
+#[derive(Default)]
+pub struct Counters {
+    pub signed: AtomicU64,
+    pub busy: AtomicU64,
+    pub failed: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+struct Shared {
+    settings: Settings,
+    keys: Arc<KeyStore>,
+    jobs: SyncSender<Job>,
+    counters: Arc<Counters>,
+}
+
+/// Binds the socket (mode 0600; a stale socket file left by a dead signer is replaced, a live
+/// one is an error) and starts the signing threads.
+pub fn bind(settings: &Settings) -> anyhow::Result<UnixListener> {
+    let path = &settings.path;
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("{}: another signer is listening there", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod {}", path.display()))?;
+    Ok(listener)
+}
+
+/// Serves until `stop` resolves; returns the counters.
+pub async fn serve(
+    listener: UnixListener,
+    settings: Settings,
+    keys: KeyStore,
+    stop: impl std::future::Future<Output = ()>,
+) -> Arc<Counters> {
+    let keys = Arc::new(keys);
+    let counters = Arc::new(Counters::default());
+    let (jobs, rx) = sync_channel::<Job>(settings.queue);
+    let rx = Arc::new(Mutex::new(rx));
+    for i in 0..settings.threads {
+        let (rx, keys, counters) = (rx.clone(), keys.clone(), counters.clone());
+        std::thread::Builder::new()
+            .name(format!("baton-sign-{i}"))
+            .spawn(move || sign_loop(&rx, &keys, &counters))
+            .expect("spawning a signing thread");
+    }
+    let conns = Arc::new(Semaphore::new(settings.max_connections));
+    let shared = Arc::new(Shared {
+        settings,
+        keys,
+        jobs,
+        counters: counters.clone(),
+    });
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let Ok(permit) = conns.clone().try_acquire_owned() else {
+            tracing::warn!("connection limit reached; closing a new connection");
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, &shared).await {
+                tracing::debug!(error = %format!("{e:#}"), "signer connection closed");
+            }
+            drop(permit);
+        });
+    }
+    let _ = std::fs::remove_file(&shared.settings.path);
+    counters
+}
+
+/// A signing thread: one job at a time from the shared queue, until the queue is dropped.
+fn sign_loop(rx: &Mutex<std::sync::mpsc::Receiver<Job>>, keys: &KeyStore, counters: &Counters) {
+    loop {
+        // The lock is held only while waiting for the next job, never while signing.
+        let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        let response = match keys.sign(&job.key_id, job.scheme, &job.message) {
+            Ok(sig) => {
+                counters.signed.fetch_add(1, Ordering::Relaxed);
+                Response::Signature(sig)
+            }
+            Err((code, detail)) => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(code = code.label(), %detail, "signing failed");
+                Response::Error { code, detail }
+            }
+        };
+        let _ = job.reply.send((job.id, response, job.permit));
+    }
+}
+
+async fn connection(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
+    let uid = stream.peer_cred().context("peer credentials")?.uid();
+    if !shared.settings.allowed_uids.contains(&uid) {
+        shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+        bail!("uid {uid} is not allowed");
+    }
+    let (mut rd, mut wr) = stream.into_split();
+    let mut buf = Vec::with_capacity(1024);
+    tokio::time::timeout(AUTH_TIMEOUT, authenticate(&mut rd, &mut wr, &mut buf, shared))
+        .await
+        .context("authentication timed out")??;
+
+    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let result = read_loop(&mut rd, &mut buf, shared, &tx, &in_flight).await;
+    drop(tx);
+    // Answers already computed are still delivered (the writer ends when the signing threads
+    // drop their senders), within the write timeout.
+    let _ = writer.await;
+    result
+}
+
+async fn authenticate(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    buf: &mut Vec<u8>,
+    shared: &Shared,
+) -> anyhow::Result<()> {
+    let server_nonce = auth::nonce()?;
+    let mut out = Vec::new();
+    Response::Challenge { server_nonce }.encode(0, &mut out);
+    wr.write_all(&out).await?;
+    let (id, request) = loop {
+        if let Some((frame, used)) = split_frame(buf)? {
+            let decoded = Request::decode(frame)?;
+            buf.drain(..used);
+            break decoded;
+        }
+        read_some(rd, buf).await?;
+    };
+    let accepted = match request {
+        Request::Auth {
+            client_nonce,
+            proof,
+        } if shared
+            .settings
+            .auth
+            .check_client(&server_nonce, &client_nonce, &proof) =>
+        {
+            Some(client_nonce)
+        }
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let Some(client_nonce) = accepted else {
+        shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+        Response::Error {
+            code: ErrorCode::Unauthenticated,
+            detail: "authentication failed".into(),
+        }
+        .encode(id, &mut out);
+        let _ = wr.write_all(&out).await;
+        bail!("client failed authentication");
+    };
+    let proof = shared.settings.auth.signer_proof(&server_nonce, &client_nonce);
+    Response::Welcome { proof }.encode(id, &mut out);
+    wr.write_all(&out).await?;
+    Ok(())
+}
+
+/// Reads more bytes; the buffer never holds more than one maximal frame plus one read.
+async fn read_some(rd: &mut OwnedReadHalf, buf: &mut Vec<u8>) -> anyhow::Result<()> {
+    let mut chunk = [0u8; 8192];
+    let n = rd.read(&mut chunk).await?;
+    if n == 0 {
+        bail!("peer closed");
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(())
+}
+
+async fn read_loop(
+    rd: &mut OwnedReadHalf,
+    buf: &mut Vec<u8>,
+    shared: &Shared,
+    tx: &mpsc::UnboundedSender<Reply>,
+    in_flight: &Arc<Semaphore>,
+) -> anyhow::Result<()> {
+    loop {
+        // Every complete frame of this read, before reading again.
+        while let Some((frame, used)) = split_frame(buf)? {
+            let (id, request) = match Request::decode(frame) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Nothing after a malformed frame can be trusted to line up: answer, close.
+                    let permit = in_flight.clone().acquire_owned().await?;
+                    let detail = e.to_string();
+                    let _ = tx.send((
+                        0,
+                        Response::Error {
+                            code: ErrorCode::BadRequest,
+                            detail,
+                        },
+                        permit,
+                    ));
+                    bail!("malformed request: {e}");
+                }
+            };
+            buf.drain(..used);
+            let permit = in_flight.clone().acquire_owned().await?;
+            match request {
+                Request::ListKeys => {
+                    let _ = tx.send((id, Response::Keys(shared.keys.infos()), permit));
+                }
+                Request::Sign {
+                    key_id,
+                    scheme,
+                    message,
+                } => {
+                    let job = Job {
+                        key_id,
+                        scheme,
+                        message,
+                        id,
+                        reply: tx.clone(),
+                        permit,
+                    };
+                    if let Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) =
+                        shared.jobs.try_send(job)
+                    {
+                        shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+                        let busy = Response::Error {
+                            code: ErrorCode::Busy,
+                            detail: "signing queue full".into(),
+                        };
+                        let _ = tx.send((id, busy, job.permit));
+                    }
+                }
+                Request::Auth { .. } => {
+                    let bad = Response::Error {
+                        code: ErrorCode::BadRequest,
+                        detail: "already authenticated".into(),
+                    };
+                    let _ = tx.send((id, bad, permit));
+                }
+            }
+        }
+        match tokio::time::timeout(shared.settings.idle_timeout, read_some(rd, buf)).await {
+            Ok(r) => r?,
+            Err(_) => bail!("idle timeout"),
+        }
+    }
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Reply>) {
+    let mut out = Vec::with_capacity(4096);
+    while let Some(first) = rx.recv().await {
+        out.clear();
+        let mut permits = Vec::new();
+        let mut next = Some(first);
+        // Batch: everything already answered goes out in the same write.
+        while let Some((id, resp, permit)) = next.take() {
+            resp.encode(id, &mut out);
+            permits.push(permit);
+            if out.len() < MAX_FRAME {
+                next = rx.try_recv().ok();
+            }
+        }
+        match tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(&out)).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+        drop(permits);
+    }
+}
+
+/// Parses `unix:PATH`.
+pub fn unix_path(spec: &str) -> anyhow::Result<PathBuf> {
+    match spec.strip_prefix("unix:") {
+        Some(p) if !p.is_empty() => Ok(Path::new(p).to_path_buf()),
+        _ => bail!("`{spec}`: expected unix:PATH"),
+    }
+}
