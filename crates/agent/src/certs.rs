@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::sign::CertifiedKey;
+use rustls::sign::{CertifiedKey, SigningKey};
 use rustls::SignatureAlgorithm;
 
 use crate::config::KeyKind;
@@ -27,6 +27,29 @@ pub struct CertEntry {
 
 /// Reads a chain and its key from PEM files and checks that they belong together.
 pub fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertEntry> {
+    let chain = load_chain(cert)?;
+    let origin = cert.display().to_string();
+    entry(chain, metered_signing_key(load_key(key)?), origin)
+}
+
+/// Reads a chain whose key the signer holds (`--key-signer`); `key` is the local copy used
+/// while the signer is unreachable (`--key-signer-fallback local`).
+pub fn load_with_signer(
+    cert: &Path,
+    key: Option<&Path>,
+    signer: &crate::keysigner::Handle,
+) -> anyhow::Result<CertEntry> {
+    let chain = load_chain(cert)?;
+    let origin = cert.display().to_string();
+    let local = key.map(load_key).transpose()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&chain[0])
+        .map_err(|e| anyhow!("{origin}: certificate does not parse: {e}"))?;
+    let spki = parsed.tbs_certificate.subject_pki.raw;
+    let signing = signer.key_for(spki, local, &origin)?;
+    entry(chain, signing, origin)
+}
+
+fn load_chain(cert: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("reading certificate {}", cert.display()))?
         .collect::<Result<_, _>>()
@@ -34,10 +57,18 @@ pub fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertEntry> {
     if chain.is_empty() {
         bail!("{}: no CERTIFICATE in PEM file", cert.display());
     }
-    // The key's bytes are never logged; errors name only the file.
-    let key_der = PrivateKeyDer::from_pem_file(key)
+    Ok(chain)
+}
+
+/// Loads a private key by reference so that our copy of its bytes can be wiped right after;
+/// aws-lc keeps its own (and cleanses it when freed). The key's bytes are never logged; errors
+/// name only the file.
+fn load_key(key: &Path) -> anyhow::Result<Arc<dyn SigningKey>> {
+    let mut der = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| anyhow!("{}: no usable private key: {e}", key.display()))?;
-    entry(chain, key_der, cert.display().to_string())
+    let signing = rustls::crypto::aws_lc_rs::sign::any_supported_type(&der);
+    zeroize::Zeroize::zeroize(&mut der);
+    signing.map_err(|e| anyhow!("{}: private key not supported: {e}", key.display()))
 }
 
 /// Generates a self-signed certificate for `names` in memory.
@@ -62,7 +93,18 @@ pub fn self_signed(kind: KeyKind, names: &[String]) -> anyhow::Result<(CertEntry
     let key_der = PrivateKeyDer::try_from(key_pair.serialize_der())
         .map_err(|e| anyhow!("generated key: {e}"))?;
     let origin = format!("self-signed {}", kind_name(kind));
-    Ok((entry(vec![cert.der().clone()], key_der, origin)?, pem))
+    let mut key_der = key_der;
+    let signing = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key_der);
+    zeroize::Zeroize::zeroize(&mut key_der);
+    let signing = signing.map_err(|e| anyhow!("{origin}: private key not supported: {e}"))?;
+    Ok((
+        entry(
+            vec![cert.der().clone()],
+            metered_signing_key(signing),
+            origin,
+        )?,
+        pem,
+    ))
 }
 
 fn kind_name(kind: KeyKind) -> &'static str {
@@ -78,16 +120,11 @@ fn kind_name(kind: KeyKind) -> &'static str {
 
 fn entry(
     chain: Vec<CertificateDer<'static>>,
-    mut key: PrivateKeyDer<'static>,
+    signing: Arc<dyn SigningKey>,
     origin: String,
 ) -> anyhow::Result<CertEntry> {
-    // Loaded by reference so that our copy of the key's bytes can be wiped right after;
-    // aws-lc keeps its own (and cleanses it when freed).
-    let signing = rustls::crypto::aws_lc_rs::sign::any_supported_type(&key);
-    zeroize::Zeroize::zeroize(&mut key);
-    let signing = signing.map_err(|e| anyhow!("{origin}: private key not supported: {e}"))?;
     let algorithm = signing.algorithm();
-    let certified = CertifiedKey::new(chain, metered_signing_key(signing));
+    let certified = CertifiedKey::new(chain, signing);
     certified
         .keys_match()
         .map_err(|e| anyhow!("{origin}: key does not match certificate: {e}"))?;

@@ -35,6 +35,27 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PEM")]
     pub key: Vec<PathBuf>,
 
+    /// Sign with a private key held by `baton signer` at this socket (`unix:PATH`) instead of
+    /// a --key: each --cert is then a chain alone, and the signer must hold the key for its
+    /// public key (checked at start).
+    #[arg(long, value_name = "unix:PATH")]
+    pub key_signer: Option<String>,
+
+    /// The signer's shared auth key (the file given to `baton signer --auth-key-file`).
+    #[arg(long, value_name = "FILE")]
+    pub key_signer_auth_key_file: Option<PathBuf>,
+
+    /// When the signer is unreachable: `closed` fails the handshake; `local` signs with the
+    /// --key given for the same --cert (a local copy), with a warning and a metric. Default
+    /// closed.
+    #[arg(long, value_name = "POLICY")]
+    pub key_signer_fallback: Option<SignerFallback>,
+
+    /// Longest one signature may take at the signer before the handshake gives up on it
+    /// (or falls back). Default 2s.
+    #[arg(long, value_name = "DURATION")]
+    pub key_signer_timeout: Option<HumanDuration>,
+
     /// Generate a self-signed certificate in memory (repeatable), for --server-name.
     #[arg(long, value_name = "KIND")]
     pub self_signed: Vec<KeyKind>,
@@ -211,6 +232,25 @@ pub enum KeyKind {
     Ed25519,
 }
 
+/// What the agent does while its key signer is unreachable.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SignerFallback {
+    /// Handshakes fail (the key exists only in the signer).
+    Closed,
+    /// Sign with the local copy of the key (--key).
+    Local,
+}
+
+/// `--key-signer` and its settings, resolved.
+#[derive(Debug, Clone)]
+pub struct KeySigner {
+    pub path: PathBuf,
+    pub auth_key_file: PathBuf,
+    pub fallback: SignerFallback,
+    pub timeout: Duration,
+}
+
 /// Client certificate policy.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -310,7 +350,9 @@ pub struct AgentConfig {
     pub store: StoreKind,
     pub cluster_key_file: Option<PathBuf>,
     pub store_wait: Duration,
-    pub certs: Vec<(PathBuf, PathBuf)>,
+    /// Certificate chains with their key file; no key file when the key is in the signer only.
+    pub certs: Vec<(PathBuf, Option<PathBuf>)>,
+    pub key_signer: Option<KeySigner>,
     pub self_signed: Vec<KeyKind>,
     pub server_names: Vec<String>,
     pub self_signed_out: Option<PathBuf>,
@@ -369,15 +411,63 @@ impl AgentArgs {
             };
         }
         pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer;
-            store, peer_listen, cluster_key_file, store_wait,
+            store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
+            key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, body_size,
             max_bytes, upstream, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
     }
 
+    fn key_signer(&self) -> anyhow::Result<Option<KeySigner>> {
+        let Some(spec) = &self.key_signer else {
+            if self.key_signer_auth_key_file.is_some()
+                || self.key_signer_fallback.is_some()
+                || self.key_signer_timeout.is_some()
+            {
+                bail!("--key-signer-* settings need --key-signer unix:PATH");
+            }
+            return Ok(None);
+        };
+        let path = match spec.strip_prefix("unix:") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => bail!("--key-signer `{spec}`: expected unix:PATH"),
+        };
+        let auth_key_file = self.key_signer_auth_key_file.clone().ok_or_else(|| {
+            anyhow::anyhow!("--key-signer needs --key-signer-auth-key-file (the signer's auth key)")
+        })?;
+        if self.cert.is_empty() {
+            bail!("--key-signer needs --cert (the chains whose keys the signer holds)");
+        }
+        let timeout = self
+            .key_signer_timeout
+            .map_or(Duration::from_secs(2), |d| d.0);
+        if timeout.is_zero() {
+            bail!("--key-signer-timeout must be greater than zero");
+        }
+        Ok(Some(KeySigner {
+            path,
+            auth_key_file,
+            fallback: self.key_signer_fallback.unwrap_or(SignerFallback::Closed),
+            timeout,
+        }))
+    }
+
     fn into_config(self) -> anyhow::Result<AgentConfig> {
-        if self.cert.len() != self.key.len() {
+        let key_signer = self.key_signer()?;
+        let local_keys = match &key_signer {
+            Some(k) if k.fallback == SignerFallback::Closed => {
+                if !self.key.is_empty() {
+                    bail!(
+                        "--key with --key-signer: the key stays in the signer (give \
+                         --key-signer-fallback local to keep a local copy for when it is down)"
+                    );
+                }
+                false
+            }
+            _ => true,
+        };
+        if local_keys && self.cert.len() != self.key.len() {
             bail!(
                 "--cert and --key come in pairs: got {} certificate(s) and {} key(s)",
                 self.cert.len(),
@@ -414,7 +504,15 @@ impl AgentArgs {
             } else {
                 self.listen
             },
-            certs: self.cert.into_iter().zip(self.key).collect(),
+            certs: if local_keys {
+                self.cert
+                    .into_iter()
+                    .zip(self.key.into_iter().map(Some))
+                    .collect()
+            } else {
+                self.cert.into_iter().map(|c| (c, None)).collect()
+            },
+            key_signer,
             self_signed,
             server_names: if self.server_name.is_empty() {
                 ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec()
@@ -557,6 +655,33 @@ mod tests {
         assert!(e.contains("pairs"), "{e}");
         let e = parse(&[]).resolve().unwrap_err().to_string();
         assert!(e.contains("no certificate"), "{e}");
+        let e = parse(&["--cert", "a.pem", "--key-signer", "unix:/s"])
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--key-signer-auth-key-file"), "{e}");
+        let signer = ["--key-signer", "unix:/s", "--key-signer-auth-key-file", "k"];
+        let with = |extra: &[&str]| {
+            let mut f = signer.to_vec();
+            f.extend_from_slice(extra);
+            parse(&f).resolve()
+        };
+        let c = with(&["--cert", "a.pem"]).unwrap();
+        assert_eq!(c.certs, vec![(PathBuf::from("a.pem"), None)]);
+        let e = with(&["--cert", "a.pem", "--key", "a.key"]).unwrap_err();
+        assert!(e.to_string().contains("fallback local"), "{e}");
+        let e = with(&["--cert", "a.pem", "--key-signer-fallback", "local"]).unwrap_err();
+        assert!(e.to_string().contains("pairs"), "{e}");
+        let c = with(&[
+            "--cert",
+            "a.pem",
+            "--key",
+            "a.key",
+            "--key-signer-fallback",
+            "local",
+        ])
+        .unwrap();
+        assert_eq!(c.key_signer.unwrap().fallback, SignerFallback::Local,);
         let e = parse(&["--self-signed", "ed25519", "--client-auth", "optional"])
             .resolve()
             .unwrap_err()

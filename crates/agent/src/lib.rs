@@ -15,6 +15,7 @@ mod conn;
 mod handoff;
 mod http;
 mod io;
+mod keysigner;
 pub mod metering;
 pub mod metrics;
 mod policy;
@@ -30,7 +31,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-pub use config::{AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind, StoreKind};
+pub use config::{
+    AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind, SignerFallback, StoreKind,
+};
 
 /// `baton agent`: resolves the configuration and runs until SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {

@@ -391,6 +391,7 @@ impl Metrics {
                 METER.seconds(op)
             );
         }
+        crate::keysigner::render_crypto(&mut out, true);
         family(
             &mut out,
             "baton_crypto_operations_total",
@@ -405,6 +406,8 @@ impl Metrics {
                 METER.calls(op)
             );
         }
+        crate::keysigner::render_crypto(&mut out, false);
+        crate::keysigner::render(&mut out);
 
         family(
             &mut out,

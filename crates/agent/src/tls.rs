@@ -36,6 +36,8 @@ struct Parts {
     policy: Policy,
     resolver: Arc<Resolver>,
     self_signed: Vec<CertEntry>,
+    /// The key signer (`--key-signer`), asked again on reload.
+    signer: Option<crate::keysigner::Handle>,
     store: Option<Arc<dyn SessionStore>>,
     sealer: Option<Arc<TicketSealer>>,
     metrics: Arc<Metrics>,
@@ -59,8 +61,12 @@ impl Tls {
             self_signed.push(entry);
             pems.push_str(&pem);
         }
+        let signer = match &cfg.key_signer {
+            Some(k) => Some(crate::keysigner::Handle::new(k)?),
+            None => None,
+        };
         let resolver = Arc::new(Resolver::new(
-            cert_store(cfg, &self_signed)?,
+            cert_store(cfg, &self_signed, signer.as_ref())?,
             policy.provider.cipher_suites.clone(),
         ));
         let store = opened.store;
@@ -84,6 +90,7 @@ impl Tls {
             policy,
             resolver,
             self_signed,
+            signer,
             store,
             sealer,
             metrics,
@@ -122,7 +129,7 @@ impl Tls {
     /// config for new connections. On any error the running config stays as it was.
     pub fn reload(&self, cfg: &AgentConfig) -> anyhow::Result<()> {
         let parts = &self.parts;
-        let store = cert_store(cfg, &parts.self_signed)?;
+        let store = cert_store(cfg, &parts.self_signed, parts.signer.as_ref())?;
         let ring = match (&cfg.ticket_key_file, &parts.sealer) {
             (Some(path), Some(_)) => Some(read_ring(path)?),
             _ => None,
@@ -204,10 +211,18 @@ impl Parts {
     }
 }
 
-fn cert_store(cfg: &AgentConfig, self_signed: &[CertEntry]) -> anyhow::Result<CertStore> {
+fn cert_store(
+    cfg: &AgentConfig,
+    self_signed: &[CertEntry],
+    signer: Option<&crate::keysigner::Handle>,
+) -> anyhow::Result<CertStore> {
     let mut entries = Vec::new();
     for (cert, key) in &cfg.certs {
-        entries.push(certs::load_pair(cert, key)?);
+        entries.push(match (signer, key) {
+            (Some(signer), key) => certs::load_with_signer(cert, key.as_deref(), signer)?,
+            (None, Some(key)) => certs::load_pair(cert, key)?,
+            (None, None) => anyhow::bail!("{}: no key and no --key-signer", cert.display()),
+        });
     }
     entries.extend(self_signed.iter().cloned());
     Ok(CertStore::new(entries))

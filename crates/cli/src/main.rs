@@ -32,6 +32,9 @@ enum Command {
     Lab(baton_lab::LabArgs),
     /// Start a local cluster: a dispatcher and N agents on this machine.
     Up(Box<baton_lab::UpArgs>),
+    /// Hold private keys in a process of their own and sign for agents (`baton agent
+    /// --key-signer`).
+    Signer(Box<baton_signer::SignerArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
 }
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Lab(args) => baton_lab::lab(args).map(|()| ExitCode::SUCCESS),
         Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
+        Command::Signer(args) => baton_signer::run(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }

@@ -129,8 +129,14 @@ mod tests {
         let p = k.client_proof(&ns, &nc);
         assert!(k.check_client(&ns, &nc, &p));
         assert!(!other.check_client(&ns, &nc, &p), "another key");
-        assert!(!k.check_signer(&ns, &nc, &p), "a client proof is no signer proof");
-        assert!(!k.check_client(&[3; 32], &nc, &p), "replayed against a new challenge");
+        assert!(
+            !k.check_signer(&ns, &nc, &p),
+            "a client proof is no signer proof"
+        );
+        assert!(
+            !k.check_client(&[3; 32], &nc, &p),
+            "replayed against a new challenge"
+        );
         assert!(!k.check_client(&ns, &[3; 32], &p));
         assert!(k.check_signer(&ns, &nc, &k.signer_proof(&ns, &nc)));
         assert_ne!(nonce().unwrap(), nonce().unwrap());

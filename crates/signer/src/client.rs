@@ -321,11 +321,7 @@ pub struct RemoteKey {
 }
 
 impl RemoteKey {
-    pub fn new(
-        client: Arc<Client>,
-        info: &KeyInfo,
-        fallback: Option<Arc<dyn SigningKey>>,
-    ) -> Self {
+    pub fn new(client: Arc<Client>, info: &KeyInfo, fallback: Option<Arc<dyn SigningKey>>) -> Self {
         Self {
             client,
             key_id: info.key_id,
@@ -352,7 +348,10 @@ impl SigningKey for RemoteKey {
             client: self.client.clone(),
             key_id: self.key_id,
             scheme,
-            fallback: self.fallback.as_ref().and_then(|k| k.choose_scheme(&[scheme])),
+            fallback: self
+                .fallback
+                .as_ref()
+                .and_then(|k| k.choose_scheme(&[scheme])),
         }))
     }
 

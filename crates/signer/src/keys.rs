@@ -190,8 +190,14 @@ mod tests {
     fn ids_schemes_and_refusals() {
         let (rsa, rsa_pair) = key_for(&rcgen::PKCS_RSA_SHA256);
         let (ec, ec_pair) = key_for(&rcgen::PKCS_ECDSA_P256_SHA256);
-        assert_eq!(rsa.info.key_id, key_id(&rcgen::PublicKeyData::subject_public_key_info(&rsa_pair)));
-        assert_eq!(ec.info.key_id, key_id(&rcgen::PublicKeyData::subject_public_key_info(&ec_pair)));
+        assert_eq!(
+            rsa.info.key_id,
+            key_id(&rcgen::PublicKeyData::subject_public_key_info(&rsa_pair))
+        );
+        assert_eq!(
+            ec.info.key_id,
+            key_id(&rcgen::PublicKeyData::subject_public_key_info(&ec_pair))
+        );
         assert_eq!(rsa.info.schemes.len(), 6);
         assert_eq!(
             ec.info.schemes,

@@ -175,7 +175,10 @@ impl ClientMetrics {
             );
         }
         let count = load(&self.count);
-        let _ = writeln!(out, "baton_key_signer_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "baton_key_signer_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
         let _ = writeln!(
             out,
             "baton_key_signer_seconds_sum {:.9}",

@@ -37,7 +37,10 @@ pub type Proof = [u8; 32];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    Auth { client_nonce: Nonce, proof: Proof },
+    Auth {
+        client_nonce: Nonce,
+        proof: Proof,
+    },
     ListKeys,
     Sign {
         key_id: KeyId,
@@ -466,10 +469,7 @@ mod tests {
 
     #[test]
     fn limits_and_errors() {
-        assert_eq!(
-            split_frame(&[0, 1, 0, 0]),
-            Err(DecodeError::TooLong(65536))
-        );
+        assert_eq!(split_frame(&[0, 1, 0, 0]), Err(DecodeError::TooLong(65536)));
         assert_eq!(split_frame(&[0, 0, 0, 2, 1, 1]), Err(DecodeError::TooShort));
         assert_eq!(split_frame(&[0, 0, 0]), Ok(None));
         let mut out = Vec::new();

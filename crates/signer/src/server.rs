@@ -173,9 +173,12 @@ async fn connection(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
     }
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = Vec::with_capacity(1024);
-    tokio::time::timeout(AUTH_TIMEOUT, authenticate(&mut rd, &mut wr, &mut buf, shared))
-        .await
-        .context("authentication timed out")??;
+    tokio::time::timeout(
+        AUTH_TIMEOUT,
+        authenticate(&mut rd, &mut wr, &mut buf, shared),
+    )
+    .await
+    .context("authentication timed out")??;
 
     let (tx, rx) = mpsc::unbounded_channel::<Reply>();
     let writer = tokio::spawn(write_loop(wr, rx));
@@ -230,7 +233,10 @@ async fn authenticate(
         let _ = wr.write_all(&out).await;
         bail!("client failed authentication");
     };
-    let proof = shared.settings.auth.signer_proof(&server_nonce, &client_nonce);
+    let proof = shared
+        .settings
+        .auth
+        .signer_proof(&server_nonce, &client_nonce);
     Response::Welcome { proof }.encode(id, &mut out);
     wr.write_all(&out).await?;
     Ok(())
