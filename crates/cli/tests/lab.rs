@@ -22,9 +22,12 @@ fn lab(experiment: &str, dir: &TempDir) -> Vec<Value> {
         return Vec::new();
     }
     let json = dir.path("lab.json");
+    let html = dir.path("lab.html");
     let out = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["lab", experiment, "--quick", "--json"])
         .arg(&json)
+        .arg("--report")
+        .arg(&html)
         .arg("--dir")
         .arg(dir.path("work"))
         .output()
@@ -36,6 +39,16 @@ fn lab(experiment: &str, dir: &TempDir) -> Vec<Value> {
         "baton lab {experiment} failed:\n{stdout}\n{stderr}"
     );
     println!("{stdout}");
+    // the report is one self-contained page: tables and inline SVG, nothing fetched
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(&format!("<h2>{experiment}</h2>")), "{page}");
+    assert!(page.contains("<svg") && page.contains("<table>"), "{page}");
+    for external in ["<script", "<link", "src=", "@import", "url("] {
+        assert!(
+            !page.contains(external),
+            "report refers to something outside: {external}"
+        );
+    }
     let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let exp = &v["experiments"][0];
     assert_eq!(exp["experiment"], experiment);
