@@ -5,7 +5,8 @@
 //! `engine` (the TLS engine seam: rustls or `openssl_engine`, the system libssl),
 //! `accounting` (full/resumed/refused, and dealing connections to clients so mixes are exact),
 //! `transaction` (one connection, phase by phase), `http1` (response framing, sans-IO),
-//! `runner` (closed and open loop), `scenario` (scenario files, HAR import), `stats` (counters, histograms), `scrape` (server
+//! `runner` (closed and open loop), `scenario` (scenario files, HAR import), `record` (the
+//! recording proxy), `stats` (counters, histograms), `scrape` (server
 //! metrics), `report` (JSON and the human summary), `html` + `svg` (the HTML report), `merge`
 //! (runs of several machines as one), `search` + `find_max` (the highest rate at zero loss),
 //! `cli` (the subcommands).
@@ -19,6 +20,7 @@ mod html;
 mod http1;
 mod merge;
 mod openssl_engine;
+mod record;
 mod report;
 mod runner;
 mod scenario;
@@ -40,6 +42,7 @@ use anyhow::Context;
 pub use cli::{BenchCli, BenchCommand, MergeArgs};
 pub use config::{parse_duration, BenchArgs, BenchConfig};
 pub use find_max::FindMaxArgs;
+pub use record::{main as record_main, RecordArgs};
 pub use report::Report;
 pub use scenario::{main as scenario_main, ScenarioCli};
 pub use scrape::parse as parse_metrics;

@@ -315,71 +315,86 @@ struct HarPostData {
     encoding: Option<String>,
 }
 
-/// A HAR export (`log.entries[].request`) as a scenario: the first entry's host only, in the
-/// file's order, think time = the gap between one entry's `startedDateTime` and the previous
-/// kept one's (0 for the first, and where a time is missing or goes backwards).
-pub fn import_har(json: &str) -> anyhow::Result<Imported> {
-    let har: Har = serde_json::from_str(json).context("not a HAR file (log.entries[].request)")?;
-    let mut out = Imported::default();
-    let mut host: Option<String> = None;
-    let mut last_start: Option<f64> = None;
-    for (i, e) in har.log.entries.iter().enumerate() {
-        let Some((h, path)) = split_full_url(&e.request.url) else {
-            out.dropped_other += 1;
-            continue;
-        };
-        let host = host.get_or_insert_with(|| h.clone());
-        if *host != h {
-            match out.dropped_hosts.iter_mut().find(|(x, _)| *x == h) {
-                Some((_, n)) => *n += 1,
-                None => out.dropped_hosts.push((h, 1)),
-            }
-            continue;
+/// Turns observed requests (a HAR file's entries, `baton record`'s exchanges) into a scenario,
+/// in the order given: one host only (the first request's, or the one given), think time =
+/// the gap between a request's start and the previous kept one's, baton's own headers left
+/// out. What it drops is counted for the summary.
+#[derive(Debug, Default)]
+pub struct Collector {
+    out: Imported,
+    host: Option<String>,
+    last_start: Option<f64>,
+}
+
+/// Where [`Collector::push`] put a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    Kept,
+    OtherHost,
+    /// Not an http(s) URL (data:, ws:, blob: ...).
+    NotHttp,
+}
+
+/// `host[:port]` as scenarios compare hosts: lowercase, without the default https port.
+pub fn normalize_host(h: &str) -> String {
+    let h = h.to_ascii_lowercase();
+    h.strip_suffix(":443").map(str::to_string).unwrap_or(h)
+}
+
+impl Collector {
+    /// `host`: keep the requests to this `host[:port]` only (default: the first request's).
+    pub fn new(host: Option<&str>) -> Collector {
+        Collector {
+            host: host.map(normalize_host),
+            ..Default::default()
         }
-        let start = match &e.started_date_time {
-            Some(t) => Some(
-                parse_rfc3339_ms(t)
-                    .with_context(|| format!("entry {}: startedDateTime `{t}`", i + 1))?,
-            ),
-            None => None,
+    }
+
+    /// One observed request: `url` absolute, `start_ms` on any clock (`None`: unknown, think
+    /// time 0). A request the scenario format cannot hold is an error and is not kept.
+    pub fn push(
+        &mut self,
+        method: &str,
+        url: &str,
+        start_ms: Option<f64>,
+        headers: &[(String, String)],
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<Pushed> {
+        let Some((h, path)) = split_full_url(url) else {
+            self.out.dropped_other += 1;
+            return Ok(Pushed::NotHttp);
         };
-        let think_ms = match (last_start, start) {
+        let host = self.host.get_or_insert_with(|| h.clone());
+        if *host != h {
+            match self.out.dropped_hosts.iter_mut().find(|(x, _)| *x == h) {
+                Some((_, n)) => *n += 1,
+                None => self.out.dropped_hosts.push((h, 1)),
+            }
+            return Ok(Pushed::OtherHost);
+        }
+        let think_ms = match (self.last_start, start_ms) {
             (Some(a), Some(b)) if b > a => (b - a).round() as u64,
             _ => 0,
         };
-        if start.is_some() {
-            last_start = start;
-        }
-        let mut headers = Vec::new();
-        for hd in &e.request.headers {
-            let lower = hd.name.to_ascii_lowercase();
-            if hd.name.starts_with(':') || RESERVED.contains(&lower.as_str()) {
-                if !out.dropped_headers.contains(&lower) {
-                    out.dropped_headers.push(lower);
+        let mut kept = Vec::new();
+        for (name, value) in headers {
+            let lower = name.to_ascii_lowercase();
+            if name.starts_with(':') || RESERVED.contains(&lower.as_str()) {
+                if !self.out.dropped_headers.contains(&lower) {
+                    self.out.dropped_headers.push(lower);
                 }
                 continue;
             }
-            headers.push((hd.name.clone(), hd.value.clone()));
+            kept.push((name.clone(), value.clone()));
         }
-        let body = match &e.request.post_data {
-            Some(HarPostData {
-                text: Some(t),
-                encoding,
-            }) => Some(if encoding.as_deref() == Some("base64") {
-                base64_decode(t).with_context(|| format!("entry {}: postData.text", i + 1))?
-            } else {
-                t.as_bytes().to_vec()
-            }),
-            _ => None,
-        };
         let r = Request {
             think_ms,
-            method: e.request.method.to_ascii_uppercase(),
+            method: method.to_ascii_uppercase(),
             path,
-            headers,
+            headers: kept,
             body,
         };
-        // what the parser would refuse is refused here, naming the entry
+        // what the parser would refuse is refused here
         let raw = RawRequest {
             think_ms,
             method: Some(r.method.clone()),
@@ -387,14 +402,60 @@ pub fn import_har(json: &str) -> anyhow::Result<Imported> {
             headers: r.headers.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
             ..Default::default()
         };
-        request(&raw, &mut None).with_context(|| format!("entry {}", i + 1))?;
-        out.scenario.requests.push(r);
+        request(&raw, &mut None)?;
+        if start_ms.is_some() {
+            self.last_start = start_ms;
+        }
+        self.out.scenario.requests.push(r);
+        Ok(Pushed::Kept)
     }
-    if out.scenario.requests.is_empty() {
-        bail!("no http(s) requests in the HAR file");
+
+    /// The scenario and what was dropped; an error when nothing was kept.
+    pub fn finish(mut self) -> anyhow::Result<Imported> {
+        if self.out.scenario.requests.is_empty() {
+            bail!("no http(s) requests to keep");
+        }
+        self.out.scenario.host = self.host;
+        Ok(self.out)
     }
-    out.scenario.host = host;
-    Ok(out)
+}
+
+/// A HAR export (`log.entries[].request`) as a scenario: the first entry's host only, in the
+/// file's order, think time = the gap between one entry's `startedDateTime` and the previous
+/// kept one's (0 for the first, and where a time is missing or goes backwards).
+pub fn import_har(json: &str) -> anyhow::Result<Imported> {
+    let har: Har = serde_json::from_str(json).context("not a HAR file (log.entries[].request)")?;
+    let mut c = Collector::new(None);
+    for (i, e) in har.log.entries.iter().enumerate() {
+        let entry = || format!("entry {}", i + 1);
+        let start = match &e.started_date_time {
+            Some(t) => Some(
+                parse_rfc3339_ms(t)
+                    .with_context(|| format!("{}: startedDateTime `{t}`", entry()))?,
+            ),
+            None => None,
+        };
+        let body = match &e.request.post_data {
+            Some(HarPostData {
+                text: Some(t),
+                encoding,
+            }) => Some(if encoding.as_deref() == Some("base64") {
+                base64_decode(t).with_context(|| format!("{}: postData.text", entry()))?
+            } else {
+                t.as_bytes().to_vec()
+            }),
+            _ => None,
+        };
+        let headers: Vec<(String, String)> = e
+            .request
+            .headers
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect();
+        c.push(&e.request.method, &e.request.url, start, &headers, body)
+            .with_context(entry)?;
+    }
+    c.finish().context("the HAR file")
 }
 
 /// `2024-05-01T10:00:00.123Z` or `...+02:00` -> milliseconds since the epoch.
@@ -687,7 +748,7 @@ pub fn main(cli: ScenarioCli) -> anyhow::Result<()> {
     }
 }
 
-fn summary(i: &Imported, out: &std::path::Path) -> String {
+pub(crate) fn summary(i: &Imported, out: &std::path::Path) -> String {
     let mut s = format!(
         "wrote {}: {} requests to {}",
         out.display(),
