@@ -10,6 +10,7 @@ use std::time::Instant;
 use baton_session::{SessionStore, TicketSealer};
 use rustls::server::{ProducesTickets, StoresServerSessions};
 
+use crate::metering::{CryptoOp, METER};
 use crate::metrics::Metrics;
 
 /// rustls' session cache, backed by any [`SessionStore`].
@@ -56,7 +57,9 @@ impl ProducesTickets for Ticketer {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let ticket = self.sealer.seal_at(plain, Instant::now());
+        let ticket = METER.time(CryptoOp::Ticket, || {
+            self.sealer.seal_at(plain, Instant::now())
+        });
         self.metrics.ticket(if ticket.is_some() {
             "issued"
         } else {
@@ -66,7 +69,9 @@ impl ProducesTickets for Ticketer {
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        let plain = self.sealer.open_at(cipher, Instant::now());
+        let plain = METER.time(CryptoOp::Ticket, || {
+            self.sealer.open_at(cipher, Instant::now())
+        });
         self.metrics.ticket(if plain.is_some() {
             "opened"
         } else {

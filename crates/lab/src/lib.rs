@@ -8,6 +8,7 @@ pub mod cluster;
 mod demo;
 pub mod experiments;
 pub mod pki;
+pub mod profile;
 pub mod rig;
 pub mod table;
 mod up;
