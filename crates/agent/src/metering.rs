@@ -3,29 +3,29 @@
 //! This answers seed 002's question ("what share of the server's CPU is crypto?") from inside the
 //! server. It wraps the parts of rustls' `CryptoProvider` seam (cipher suites' AEADs, hashes,
 //! TLS 1.3 HKDF and TLS 1.2 PRF, key exchange groups, signature verification), the signing keys
-//! the agent loads and the session ticket sealer, and times their calls on the calling
-//! thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), so a thread preempted in the middle of a
-//! signature is not charged for the time another process ran (on a busy 2-core machine a wall
-//! clock overstated crypto by half).
+//! the agent loads and the session ticket sealer, and times every call. Two clocks, because
+//! the calls come in two kinds:
+//! - `sign`, `verify`, `kx`: a few per handshake, 15 us and up each. Timed on the thread's CPU
+//!   clock (`CLOCK_THREAD_CPUTIME_ID`), so a thread preempted in the middle of a signature is
+//!   not charged for the time another process ran (on a busy 2-core machine a wall clock
+//!   overstated crypto by half). That clock is a system call (~0.7 us in a VM), affordable
+//!   here; its calibrated cost is subtracted.
+//! - `hash`, `bulk_encrypt`, `bulk_decrypt`, `ticket`: ~60 calls in a full TLS 1.3 handshake
+//!   (transcript-hash updates of a few hundred bytes, HKDF expansions, records), ~20 in a
+//!   resumed TLS 1.2 one, most under 2 us. A system call around each would cost more than the
+//!   work, and timing only a sample of them does not work either: the timed call runs right
+//!   after a kernel entry with cold caches, and its slowness is then multiplied by the calls
+//!   it stands for (measured: hash counted 4x). So they are timed on the monotonic clock (vDSO,
+//!   ~30 ns, no kernel entry), and a call longer than [`PREEMPTED_AFTER`] (none of them takes
+//!   that long on the CPU: a 16 KB record is ~5 us) is taken as preempted and counted as that
+//!   bound, so preemption adds at most that much per preemption.
 //!
-//! That clock is a system call (~0.3-0.7 us in a VM; no vDSO for it), too dear for the ~60
-//! short calls of a TLS 1.3 handshake (transcript-hash updates of a few hundred bytes, HKDF
-//! expansions, records). So:
-//! - `sign`, `verify` and `kx` (a few per handshake, 15 us and up each) time every call;
-//! - `hash`, `bulk_encrypt`, `bulk_decrypt` and `ticket` time one call in [`SAMPLE_MEAN`] on
-//!   average (random gaps, per thread and op, the first call always), and each timed call
-//!   stands for itself and the untimed calls since the last one: an unbiased estimate whose
-//!   error shrinks as calls add up (thousands per second under load).
-//!
-//! Cost per full TLS 1.3 handshake: ~5 timed calls, 10 clock reads, a few microseconds next
-//! to several hundred of handshake CPU. The clock read's own cost inside the timed interval is
-//! measured once per process and subtracted. Operation counts are exact.
+//! Cost per full TLS 1.3 handshake: ~130 monotonic reads (~4 us) and 4 thread-clock reads
+//! (~3 us), next to several hundred microseconds of handshake CPU.
 //!
 //! Timing is exclusive: a metered call made inside another (the key exchange that
 //! `Hkdf::extract_from_kx_shared_secret` and `Prf::for_key_exchange` complete) is counted under
-//! its own op and subtracted from the caller's, so the ops add up to the metered total. Only
-//! always-timed ops are ever nested (checked in debug builds), so a sampled caller never
-//! stands for an inner call that was not subtracted.
+//! its own op and subtracted from the caller's, so the ops add up to the metered total.
 //!
 //! What is not metered (an independent profile, `baton-lab`'s `profile`, sees it): the random
 //! number generator for rustls' randoms and session ids, certificate parsing at load time, and
@@ -34,6 +34,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use rustls::crypto::cipher::{
     AeadKey, InboundOpaqueMessage, InboundPlainMessage, Iv, KeyBlockShape, MessageDecrypter,
@@ -90,8 +91,9 @@ impl CryptoOp {
         CryptoOp::Ticket,
     ];
 
-    /// Whether every call is timed (few, long calls) or a sample of them (many, short ones).
-    pub fn timed_every_call(self) -> bool {
+    /// Whether calls are timed on the thread's CPU clock (few, long calls) or the monotonic
+    /// clock (many, short ones).
+    pub fn timed_on_cpu_clock(self) -> bool {
         matches!(self, CryptoOp::Sign | CryptoOp::Verify | CryptoOp::Kx)
     }
 
@@ -120,63 +122,14 @@ pub static METER: CryptoMeter = CryptoMeter {
     calls: [const { AtomicU64::new(0) }; OPS],
 };
 
-/// Short ops time one call in this many, on average.
-pub const SAMPLE_MEAN: u32 = 32;
+/// A short op's call that took longer than this on the wall clock was preempted (see the
+/// module doc); it is counted as this long.
+pub const PREEMPTED_AFTER: Duration = Duration::from_micros(50);
 
 thread_local! {
     /// Nanoseconds spent in timed calls nested inside the timed call now running on this
     /// thread (`None` outside any), for exclusive timing.
     static NESTED: Cell<Option<u64>> = const { Cell::new(None) };
-    static SAMPLER: Sampler = const { Sampler {
-        countdown: [const { Cell::new(0) }; OPS],
-        untimed: [const { Cell::new(0) }; OPS],
-        rng: Cell::new(0),
-    } };
-}
-
-/// Which calls of the sampled ops are timed, on one thread.
-struct Sampler {
-    /// Calls to let pass before the next timed one.
-    countdown: [Cell<u32>; OPS],
-    /// Calls let pass since the last timed one.
-    untimed: [Cell<u32>; OPS],
-    rng: Cell<u64>,
-}
-
-impl Sampler {
-    /// How many calls this one's time stands for: 0 if it is not timed.
-    fn weight(&self, op: CryptoOp) -> u64 {
-        let i = op as usize;
-        let left = self.countdown[i].get();
-        if left > 0 {
-            self.countdown[i].set(left - 1);
-            self.untimed[i].set(self.untimed[i].get().saturating_add(1));
-            return 0;
-        }
-        // the next gap is uniform in 1..=2*SAMPLE_MEAN-1 calls (mean SAMPLE_MEAN): random, so
-        // that no regular pattern of calls (7 records per connection...) aliases with it
-        let gap = 1 + (self.next_random() % u64::from(2 * SAMPLE_MEAN - 1)) as u32;
-        self.countdown[i].set(gap - 1);
-        u64::from(self.untimed[i].replace(0)) + 1
-    }
-
-    /// xorshift64*: statistical quality is all that is needed here.
-    fn next_random(&self) -> u64 {
-        let mut x = self.rng.get();
-        if x == 0 {
-            // seeded per thread from its stack address and the clock
-            let here = &x as *const u64 as u64;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
-            x = (here ^ now.rotate_left(17)) | 1;
-        }
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 /// This thread's CPU time, in nanoseconds.
@@ -201,7 +154,7 @@ fn read_cost() -> u64 {
 }
 
 impl CryptoMeter {
-    /// Seconds spent in `op` since the process started (an estimate for sampled ops).
+    /// Seconds spent in `op` since the process started.
     pub fn seconds(&self, op: CryptoOp) -> f64 {
         self.nanos[op as usize].load(Ordering::Relaxed) as f64 / 1e9
     }
@@ -211,35 +164,32 @@ impl CryptoMeter {
         self.calls[op as usize].load(Ordering::Relaxed)
     }
 
-    /// Runs `f` and counts it under `op`: its thread CPU time less that of the timed calls it
-    /// made, for every call or a sample of calls (see the module doc).
+    /// Runs `f` and counts it under `op`, less the time of the metered calls it made (see
+    /// the module doc for the clocks).
     pub fn time<T>(&self, op: CryptoOp, f: impl FnOnce() -> T) -> T {
-        self.calls[op as usize].fetch_add(1, Ordering::Relaxed);
-        let weight = if op.timed_every_call() {
-            1
-        } else {
-            debug_assert!(
-                NESTED.get().is_none(),
-                "a sampled op ({}) inside a timed call would be counted twice",
-                op.label()
-            );
-            SAMPLER.with(|s| s.weight(op))
-        };
-        if weight == 0 {
-            return f();
-        }
-        let cost = read_cost();
         let outer = NESTED.replace(Some(0));
-        let start = thread_cpu_nanos();
-        let out = f();
-        let spent = thread_cpu_nanos()
-            .saturating_sub(start)
-            .saturating_sub(cost);
+        let (out, spent) = if op.timed_on_cpu_clock() {
+            let cost = read_cost();
+            let start = thread_cpu_nanos();
+            let out = f();
+            let spent = thread_cpu_nanos().saturating_sub(start);
+            (out, spent.saturating_sub(cost))
+        } else {
+            let start = Instant::now();
+            let out = f();
+            (out, start.elapsed().as_nanos() as u64)
+        };
         let nested = NESTED
             .replace(outer.map(|o| o.saturating_add(spent)))
             .unwrap_or(0);
-        let own = spent.saturating_sub(nested).saturating_mul(weight);
+        let mut own = spent.saturating_sub(nested);
+        if !op.timed_on_cpu_clock() {
+            // the bound applies to the call's own time: the key exchange the key schedule
+            // completes inside it is long, and counted (and subtracted) as kx
+            own = own.min(PREEMPTED_AFTER.as_nanos() as u64);
+        }
         self.nanos[op as usize].fetch_add(own, Ordering::Relaxed);
+        self.calls[op as usize].fetch_add(1, Ordering::Relaxed);
         out
     }
 }
@@ -670,45 +620,46 @@ mod tests {
     #[test]
     fn nested_calls_are_counted_once_under_their_own_op() {
         let m = meter();
-        let ms = std::time::Duration::from_millis(1);
-        // Hash is sampled, but the first call of an op on a thread is always timed
+        let us = std::time::Duration::from_micros(1);
         let total = baton_ops::process::thread_cpu();
         m.time(CryptoOp::Hash, || {
-            spin(ms);
-            m.time(CryptoOp::Kx, || spin(3 * ms));
-            spin(ms);
+            spin(10 * us);
+            m.time(CryptoOp::Kx, || spin(3000 * us));
+            spin(10 * us);
         });
         let total = (baton_ops::process::thread_cpu() - total).as_secs_f64();
         let (hash, kx) = (m.seconds(CryptoOp::Hash), m.seconds(CryptoOp::Kx));
-        assert!(kx >= 0.003, "kx {kx}");
-        assert!(hash >= 0.002, "hash {hash}");
-        // exclusive: the kx time is not in hash too (3 ms would push the sum past `total`)
-        assert!(hash + kx <= total, "hash {hash} + kx {kx} > {total}");
+        assert!(kx >= 0.003 && kx <= total, "kx {kx} of {total}");
+        // exclusive: the hash call's own ~20 us, not the 3 ms of kx inside it (and at most
+        // the preemption bound, which applies to its own time)
+        assert!(hash >= 0.000_02, "hash {hash}");
+        assert!(hash <= PREEMPTED_AFTER.as_secs_f64(), "hash {hash}");
         assert_eq!((m.calls(CryptoOp::Hash), m.calls(CryptoOp::Kx)), (1, 1));
         // the thread-local nesting state is back to "outside any call"
         assert_eq!(NESTED.get(), None);
     }
 
-    /// The sampled estimate converges on the CPU time really spent, and counts are exact.
+    /// A short op's call that sleeps (as a preempted one waits) counts at most the bound.
     #[test]
-    fn sampled_ops_estimate_their_cpu_time() {
+    fn a_long_wait_in_a_short_op_counts_as_the_bound() {
         let m = meter();
-        let each = std::time::Duration::from_micros(20);
-        let n = 3000;
-        let start = baton_ops::process::thread_cpu();
-        for _ in 0..n {
-            m.time(CryptoOp::BulkEncrypt, || spin(each));
-        }
-        let spent = (baton_ops::process::thread_cpu() - start).as_secs_f64();
-        assert_eq!(m.calls(CryptoOp::BulkEncrypt), n);
-        let estimate = m.seconds(CryptoOp::BulkEncrypt);
-        // ~100 timed calls with gap weights of CV 0.6: a standard error near 6%; a weighting
-        // bug (each timed call counted once, or SAMPLE_MEAN times too often) is off by 30x
-        let floor = n as f64 * each.as_secs_f64();
-        assert!(
-            estimate > 0.7 * floor && estimate < 1.3 * spent,
-            "estimate {estimate}s for {floor}s of work ({spent}s with the loop)"
+        m.time(CryptoOp::BulkEncrypt, || {
+            std::thread::sleep(std::time::Duration::from_millis(5))
+        });
+        assert_eq!(
+            m.seconds(CryptoOp::BulkEncrypt),
+            PREEMPTED_AFTER.as_secs_f64()
         );
+        // the CPU clock does not advance while the thread sleeps
+        m.time(CryptoOp::Sign, || {
+            std::thread::sleep(std::time::Duration::from_millis(5))
+        });
+        assert!(
+            m.seconds(CryptoOp::Sign) < 0.001,
+            "{}",
+            m.seconds(CryptoOp::Sign)
+        );
+        assert_eq!(m.calls(CryptoOp::Sign), 1);
     }
 
     #[test]

@@ -148,13 +148,15 @@ fn compare(agent: &Agent, pki: &Pki, dir: &TempDir, tag: &str, args: &[&str]) ->
     c
 }
 
-/// The margin ([`MARGIN_POINTS`]) is a bound on accounting error, not on speed: it was
-/// measured on the project's 2-core VM (README "Crypto accounting": ECDSA and RSA, TLS 1.2
-/// and 1.3, full and resumed, 50 KB bodies, the metered share came out 0.5 to 6 points above
-/// perf's) with room for sampling noise (about one point at the 3,000 samples a run takes at
-/// least). A wrong accounting shows as tens of points: dropping the hash/HKDF metering alone
-/// moves TLS 1.3's share by 5 to 15 points, double-counting the key exchange nested in the
-/// key schedule by as much as kx's share.
+/// The margin ([`MARGIN_POINTS`], 8 points) is a bound on accounting error, not on speed. On
+/// the project's 2-core VM under a load average of 10 (other builds), over 14 runs (ECDSA
+/// P-256 and RSA 2048, TLS 1.2 and 1.3, full and resumed, 50 KB bodies; debug and release
+/// agents), the metered share came out 1.4 to 5.0 points below perf's share of samples inside
+/// metered calls (perf's own stack copying is agent CPU it does not sample; the clock reads
+/// are inside the calls perf sees), each op within 3.1 points. 8 leaves ~3 points for
+/// sampling error (one standard error is ~2 points at the 500 samples required). A wrong
+/// accounting shows as more: dropping the hash metering moves TLS 1.3's share by 10 to 17
+/// points, wall-clock timing on this loaded machine overstated it by 12 to 17.
 #[test]
 fn metered_crypto_share_agrees_with_perf() {
     let dir = TempDir::new("crypto-accounting");
@@ -246,12 +248,13 @@ fn metered_crypto_share_agrees_with_perf() {
     };
     let mut worst: f64 = 0.0;
     for (tag, run) in runs {
-        let args = [*run, &["-d", "4s", "-c", "4"]].concat();
+        let args = [*run, &["-d", "5s", "-c", "4"]].concat();
         let c = compare(&agent, &pki, &dir, tag, &args);
-        // enough samples for the margin to mean something (not a speed check: at 999 Hz a
-        // busy agent gives ~4,000 in 4 s; under 1,000 the sampling error alone nears 2 points)
+        // enough samples for the margin to mean something (not a speed check: at 999 Hz the
+        // agent gave 1,000 to 3,000 in 4 s on the loaded VM; at 500 one standard error of
+        // the sampled share is ~2 points)
         assert!(
-            c.profile.total() >= 1000,
+            c.profile.total() >= 500,
             "{tag}: only {} perf samples of the agent",
             c.profile.total()
         );
@@ -263,6 +266,14 @@ fn metered_crypto_share_agrees_with_perf() {
             c.table()
         );
         worst = worst.max(c.difference_points().abs());
+        for op in c.metered.keys() {
+            let d = 100.0 * (c.metered_op_share(op) - c.perf_op_share(op));
+            assert!(
+                d.abs() <= MARGIN_POINTS,
+                "{tag}: {op} metered and sampled differ by {d:.1} points\n{}",
+                c.table()
+            );
+        }
         assert!(
             c.difference_points().abs() <= MARGIN_POINTS,
             "{tag}: metered and sampled crypto shares differ by more than {MARGIN_POINTS} \

@@ -112,7 +112,9 @@ pub fn classify(dso: &str, kernel: bool, symbol: &str) -> Family {
     ]) || name.starts_with("ec_")
     {
         Family::P256
-    } else if has(&["bn_", "bignum", "rsaz", "rsa", "mont", "mul4x", "sqr8x"]) {
+    } else if has(&[
+        "bn_", "bignum", "rsaz", "rsa", "mont", "mul4x", "mulx4x", "sqr8x", "sqrx8x",
+    ]) {
         Family::Rsa
     } else if has(&["aes", "gcm", "ghash", "chacha", "poly1305", "aead"]) {
         Family::Aead
@@ -342,6 +344,7 @@ mod tests {
         assert_eq!(c("aws_lc_0_47_0_bn_mul_mont_nohw"), Family::Rsa);
         assert_eq!(c("aws_lc_0_47_0_rsaz_1024_sqr_avx2"), Family::Rsa);
         assert_eq!(c("bn_sqr8x_internal"), Family::Rsa);
+        assert_eq!(c("mulx4x_internal"), Family::Rsa);
         assert_eq!(c("aws_lc_0_47_0_RAND_bytes"), Family::Rng);
         assert_eq!(c("aws_lc_0_47_0_CRYPTO_rdrand_multiple8"), Family::Rng);
         assert_eq!(c("aws_lc_0_47_0_CBB_flush"), Family::Glue);
@@ -460,5 +463,53 @@ mod tests {
             assert!(OpGroup::of_op(op).is_some(), "{op}");
         }
         assert_eq!(OpGroup::of_op("new_op"), None);
+    }
+}
+
+/// Real `perf script` output of `baton agent` (release build) under `baton bench` with 50 KB
+/// bodies, full handshakes, recorded at 49 Hz with `--call-graph dwarf` (as [`super::Recording`]
+/// does, at a lower rate to keep the files small).
+#[cfg(test)]
+mod captured {
+    use super::*;
+
+    const ECDSA_TLS13: &str = include_str!("testdata/ecdsa-p256-tls13.perf-script.txt");
+    const RSA_TLS12: &str = include_str!("testdata/rsa-2048-tls12.perf-script.txt");
+
+    #[test]
+    fn ecdsa_tls13_full_handshakes() {
+        let p = Profile::from_script(ECDSA_TLS13).unwrap();
+        assert_eq!(p.total(), 39);
+        let in_calls: Vec<_> = p.in_calls.iter().map(|(op, n)| (*op, *n)).collect();
+        assert_eq!(
+            in_calls,
+            [("bulk_encrypt", 4), ("hash", 3), ("kx", 4), ("sign", 6)]
+        );
+        assert_eq!(p.get(Family::P256), 3);
+        assert_eq!(p.get(Family::Kx), 2);
+        assert_eq!(p.get(Family::Aead), 2);
+        assert_eq!(p.get(Family::Hash), 2);
+        assert_eq!(p.crypto(), 12);
+        assert_eq!(p.get(Family::Other), 27);
+        // with X25519MLKEM768 as the group, P-256 points are the ECDSA signature's
+        let a = Attribution { p256_kx: false };
+        assert_eq!(
+            OpGroup::of_family(Family::P256, a),
+            Some(OpGroup::PublicKey)
+        );
+    }
+
+    #[test]
+    fn rsa_tls12_full_handshakes() {
+        let p = Profile::from_script(RSA_TLS12).unwrap();
+        assert_eq!(p.total(), 72);
+        let in_calls: Vec<_> = p.in_calls.iter().map(|(op, n)| (*op, *n)).collect();
+        assert_eq!(in_calls, [("kx", 5), ("sign", 49)]);
+        // RSA's private-key operation is Montgomery bignum code, whatever its name
+        // (`bn_sqrx8x_internal`, `mulx4x_internal`, `__bn_postx4x_internal`...)
+        assert_eq!(p.get(Family::Rsa), 47);
+        let rsa = &p.symbols[&Family::Rsa];
+        assert_eq!(rsa[0], ("aws_lc_0_47_0_bn_sqrx8x_internal".to_string(), 30));
+        assert_eq!(p.get(Family::Kx), 3);
     }
 }

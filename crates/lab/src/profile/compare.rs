@@ -154,7 +154,7 @@ impl Comparison {
             "  {:<13} {:>8} {:>14}",
             "op", "metered", "perf in calls"
         );
-        for (op, _) in &self.metered {
+        for op in self.metered.keys() {
             let _ = writeln!(
                 out,
                 "  {:<13} {:>8} {:>14}",

@@ -14,12 +14,12 @@
 //!
 //! What separates the two accounts (measured in README "Crypto accounting"):
 //! - Sampling: perf's share of N samples has a standard error of sqrt(p(1-p)/N), about one
-//!   point at 2,500 samples; the metering's sampled ops (one call in 32 timed) add their own,
-//!   smaller, error.
-//! - Interrupts and softirqs (loopback TCP) that run while a metered call is on the CPU are
-//!   charged to the thread's CPU clock, so to the metering; perf sees them as kernel samples
-//!   outside the call chain of the interrupted code only when the chain was not unwound.
-//! - The clock reads: their calibrated cost is subtracted, its variance is not.
+//!   point at 2,500 samples.
+//! - Preemption: the short ops (hash, records, tickets) are timed on the monotonic clock, so a
+//!   call preempted by another thread counts up to `PREEMPTED_AFTER` (50 us) of someone
+//!   else's time; perf's samples are the agent's own.
+//! - Clock reads: the thread CPU clock's calibrated cost is subtracted from sign/verify/kx,
+//!   its variance is not; the monotonic reads (~30 ns) around short calls are counted.
 //! - Unwinding: a chain that stops early (a frame without unwind info) hides a metered call,
 //!   which lowers perf's share; the table shows how many chains reached the thread's start.
 //! - perf's own sampling work (copying 16 KB of stack per sample) is CPU of the agent in
@@ -48,9 +48,10 @@ pub use compare::{crypto_seconds, proc_cpu_seconds, Comparison, Snapshot};
 
 /// How far apart (percentage points of the agent's CPU) the metered crypto share and perf's
 /// share of samples inside metered calls may be for the accounting to be called right: the
-/// largest difference measured on this project's 2-core VM (ECDSA P-256 and RSA 2048, TLS 1.2
-/// and 1.3, full and resumed handshakes, 50 KB bodies) with room for sampling noise. README
-/// "Crypto accounting" has the measurements.
+/// largest difference measured on this project's 2-core VM (5.0 points over 14 runs: ECDSA
+/// P-256 and RSA 2048, TLS 1.2 and 1.3, full and resumed handshakes, 50 KB bodies, debug and
+/// release agents, load average 10) with ~3 points for sampling noise. README "Crypto
+/// accounting" has the measurements.
 pub const MARGIN_POINTS: f64 = 8.0;
 
 /// The perf binary (Debian `linux-perf`).
