@@ -17,6 +17,10 @@ pub struct Snapshot {
     pub cpu_seconds: f64,
 }
 
+/// Ops of `baton_crypto_seconds_total` that are time spent waiting, not CPU: `sign_remote` is
+/// the agent waiting for `baton signer` (`--key-signer`), whose CPU is the signer's.
+pub const WAITING_OPS: [&str; 1] = ["sign_remote"];
+
 /// `baton_crypto_seconds_total{op="..."} V` lines of a metrics page, by op.
 pub fn crypto_seconds(metrics: &str) -> BTreeMap<String, f64> {
     metrics
@@ -85,8 +89,13 @@ impl Comparison {
         }
     }
 
+    /// Metered CPU seconds in crypto (without [`WAITING_OPS`]).
     pub fn metered_seconds(&self) -> f64 {
-        self.metered.values().sum()
+        self.metered
+            .iter()
+            .filter(|(op, _)| !WAITING_OPS.contains(&op.as_str()))
+            .map(|(_, v)| v)
+            .sum()
     }
 
     /// Crypto's share of the agent's CPU according to the metering.
@@ -155,6 +164,14 @@ impl Comparison {
             "op", "metered", "perf in calls"
         );
         for op in self.metered.keys() {
+            if WAITING_OPS.contains(&op.as_str()) {
+                let _ = writeln!(
+                    out,
+                    "  {op:<13} {:>7.3}s waiting (not CPU)",
+                    self.metered[op]
+                );
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  {:<13} {:>8} {:>14}",
@@ -240,6 +257,7 @@ mod tests {
                 ("sign".to_string(), 2.0),
                 ("hash".to_string(), 1.0),
                 ("bulk_encrypt".to_string(), 0.5),
+                ("sign_remote".to_string(), 7.0),
             ]
             .into(),
             cpu_seconds: 14.0,
