@@ -186,6 +186,7 @@ pub struct BenchConfig {
     pub connections: Option<u64>,
     pub duration_s: Option<f64>,
     pub clients: usize,
+    /// 0 when the run's scenarios differ in length (each connection makes its own's).
     pub requests_per_conn: u32,
     pub method: String,
     pub headers: Vec<(String, String)>,
@@ -347,9 +348,12 @@ impl BenchArgs {
             Some(_) if a.requests_per_conn.is_some() => {
                 bail!("--requests-per-conn and --scenario: a scenario's requests are its connection's")
             }
-            Some(first) => first.requests,
+            // one count for all, or 0: each connection makes its scenario's (exact per
+            // connection; `requests.expected` adds them up)
+            Some(first) if scenarios.iter().all(|s| s.requests == first.requests) => first.requests,
+            Some(_) => 0,
         };
-        if requests_per_conn == 0 {
+        if requests_per_conn == 0 && scenarios.is_empty() {
             bail!("--requests-per-conn must be at least 1");
         }
         if let Some(r) = a.rate {
@@ -487,8 +491,8 @@ impl BenchArgs {
 /// The scenarios with their weights, and how the JSON names them.
 type Loaded = (Vec<(Scenario, u32)>, Vec<ScenarioRef>);
 
-/// `--scenario FILE[:WEIGHT]...`: read and checked. Every scenario of a run has the same
-/// number of requests, so `requests_per_conn` stays exact (every request counted once).
+/// `--scenario FILE[:WEIGHT]...`: read and checked. Their request counts may differ: each
+/// connection's requests are counted against its own scenario's length.
 fn load_scenarios(specs: &[String]) -> anyhow::Result<Loaded> {
     let mut loaded = Vec::new();
     let mut refs: Vec<ScenarioRef> = Vec::new();
@@ -498,15 +502,6 @@ fn load_scenarios(specs: &[String]) -> anyhow::Result<Loaded> {
             .with_context(|| format!("reading scenario file {file}"))?;
         let s = crate::scenario::parse(&text).with_context(|| format!("scenario file {file}"))?;
         let requests = u32::try_from(s.requests.len()).context("too many requests")?;
-        if let Some(first) = refs.first() {
-            if first.requests != requests {
-                bail!(
-                    "scenario {file} has {requests} requests, {} has {}: the scenarios of one run must have the same number of requests",
-                    first.file,
-                    first.requests
-                );
-            }
-        }
         refs.push(ScenarioRef {
             file,
             weight,
@@ -653,9 +648,12 @@ mod tests {
         assert_eq!(c.requests_per_conn, 2);
         assert_eq!(c.scenarios[1].weight, 3);
         assert!(c.mix().unwrap().is_some());
-        assert!(with(&[two_s.clone(), one.display().to_string()])
+        // different lengths mix: no common count, each connection makes its own
+        let mixed = with(&[two_s.clone(), one.display().to_string()])
             .resolve()
-            .is_err());
+            .unwrap();
+        assert_eq!(mixed.requests_per_conn, 0);
+        assert_eq!(crate::report::req_per_conn(&mixed), "2/1");
         for bad in [
             BenchArgs {
                 requests_per_conn: Some(2),

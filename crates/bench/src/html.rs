@@ -102,7 +102,7 @@ fn summary(o: &mut String, r: &Report) {
         ("client CPU", format!("{:.3} s", r.client_cpu_s)),
         ("virtual clients", c.clients.to_string()),
         ("load", mode),
-        ("requests per connection", c.requests_per_conn.to_string()),
+        ("requests per connection", crate::report::req_per_conn(c)),
         (
             "TLS version",
             c.tls_version.clone().unwrap_or_else(|| "1.2 + 1.3".into()),

@@ -73,6 +73,7 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
         h.failed += o.failed;
         m.requests.ok += r.requests.ok;
         m.requests.failed += r.requests.failed;
+        m.requests.expected += r.requests.expected;
         add(&mut m.requests.by_status, &r.requests.by_status);
         add(&mut m.errors, &r.errors);
         add(&mut m.negotiated, &r.negotiated);
@@ -157,6 +158,7 @@ mod tests {
             });
             s.status(200);
             s.transactions += 1;
+            s.requests_expected += 1;
             for p in 0..4 {
                 s.latency(p, Duration::from_micros(100 + (i * seed * 37) % 9000));
             }
@@ -176,6 +178,7 @@ mod tests {
         assert_eq!(m.handshakes.full, direct.handshakes.full);
         assert_eq!(m.handshakes.resumed, 1300 - direct.handshakes.full);
         assert_eq!(m.requests.ok, 1300);
+        assert_eq!(m.requests.expected, 1300);
         assert_eq!(m.errors[&ErrorClass::Timeout], 2);
         assert_eq!(m.connections, 1300);
         assert_eq!(m.config.clients, 10);

@@ -74,7 +74,19 @@ pub struct Handshakes {
 pub struct Requests {
     pub ok: u64,
     pub failed: u64,
+    /// What the connections were to make: ok + failed (absent in runs of older versions).
+    #[serde(default)]
+    pub expected: u64,
     pub by_status: BTreeMap<u16, u64>,
+}
+
+/// Requests per connection as the summary says it: a number, or the scenarios' counts.
+pub(crate) fn req_per_conn(c: &BenchConfig) -> String {
+    if c.requests_per_conn > 0 {
+        return c.requests_per_conn.to_string();
+    }
+    let counts: Vec<String> = c.scenarios.iter().map(|s| s.requests.to_string()).collect();
+    counts.join("/")
 }
 
 pub fn build(
@@ -103,6 +115,7 @@ pub fn build(
         requests: Requests {
             ok: s.requests_ok,
             failed: s.requests_failed,
+            expected: s.requests_expected,
             by_status: s.by_status.clone(),
         },
         errors: s.errors.clone(),
@@ -152,7 +165,7 @@ pub fn human(r: &Report) -> String {
         r.url,
         r.connections,
         c.clients,
-        c.requests_per_conn,
+        req_per_conn(c),
         version,
         serde_json::to_value(c.resume)
             .ok()

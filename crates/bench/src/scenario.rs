@@ -30,9 +30,10 @@
 //!
 //! Replay (`--think recorded|none|SCALE`): each virtual client picks a scenario per connection
 //! (round-robin, or by `FILE:WEIGHT`), sleeps the first request's think time before
-//! connecting, then sends the requests one after the other, each after its think time. The
-//! run's `requests_per_conn` is the scenario's request count (scenarios of one run must have
-//! the same count, so every request is still counted exactly once); think time is not latency
+//! connecting, then sends the requests one after the other, each after its think time. Each
+//! connection's requests are counted against its own scenario's length (answered, else
+//! failed), so scenarios of different lengths mix exactly: `requests.expected` = ok + failed;
+//! `requests_per_conn` is the common length, or 0 when they differ. Think time is not latency
 //! (the total phase leaves it out).
 
 use std::fmt::Write as _;

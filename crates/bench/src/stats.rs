@@ -39,6 +39,9 @@ pub struct Stats {
     pub handshake_failed: u64,
     pub requests_ok: u64,
     pub requests_failed: u64,
+    /// Requests the finished transactions were to make (each its own count: a scenario's
+    /// length, else `--requests-per-conn`): ok + failed, exactly.
+    pub requests_expected: u64,
     pub by_status: BTreeMap<u16, u64>,
     pub errors: BTreeMap<ErrorClass, u64>,
     pub bytes: u64,
@@ -71,6 +74,7 @@ impl Default for Stats {
             handshake_failed: 0,
             requests_ok: 0,
             requests_failed: 0,
+            requests_expected: 0,
             by_status: BTreeMap::new(),
             errors: BTreeMap::new(),
             bytes: 0,
@@ -98,6 +102,7 @@ impl Stats {
     /// Counts one finished transaction (see [`settle`] for the rules).
     pub fn finish(&mut self, end: &End, requests_per_conn: u32) {
         self.transactions += 1;
+        self.requests_expected += requests_per_conn as u64;
         if let Some(class) = end.error {
             self.error(class);
         }
@@ -157,6 +162,7 @@ impl Stats {
         self.handshake_failed += o.handshake_failed;
         self.requests_ok += o.requests_ok;
         self.requests_failed += o.requests_failed;
+        self.requests_expected += o.requests_expected;
         for (k, v) in &o.by_status {
             *self.by_status.entry(*k).or_default() += v;
         }

@@ -114,6 +114,7 @@ fn har_import_then_replay_against_baton_agent() {
     assert_eq!(n(&v, "config.requests_per_conn"), 2, "{v}");
     assert_eq!(n(&v, "requests.ok"), 40, "{v}");
     assert_eq!(n(&v, "requests.failed"), 0, "{v}");
+    assert_eq!(n(&v, "requests.expected"), 40, "{v}");
     assert_eq!(
         n(&v, "requests.ok") + n(&v, "requests.failed"),
         n(&v, "connections") * n(&v, "config.requests_per_conn")
@@ -193,13 +194,22 @@ fn har_import_then_replay_against_baton_agent() {
     );
     assert_eq!(served(&agent) - before, 8);
 
-    // scenarios of different lengths in one run are refused, with a clear error
+    // scenarios of different lengths in one run: each connection counted against its own
+    // (connections alternate 2, 3, 2, 3, ...: 3 x 2 + 3 x 3 requests), exactly, by the agent too
     let three = dir.arg("three.toml");
     std::fs::write(&three, "[[request]]\npath = \"/\"\n".repeat(3)).unwrap();
-    let (out, _) = bench(
+    let before = served(&agent);
+    let (out, v) = bench(
         &[
             &agent.url("/"),
-            "--insecure",
+            "--ca",
+            &pki.arg("ca.pem"),
+            "-n",
+            "6",
+            "-c",
+            "2",
+            "--think",
+            "none",
             "--scenario",
             &toml,
             "--scenario",
@@ -207,12 +217,18 @@ fn har_import_then_replay_against_baton_agent() {
         ],
         &json,
     );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text_of(&out).contains("same number of requests"),
-        "{}",
-        text_of(&out)
+    assert!(out.status.success(), "{}\n{v}", text_of(&out));
+    assert_eq!(n(&v, "config.requests_per_conn"), 0, "{v}");
+    assert_eq!(
+        (
+            n(&v, "requests.ok"),
+            n(&v, "requests.failed"),
+            n(&v, "requests.expected")
+        ),
+        (15, 0, 15),
+        "{v}"
     );
+    assert_eq!(served(&agent) - before, 15);
 
     // a broken scenario file names the request, its line and the field
     let bad = dir.arg("bad.toml");
