@@ -76,6 +76,8 @@ struct AgentState {
     active: u32,
     /// `handoff`: handshakes running there (routed, and not yet frozen or declined).
     handshaking: u32,
+    /// `handoff`: full handshakes ever routed there.
+    handshakes: u64,
 }
 
 /// The routing state. Agent `i` is the agent whose `--agent-id` is `i`.
@@ -96,6 +98,7 @@ impl Router {
                     healthy: true,
                     active: 0,
                     handshaking: 0,
+                    handshakes: 0,
                 };
                 agents
             ],
@@ -128,6 +131,9 @@ impl Router {
         self.agents[choice.0].active += 1;
         if self.policy == Policy::Handoff {
             self.agents[choice.0].handshaking += 1;
+            if choice.1 == Reason::Handshake {
+                self.agents[choice.0].handshakes += 1;
+            }
         }
         Some(choice)
     }
@@ -204,7 +210,7 @@ impl Router {
 
     /// The healthy agent with the least of `load`; ties are broken in turn, so equal agents
     /// share the load instead of the first taking all.
-    fn least_by(&mut self, load: impl Fn(&AgentState) -> u32) -> Option<usize> {
+    fn least_by<K: Ord>(&mut self, load: impl Fn(&AgentState) -> K) -> Option<usize> {
         let n = self.agents.len();
         let start = self.next;
         let best = (0..n)
@@ -240,8 +246,11 @@ impl Router {
     /// migration the bulk connection lives at its home agent, and an agent that is home to
     /// more clients must not be spared handshakes for it (seed 000: handshakes are what the
     /// cluster balances; bulk follows persistence).
+    /// Fewest handshakes running; among agents running as many, the one that has done fewest
+    /// so far. Turn-taking alone would let the counts drift apart whenever one agent was busy
+    /// for a while; this pulls them back together as soon as the loads are level again.
     fn least_handshaking(&mut self) -> Option<usize> {
-        self.least_by(|a| a.handshaking)
+        self.least_by(|a| (a.handshaking, a.handshakes))
     }
 
     fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {
@@ -379,6 +388,27 @@ mod tests {
             r.set_health(a, false);
         }
         assert_eq!(r.route(None, ip("127.0.0.1")), None);
+    }
+
+    #[test]
+    fn level_handoff_loads_go_to_the_agent_with_fewer_handshakes_so_far() {
+        let mut r = Router::new(Policy::Handoff, 2);
+        let c = ip("127.0.0.9");
+        let full = Some(hello());
+        // agent a is busy with one long handshake while b does three
+        let (a, _) = r.route(full.as_ref(), c).unwrap();
+        let b = 1 - a;
+        for _ in 0..3 {
+            assert_eq!(r.route(full.as_ref(), c).unwrap().0, b);
+            r.handshake_done(b);
+        }
+        r.handshake_done(a);
+        // level loads: a (1 done) before b (3 done), twice, whatever the turn says
+        for _ in 0..2 {
+            assert_eq!(r.route(full.as_ref(), c).unwrap().0, a);
+            r.handshake_done(a);
+        }
+        assert_eq!(r.route(full.as_ref(), c).unwrap().0, b);
     }
 
     #[test]

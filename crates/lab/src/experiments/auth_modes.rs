@@ -120,8 +120,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             }
         }
     }
-    let refs: Vec<(&str, &Run)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
-    super::run_notes(&mut t, lab, &refs);
+    super::run_notes(&mut t, lab, runs.iter().map(|(n, r)| (n, r)));
     t.note("mutual / server: time with client certificates over time without, same servers and count (paper: 1.48 with one server, 1.81 with two)");
     Ok(t)
 }

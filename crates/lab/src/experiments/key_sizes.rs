@@ -104,8 +104,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         }
         t.push(r);
     }
-    let refs: Vec<(&str, &Run)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
-    super::run_notes(&mut t, lab, &refs);
+    super::run_notes(&mut t, lab, runs.iter().map(|(n, r)| (n, r)));
     t.note("tx per srv CPU-s: transactions per CPU-second of the server (cgroup cpuacct), the figure to compare on a shared machine; TPS is capped by the server's CPU quota");
     t.note("RSA 1024 runs only on nginx, driven by the OpenSSL engine at @SECLEVEL=0 (rustls refuses 1024-bit RSA)");
     Ok(t)

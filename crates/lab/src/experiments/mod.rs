@@ -186,7 +186,12 @@ pub fn hosts(n: u8) -> Vec<std::net::IpAddr> {
 }
 
 /// Standard notes about how far to trust a run: caps, client headroom, bottleneck.
-pub fn run_notes(t: &mut Table, lab: &Lab, runs: &[(&str, &crate::rig::Run)]) {
+pub fn run_notes<'a, N: AsRef<str> + 'a>(
+    t: &mut Table,
+    lab: &Lab,
+    runs: impl IntoIterator<Item = (N, &'a crate::rig::Run)>,
+) {
+    let runs: Vec<(N, &crate::rig::Run)> = runs.into_iter().collect();
     let client = runs
         .iter()
         .map(|(_, r)| r.client_cores())
@@ -198,7 +203,7 @@ pub fn run_notes(t: &mut Table, lab: &Lab, runs: &[(&str, &crate::rig::Run)]) {
     let unbound: Vec<&str> = runs
         .iter()
         .filter(|(_, r)| r.servers_bound() == Some(false))
-        .map(|(n, _)| *n)
+        .map(|(n, _)| n.as_ref())
         .collect();
     if lab.cap == CapMode::Cgroup && !unbound.is_empty() {
         t.note(format!(

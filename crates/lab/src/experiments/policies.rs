@@ -5,7 +5,11 @@
 use baton_bench::BenchArgs;
 use serde_json::json;
 
-use crate::rig::{Lab, Run, Sut};
+use std::path::PathBuf;
+
+use crate::cluster::Store;
+use crate::pki::KeyKind;
+use crate::rig::{Backend, Lab, Run, Sut};
 use crate::row;
 use crate::table::{ratio, Table};
 
@@ -22,6 +26,142 @@ pub struct Config {
     /// True for the 1-server reference row.
     pub single: bool,
     pub build: Build,
+}
+
+/// The seven systems both scenarios compare, and the paper's figure for each: an L4 balancer
+/// (HAProxy) in front of two nginx and of two Baton agents, nginx as the single TLS proxy in front
+/// of two plain backends, `baton dispatch` with the CSSL feature off and on, and one server of
+/// each implementation.
+pub struct Lineup {
+    /// Prefix of the systems' directories.
+    pub slug: &'static str,
+    /// HAProxy `balance` and the row name, e.g. (`source`, `LB-IP`).
+    pub balance: (&'static str, &'static str),
+    /// Row name and whether the proxy keeps a client on one backend (`ip_hash`).
+    pub proxy: (&'static str, bool),
+    /// Row name, dispatcher policy and store, with the feature off and on.
+    pub off: (&'static str, &'static str, Store),
+    pub on: (&'static str, &'static str, Store),
+    /// The paper's requests/s: balancer, proxy, off, on, one server.
+    pub paper: [f64; 5],
+    pub key: KeyKind,
+    pub www: PathBuf,
+}
+
+impl Lineup {
+    pub fn configs(self) -> Vec<Config> {
+        let Lineup {
+            slug,
+            balance,
+            proxy,
+            off,
+            on,
+            paper,
+            key,
+            www,
+        } = self;
+        let config = |name, server, paper: f64, single, build: Build| Config {
+            name,
+            server,
+            paper_tps: Some(paper),
+            single,
+            build,
+        };
+        let dir = move |what: &str| format!("{slug}-{what}");
+        let (w1, w2, w3) = (www.clone(), www.clone(), www.clone());
+        vec![
+            config(
+                balance.1,
+                "nginx",
+                paper[0],
+                false,
+                Box::new(move |l| {
+                    Sut::haproxy(l, &dir("lb-nginx"), balance.0, 2, Backend::Nginx, key, &w1)
+                }),
+            ),
+            config(
+                balance.1,
+                "baton",
+                paper[0],
+                false,
+                Box::new(move |l| {
+                    Sut::haproxy(l, &dir("lb-baton"), balance.0, 2, Backend::Baton, key, &w2)
+                }),
+            ),
+            config(
+                proxy.0,
+                "nginx",
+                paper[1],
+                false,
+                Box::new(move |l| Sut::nginx_tls_proxy(l, &dir("tls-proxy"), 2, proxy.1, key, &w3)),
+            ),
+            config(
+                off.0,
+                "baton",
+                paper[2],
+                false,
+                Box::new(move |l| {
+                    Sut::baton_cluster(l, &dir("off"), 2, off.1, off.2.clone(), key, &[])
+                }),
+            ),
+            config(
+                on.0,
+                "baton",
+                paper[3],
+                false,
+                Box::new(move |l| {
+                    Sut::baton_cluster(l, &dir("on"), 2, on.1, on.2.clone(), key, &[])
+                }),
+            ),
+            config(
+                "1 server",
+                "nginx",
+                paper[4],
+                true,
+                Box::new(move |l| {
+                    Sut::nginx_servers(l, &dir("single-nginx"), 1, key, &www, None, None)
+                }),
+            ),
+            config(
+                "1 server",
+                "baton",
+                paper[4],
+                true,
+                Box::new(move |l| Sut::baton_single(l, &dir("single-baton"), key, &[])),
+            ),
+        ]
+    }
+}
+
+/// A comparison's table with the columns every comparison has first.
+pub fn table(name: &str, title: String) -> Table {
+    Table::new(name, title)
+        .column("config", "config")
+        .column("server", "server")
+        .column("tps", "TPS")
+        .column("failed", "failed")
+}
+
+/// The rows every comparison has, plus `extra` cells per run; then the notes on headroom.
+pub fn finish(
+    t: &mut Table,
+    lab: &Lab,
+    runs: &[(Config, Run, Evidence)],
+    paper_single: f64,
+    extra: impl Fn(&Config, &Run) -> serde_json::Map<String, serde_json::Value>,
+) {
+    for (c, r, ev) in runs {
+        let single = single_tps(runs, c.server);
+        let mut row = row(c, r, ev, single, paper_single);
+        row.extend(extra(c, r));
+        t.push(row);
+    }
+    super::run_notes(
+        t,
+        lab,
+        runs.iter()
+            .map(|(c, r, _)| (format!("{} ({})", c.name, c.server), r)),
+    );
 }
 
 /// Proof that the systems compared really ran what they claim: the programs seen in each

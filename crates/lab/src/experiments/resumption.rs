@@ -94,8 +94,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             }
         }
     }
-    let refs: Vec<(&str, &Run)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
-    super::run_notes(&mut t, lab, &refs);
+    super::run_notes(&mut t, lab, runs.iter().map(|(n, r)| (n, r)));
     t.note("full/resumed (server): what the server counted itself; with 2/3 resumed the ideal is one full handshake in three connections");
     Ok(t)
 }

@@ -9,10 +9,10 @@
 use baton_bench::BenchArgs;
 use serde_json::json;
 
-use super::policies::{self, Config};
+use super::policies::{self, Lineup};
 use crate::cluster::Store;
 use crate::pki::KeyKind;
-use crate::rig::{Backend, Lab, Sut};
+use crate::rig::Lab;
 use crate::table::Table;
 
 const PAPER_SINGLE: f64 = 319.1;
@@ -32,82 +32,26 @@ fn paper_full(name: &str) -> Option<f64> {
 pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let www = lab.dir.join("www");
     crate::rig::nginx::write_bodies(&www, &[BODY])?;
-    let (n, per_host) = if lab.quick { (600, 10) } else { (3000, 10) };
-    let per_host = if lab.rtt.is_some() {
-        per_host * 3
-    } else {
-        per_host
-    };
-    let (w, w2, w3) = (www.clone(), www.clone(), www.clone());
-    let configs = vec![
-        Config {
-            name: "LB-RR",
-            server: "nginx",
-            paper_tps: Some(441.2),
-            single: false,
-            build: Box::new(move |l| {
-                Sut::haproxy(l, "lb-rr-nginx", "roundrobin", 2, Backend::Nginx, KEY, &w)
-            }),
-        },
-        Config {
-            name: "LB-RR",
-            server: "baton",
-            paper_tps: Some(441.2),
-            single: false,
-            build: Box::new(move |l| {
-                Sut::haproxy(l, "lb-rr-baton", "roundrobin", 2, Backend::Baton, KEY, &w2)
-            }),
-        },
-        Config {
-            name: "TLS proxy (RR)",
-            server: "nginx",
-            paper_tps: Some(142.3),
-            single: false,
-            build: Box::new(move |l| Sut::nginx_tls_proxy(l, "tls-proxy-rr", 2, false, KEY, &w3)),
-        },
-        Config {
-            name: "CSSL-SL disabled (memory)",
-            server: "baton",
-            paper_tps: Some(389.6),
-            single: false,
-            build: Box::new(|l| {
-                Sut::baton_cluster(l, "cssl-sl-off", 2, "round-robin", Store::Memory, KEY, &[])
-            }),
-        },
-        Config {
-            name: "CSSL-SL enabled (peers)",
-            server: "baton",
-            paper_tps: Some(638.3),
-            single: false,
-            build: Box::new(|l| {
-                Sut::baton_cluster(l, "cssl-sl-on", 2, "round-robin", Store::Peers, KEY, &[])
-            }),
-        },
-        Config {
-            name: "1 server",
-            server: "nginx",
-            paper_tps: Some(PAPER_SINGLE),
-            single: true,
-            build: Box::new(move |l| {
-                Sut::nginx_servers(l, "single-nginx-b", 1, KEY, &www, None, None)
-            }),
-        },
-        Config {
-            name: "1 server",
-            server: "baton",
-            paper_tps: Some(PAPER_SINGLE),
-            single: true,
-            build: Box::new(|l| Sut::baton_single(l, "single-baton-b", KEY, &[])),
-        },
-    ];
-    let mut t = Table::new(
+    let n = if lab.quick { 600 } else { 3000 };
+    let per_host = if lab.rtt.is_some() { 30 } else { 10 };
+    let configs = Lineup {
+        slug: "b",
+        balance: ("roundrobin", "LB-RR"),
+        proxy: ("TLS proxy (RR)", false),
+        off: ("CSSL-SL disabled (memory)", "round-robin", Store::Memory),
+        on: ("CSSL-SL enabled (peers)", "round-robin", Store::Peers),
+        paper: [441.2, 142.3, 389.6, 638.3, PAPER_SINGLE],
+        key: KEY,
+        www,
+    }
+    .configs();
+    let mut t = policies::table(
         "scenario-b",
-        format!("seed 000 Table 3: 2 client hosts, {n} connections (1 full : 2 resumed per client), {BODY}-byte response, 2 servers ({})", KEY.name()),
+        format!(
+            "seed 000 Table 3: 2 client hosts, {n} connections (1 full : 2 resumed per client), {BODY}-byte response, 2 servers ({})",
+            KEY.name()
+        ),
     )
-    .column("config", "config")
-    .column("server", "server")
-    .column("tps", "TPS")
-    .column("failed", "failed")
     .column("full_handshakes", "full (servers)")
     .column("full_of_3000", "full per 3000")
     .column("paper_full", "paper full")
@@ -126,24 +70,17 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         ..Default::default()
     };
     let runs = policies::compare(lab, &mut t, configs, &bench)?;
-    for (c, r, ev) in &runs {
-        let single = policies::single_tps(&runs, c.server);
-        let mut row = policies::row(c, r, ev, single, PAPER_SINGLE);
+    policies::finish(&mut t, lab, &runs, PAPER_SINGLE, |c, r| {
         let full = r.server_full();
-        row.insert("full_handshakes".into(), json!(full));
-        row.insert(
+        let mut m = serde_json::Map::new();
+        m.insert("full_handshakes".into(), json!(full));
+        m.insert(
             "full_of_3000".into(),
             json!(full as f64 * 3000.0 / n as f64),
         );
-        row.insert("paper_full".into(), json!(paper_full(c.name)));
-        t.push(row);
-    }
-    let named: Vec<(String, &crate::rig::Run)> = runs
-        .iter()
-        .map(|(c, r, _)| (format!("{} ({})", c.name, c.server), r))
-        .collect();
-    let refs: Vec<(&str, &crate::rig::Run)> = named.iter().map(|(n, r)| (n.as_str(), *r)).collect();
-    super::run_notes(&mut t, lab, &refs);
+        m.insert("paper_full".into(), json!(paper_full(c.name)));
+        m
+    });
     t.note(format!("ideal: {} full handshakes (each client's first connection of three); full (servers) is what the TLS servers counted", n / 3));
     t.note("TLS proxy rows: the proxy is the only TLS server, so its count is the system's");
     Ok(t)

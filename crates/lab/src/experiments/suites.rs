@@ -181,8 +181,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         t.push(r);
         runs.push((name, run));
     }
-    let refs: Vec<(&str, &Run)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
-    super::run_notes(&mut t, lab, &refs);
+    super::run_notes(&mut t, lab, runs.iter().map(|(n, r)| (n, r)));
     t.note("RSA key exchange: nginx only, driven by the bench's OpenSSL engine (rustls and Baton refuse it: no forward secrecy)");
     t.note("x RSA kx: connections per server CPU-second over nginx's with RSA key exchange (paper: ECDHE-RSA P-256 at 0.62, i.e. 38% slower)");
     Ok(t)

@@ -129,12 +129,9 @@ impl Lab {
         let wall = t0.elapsed().as_secs_f64();
         let client_cpu = baton_ops::process::usage().cpu_seconds - client0;
         drop(proxy);
-        if sut
-            .servers
-            .iter()
-            .any(|s| matches!(s.counter, Counter::Nginx(_)))
-        {
-            // nginx flushes its buffered access log every second
+        if sut.haproxy.is_some() || !sut.nginx.is_empty() {
+            // nginx flushes its buffered access log every second; HAProxy logs a connection
+            // when both sides have closed, which may come just after the client is done
             std::thread::sleep(Duration::from_millis(1500));
         }
         let after = sut.snapshot()?;
@@ -437,13 +434,9 @@ impl Sut {
         for i in 0..n {
             let confine = lab.confine(&format!("nginx{i}"), i)?;
             let spec = nginx::Spec {
-                name: format!("nginx{i}"),
-                role: nginx::Role::TlsServer,
-                cert: pki.cert.clone(),
-                key: pki.key.clone(),
-                www: www.to_path_buf(),
                 ciphers: ciphers.clone(),
                 curve: curve.clone(),
+                ..nginx::Spec::new(&format!("nginx{i}"), nginx::Role::TlsServer, &pki, www)
             };
             let ng = Nginx::start(&spec, &dir, Some(&confine))?;
             sut.servers.push(Server {
@@ -474,15 +467,7 @@ impl Sut {
         let mut addrs = Vec::new();
         for i in 0..backends {
             let confine = lab.confine(&format!("backend{i}"), i + 1)?;
-            let spec = nginx::Spec {
-                name: format!("backend{i}"),
-                role: nginx::Role::Plain,
-                cert: pki.cert.clone(),
-                key: pki.key.clone(),
-                www: www.to_path_buf(),
-                ciphers: None,
-                curve: None,
-            };
+            let spec = nginx::Spec::new(&format!("backend{i}"), nginx::Role::Plain, &pki, www);
             let ng = Nginx::start(&spec, &dir, Some(&confine))?;
             addrs.push(ng.addr());
             sut.backends.push(ng);
@@ -490,18 +475,11 @@ impl Sut {
             add_backend_server(confine, &mut sut);
         }
         let confine = lab.confine("tls-proxy", 0)?;
-        let spec = nginx::Spec {
-            name: "tls-proxy".into(),
-            role: nginx::Role::TlsProxy {
-                backends: addrs,
-                ip_hash,
-            },
-            cert: pki.cert.clone(),
-            key: pki.key.clone(),
-            www: www.to_path_buf(),
-            ciphers: None,
-            curve: None,
+        let role = nginx::Role::TlsProxy {
+            backends: addrs,
+            ip_hash,
         };
+        let spec = nginx::Spec::new("tls-proxy", role, &pki, www);
         let ng = Nginx::start(&spec, &dir, Some(&confine))?;
         sut.entry = ng.addr();
         sut.servers.insert(

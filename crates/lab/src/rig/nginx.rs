@@ -43,6 +43,21 @@ pub struct Spec {
     pub curve: Option<String>,
 }
 
+impl Spec {
+    /// An instance named `name` with the lab's certificate and nginx's default ciphers.
+    pub fn new(name: &str, role: Role, pki: &crate::pki::Pki, www: &Path) -> Spec {
+        Spec {
+            name: name.into(),
+            role,
+            cert: pki.cert.clone(),
+            key: pki.key.clone(),
+            www: www.to_path_buf(),
+            ciphers: None,
+            curve: None,
+        }
+    }
+}
+
 pub struct Nginx {
     child: Child,
     addr: SocketAddr,
