@@ -25,12 +25,38 @@ struct Signer {
 
 impl Signer {
     fn start(socket: &std::path::Path, auth: &str, args: &[&str]) -> Signer {
-        let listen = format!("unix:{}", socket.display());
-        let (child, _) = spawn_ready(
-            "signer",
-            &["--listen", &listen, "--auth-key-file", auth],
-            args,
-        );
+        Self::start_with_env(socket, auth, args, &[])
+    }
+
+    /// Starts `baton signer` with extra environment (SOFTHSM2_CONF) and waits for `ready`.
+    fn start_with_env(
+        socket: &std::path::Path,
+        auth: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Signer {
+        use std::io::BufRead;
+        let mut child = Command::new(BATON)
+            .arg("signer")
+            .args(["--listen", &format!("unix:{}", socket.display())])
+            .args(["--auth-key-file", auth])
+            .args(args)
+            .envs(env.iter().copied())
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn baton signer");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l == "ready" => break,
+                Some(Ok(_)) => {}
+                _ => panic!("baton signer exited before ready: {:?}", child.wait()),
+            }
+        }
         Signer {
             child,
             socket: socket.to_path_buf(),
@@ -101,27 +127,13 @@ fn openssl_verifies(spki: &[u8], scheme: SignatureScheme, message: &[u8], sig: &
     v.verify_oneshot(sig, message).unwrap_or(false)
 }
 
-#[test]
-fn signer_round_trip_with_rsa_and_ecdsa_keys_and_refuses_a_wrong_auth_key() {
-    let pki = Pki::new();
-    let dir = TempDir::new("signer-rt");
-    let auth = auth_key(&dir, "auth");
-    let socket = dir.path("s.sock");
-    let _signer = Signer::start(
-        &socket,
-        &auth,
-        &["--key", &pki.arg("rsa.key"), "--key", &pki.arg("ecdsa.key")],
-    );
-    let client = Client::new(
-        &socket,
-        AuthKey::from_file(auth.as_ref()).unwrap(),
-        Duration::from_secs(5),
-    );
+/// Signs with every scheme of the signer's RSA and ECDSA keys (the test PKI's), checking each
+/// signature with OpenSSL against the key's public key; the number of signatures.
+fn round_trip(client: &Client, pki: &Pki) -> usize {
     let keys = client.list_keys().unwrap();
-    assert_eq!(keys.len(), 2);
     let mut signed = 0;
     for (name, expected_schemes) in [("rsa.key", 6), ("ecdsa.key", 1)] {
-        let local = local_key(&pki, name);
+        let local = local_key(pki, name);
         let spki = local.public_key().unwrap().to_vec();
         let info = keys
             .iter()
@@ -141,7 +153,28 @@ fn signer_round_trip_with_rsa_and_ecdsa_keys_and_refuses_a_wrong_auth_key() {
             signed += 1;
         }
     }
-    assert_eq!(signed, 7);
+    signed
+}
+
+#[test]
+fn signer_round_trip_with_rsa_and_ecdsa_keys_and_refuses_a_wrong_auth_key() {
+    let pki = Pki::new();
+    let dir = TempDir::new("signer-rt");
+    let auth = auth_key(&dir, "auth");
+    let socket = dir.path("s.sock");
+    let _signer = Signer::start(
+        &socket,
+        &auth,
+        &["--key", &pki.arg("rsa.key"), "--key", &pki.arg("ecdsa.key")],
+    );
+    let client = Client::new(
+        &socket,
+        AuthKey::from_file(auth.as_ref()).unwrap(),
+        Duration::from_secs(5),
+    );
+    let keys = client.list_keys().unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(round_trip(&client, &pki), 7);
     assert_eq!(
         client.metrics.outcome(baton_signer::metrics::Outcome::Ok),
         7
@@ -204,20 +237,9 @@ fn signer_metric(agent: &Agent, result: &str) -> f64 {
     ))
 }
 
-#[test]
-fn agent_with_key_signer_serves_tls12_and_tls13_with_rsa_and_ecdsa() {
-    let pki = Pki::new();
-    let dir = TempDir::new("signer-agent");
-    let auth = auth_key(&dir, "auth");
-    let socket = dir.path("s.sock");
-    let _signer = Signer::start(
-        &socket,
-        &auth,
-        &["--key", &pki.arg("rsa.key"), "--key", &pki.arg("ecdsa.key")],
-    );
-    let agent = start_agent(&signer_agent_args(&pki, &socket, &auth), &[]);
-
-    // openssl s_client: each version with each key type, checked by the signature it saw.
+/// openssl s_client: each version with each key type and signature kind, checked by the
+/// signature it saw and a verified chain.
+fn serves_every_version_and_key_type(agent: &Agent, pki: &Pki) {
     let ca = pki.arg("ca.pem");
     for (version, sigalgs, kind) in [
         ("-tls1_3", "ECDSA+SHA256", "ECDSA"),
@@ -227,7 +249,7 @@ fn agent_with_key_signer_serves_tls12_and_tls13_with_rsa_and_ecdsa() {
         ("-tls1_2", "RSA-PSS+SHA256", "RSA-PSS"),
     ] {
         let out = s_client(
-            &agent,
+            agent,
             &[
                 version,
                 "-sigalgs",
@@ -258,6 +280,22 @@ fn agent_with_key_signer_serves_tls12_and_tls13_with_rsa_and_ecdsa() {
             "{version} {sigalgs}: {text}"
         );
     }
+}
+
+#[test]
+fn agent_with_key_signer_serves_tls12_and_tls13_with_rsa_and_ecdsa() {
+    let pki = Pki::new();
+    let dir = TempDir::new("signer-agent");
+    let auth = auth_key(&dir, "auth");
+    let socket = dir.path("s.sock");
+    let _signer = Signer::start(
+        &socket,
+        &auth,
+        &["--key", &pki.arg("rsa.key"), "--key", &pki.arg("ecdsa.key")],
+    );
+    let agent = start_agent(&signer_agent_args(&pki, &socket, &auth), &[]);
+
+    serves_every_version_and_key_type(&agent, &pki);
 
     // rustls, both versions (it verifies the chain and the signature).
     for v in [&rustls::version::TLS13, &rustls::version::TLS12] {
@@ -414,4 +452,118 @@ fn agent_start_checks_the_signer_holds_the_key() {
     wrong.drain(2..4);
     let e = agent_refuses(&wrong);
     assert!(e.contains("unauthenticated"), "{e}");
+}
+
+/// A SoftHSM2 token in a temporary directory holding the test PKI's RSA and ECDSA keys; the
+/// environment to reach it. `None` (test skipped) when SoftHSM2 is not installed.
+fn softhsm_token(pki: &Pki, dir: &TempDir) -> Option<(String, Vec<(&'static str, String)>)> {
+    let module = [
+        "/usr/lib/softhsm/libsofthsm2.so",
+        "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so",
+    ]
+    .into_iter()
+    .find(|m| std::path::Path::new(m).exists());
+    let (Some(module), Ok(_)) = (
+        module,
+        Command::new("softhsm2-util").arg("--version").output(),
+    ) else {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+            "softhsm2 required"
+        );
+        eprintln!("softhsm2 not installed: skipping");
+        return None;
+    };
+    std::fs::create_dir_all(dir.path("tokens")).unwrap();
+    let conf = dir.path("softhsm2.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "directories.tokendir = {}\nobjectstore.backend = file\nlog.level = ERROR\n",
+            dir.arg("tokens")
+        ),
+    )
+    .unwrap();
+    let env = vec![("SOFTHSM2_CONF", conf.to_str().unwrap().to_string())];
+    let util = |args: &[&str]| {
+        let out = Command::new("softhsm2-util")
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "softhsm2-util {args:?}: {}",
+            text_of(&out)
+        );
+    };
+    util(&[
+        "--init-token",
+        "--free",
+        "--label",
+        "baton",
+        "--so-pin",
+        "5678",
+        "--pin",
+        "1234",
+    ]);
+    // rcgen writes PKCS#8 PEM, which is what --import reads.
+    for (name, id) in [("rsa", "01"), ("ecdsa", "02")] {
+        let key = pki.arg(&format!("{name}.key"));
+        util(&[
+            "--import", &key, "--token", "baton", "--label", name, "--id", id, "--pin", "1234",
+        ]);
+    }
+    std::fs::write(dir.path("pin"), "1234\n").unwrap();
+    Some((module.to_string(), env))
+}
+
+#[test]
+fn pkcs11_token_keys_sign_and_serve_tls() {
+    let pki = Pki::new();
+    let dir = TempDir::new("signer-pkcs11");
+    let Some((module, env)) = softhsm_token(&pki, &dir) else {
+        return;
+    };
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let auth = auth_key(&dir, "auth");
+    let socket = dir.path("s.sock");
+    let pin = dir.arg("pin");
+    let _signer = Signer::start_with_env(
+        &socket,
+        &auth,
+        &[
+            "--pkcs11-module",
+            &module,
+            "--pkcs11-token",
+            "baton",
+            "--pkcs11-pin-file",
+            &pin,
+        ],
+        &env,
+    );
+    // The token's keys are named by their public keys like file keys, and every scheme
+    // (PKCS#1, PSS with each hash, ECDSA) verifies.
+    let client = Client::new(
+        &socket,
+        AuthKey::from_file(auth.as_ref()).unwrap(),
+        Duration::from_secs(5),
+    );
+    assert_eq!(client.list_keys().unwrap().len(), 2);
+    assert_eq!(round_trip(&client, &pki), 7);
+
+    let agent = start_agent(&signer_agent_args(&pki, &socket, &auth), &[]);
+    serves_every_version_and_key_type(&agent, &pki);
+    for v in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        assert_eq!(
+            fetch(&agent, &full_handshakes(&pki, v), "/")
+                .unwrap()
+                .status,
+            200
+        );
+    }
+    assert_eq!(
+        agent.metric("baton_crypto_operations_total{op=\"sign\"}"),
+        0.0
+    );
 }

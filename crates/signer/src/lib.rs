@@ -4,7 +4,7 @@
 //!
 //! Layout: `protocol` (sans-IO frames, fuzzed), `auth` (peer credentials + mutual HMAC
 //! challenge), `keys` (keys by SPKI hash, PEM backend), `server` (the tokio shell: bounded
-//! queue, signing threads, batched answers), `client` (blocking pool + rustls `SigningKey`),
+//! queue, signing threads, batched answers), `pkcs11` (keys in a PKCS#11 token), `client` (blocking pool + rustls `SigningKey`),
 //! `metrics` (the agent's signer counters).
 
 pub mod auth;
@@ -12,6 +12,7 @@ pub mod client;
 pub mod fuzzing;
 pub mod keys;
 pub mod metrics;
+pub mod pkcs11;
 pub mod protocol;
 pub mod server;
 
@@ -31,6 +32,19 @@ pub struct SignerArgs {
     /// their certificate's public key.
     #[arg(long, value_name = "PEM")]
     pub key: Vec<PathBuf>,
+
+    /// PKCS#11 module (shared library) whose token holds keys to serve as well, e.g.
+    /// /usr/lib/softhsm/libsofthsm2.so. Needs --pkcs11-token and --pkcs11-pin-file.
+    #[arg(long, value_name = "PATH")]
+    pub pkcs11_module: Option<PathBuf>,
+
+    /// Label of the PKCS#11 token; every RSA and P-256/P-384 ECDSA signing key on it is served.
+    #[arg(long, value_name = "LABEL")]
+    pub pkcs11_token: Option<String>,
+
+    /// File holding the token's user PIN.
+    #[arg(long, value_name = "FILE")]
+    pub pkcs11_pin_file: Option<PathBuf>,
 
     /// Shared secret agents must prove they hold (at least 32 bytes, e.g. `openssl rand -hex
     /// 32`; mode 0600). The same file goes to `baton agent --key-signer-auth-key-file`.
@@ -68,6 +82,15 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
     let mut loaded = Vec::new();
     for k in &args.key {
         loaded.push(keys::Key::from_pem_file(k)?);
+    }
+    match (
+        &args.pkcs11_module,
+        &args.pkcs11_token,
+        &args.pkcs11_pin_file,
+    ) {
+        (Some(module), Some(token), Some(pin)) => loaded.extend(pkcs11::load(module, token, pin)?),
+        (None, None, None) => {}
+        _ => anyhow::bail!("--pkcs11-module, --pkcs11-token and --pkcs11-pin-file go together"),
     }
     for k in &loaded {
         tracing::info!(key = %keys::short_id(&k.info.key_id), "holding key");
