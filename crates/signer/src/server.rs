@@ -355,3 +355,154 @@ pub fn unix_path(spec: &str) -> anyhow::Result<PathBuf> {
         _ => bail!("`{spec}`: expected unix:PATH"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::mpsc;
+
+    use rustls::{SignatureAlgorithm, SignatureScheme};
+
+    use super::*;
+    use crate::keys::{Backend, Key};
+
+    /// A key whose signatures wait until the test lets them through, so the queue fills.
+    struct Gated(Mutex<mpsc::Receiver<()>>);
+
+    impl Backend for Gated {
+        fn sign(&self, _: SignatureScheme, message: &[u8]) -> Result<Vec<u8>, String> {
+            let _ = self.0.lock().unwrap().recv();
+            Ok(message.to_vec())
+        }
+    }
+
+    fn read_frame(s: &mut std::os::unix::net::UnixStream, buf: &mut Vec<u8>) -> (u64, Response) {
+        loop {
+            if let Some((frame, used)) = split_frame(buf).unwrap() {
+                let r = Response::decode(frame).unwrap();
+                buf.drain(..used);
+                return r;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "signer closed");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    #[test]
+    fn full_queue_answers_busy_and_every_request_is_answered() {
+        let dir = std::env::temp_dir().join(format!("baton-signer-q-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (gate, gated) = mpsc::channel();
+        let spki = vec![0x30, 0x00];
+        let key = Key::new(
+            spki.clone(),
+            SignatureAlgorithm::ECDSA,
+            vec![SignatureScheme::ECDSA_NISTP256_SHA256],
+            Box::new(Gated(Mutex::new(gated))),
+        )
+        .unwrap();
+        let id = key.info.key_id;
+        let settings = Settings {
+            path: dir.join("s.sock"),
+            auth: AuthKey::from_bytes(&[1; 32]),
+            allowed_uids: vec![unsafe { libc::geteuid() }],
+            threads: 1,
+            queue: 1,
+            max_connections: 4,
+            idle_timeout: Duration::from_secs(30),
+        };
+        let path = settings.path.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = bind(&settings).unwrap();
+                let store = KeyStore::new(vec![key]).unwrap();
+                serve(listener, settings, store, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            })
+        });
+        let mut s = loop {
+            match std::os::unix::net::UnixStream::connect(&path) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        let auth = AuthKey::from_bytes(&[1; 32]);
+        let (_, Response::Challenge { server_nonce }) = read_frame(&mut s, &mut buf) else {
+            panic!("no challenge");
+        };
+        let client_nonce = [2; 32];
+        let mut out = Vec::new();
+        Request::Auth {
+            client_nonce,
+            proof: auth.client_proof(&server_nonce, &client_nonce),
+        }
+        .encode(0, &mut out);
+        // Five signing requests in the same write as the authentication: one for the thread,
+        // one for the queue, the rest cannot all fit.
+        for i in 1..=5u64 {
+            Request::Sign {
+                key_id: id,
+                scheme: u16::from(SignatureScheme::ECDSA_NISTP256_SHA256),
+                message: vec![i as u8],
+            }
+            .encode(i, &mut out);
+        }
+        s.write_all(&out).unwrap();
+        assert!(matches!(
+            read_frame(&mut s, &mut buf).1,
+            Response::Welcome { .. }
+        ));
+        let mut busy = 0u64;
+        let mut signed = Vec::new();
+        // Busy answers come at once, before any signature is let through.
+        for _ in 0..3 {
+            match read_frame(&mut s, &mut buf) {
+                (
+                    _,
+                    Response::Error {
+                        code: ErrorCode::Busy,
+                        ..
+                    },
+                ) => busy += 1,
+                other => panic!("expected busy, got {other:?}"),
+            }
+        }
+        for _ in 0..5 {
+            let _ = gate.send(());
+        }
+        while busy + (signed.len() as u64) < 5 {
+            match read_frame(&mut s, &mut buf) {
+                (i, Response::Signature(sig)) => {
+                    assert_eq!(sig, vec![i as u8], "answer matches its request id");
+                    signed.push(i);
+                }
+                (
+                    _,
+                    Response::Error {
+                        code: ErrorCode::Busy,
+                        ..
+                    },
+                ) => busy += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(!signed.is_empty() && signed.len() <= 2, "{signed:?}");
+        drop(s);
+        let _ = stop_tx.send(());
+        let counters = server.join().unwrap();
+        assert_eq!(counters.busy.load(Ordering::Relaxed), busy);
+        assert!(!path.exists(), "socket removed on stop");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
