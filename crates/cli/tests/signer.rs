@@ -80,6 +80,15 @@ impl Drop for Signer {
     }
 }
 
+/// A TLS address for the helpers that take an endpoint.
+struct Addr(std::net::SocketAddr);
+
+impl Endpoint for Addr {
+    fn tls_addr(&self) -> std::net::SocketAddr {
+        self.0
+    }
+}
+
 /// A fresh auth key file (mode 0600, as the signer and agent require).
 fn auth_key(dir: &TempDir, name: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
@@ -330,9 +339,43 @@ fn signer_killed_or_stalled_fails_handshakes_cleanly_and_the_agent_recovers() {
     let config = full_handshakes(&pki, &rustls::version::TLS13);
     assert_eq!(fetch(&agent, &config, "/").unwrap().status, 200);
 
-    // Killed: handshakes fail at once (nothing listens), repeatedly, without hanging.
+    // Killed mid-run, under load from four clients: handshakes in flight and after fail
+    // (nothing listens) instead of hanging, and every client thread finishes.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, config, agent_addr) = (stop.clone(), config.clone(), agent.addr);
+            std::thread::spawn(move || {
+                let target = Addr(agent_addr);
+                let (mut ok, mut failed) = (0, 0);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match fetch(&target, &config, "/") {
+                        Ok(_) => ok += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
     signer.signal("KILL");
     drop(signer);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stopped = Instant::now();
+    let (mut ok, mut failed) = (0, 0);
+    for c in clients {
+        let (o, f) = c.join().unwrap();
+        ok += o;
+        failed += f;
+    }
+    assert!(
+        stopped.elapsed() < Duration::from_secs(20),
+        "clients hung for {:?}",
+        stopped.elapsed()
+    );
+    assert!(ok > 0 && failed > 0, "ok {ok} failed {failed}");
     for _ in 0..3 {
         let start = Instant::now();
         let err = fetch(&agent, &config, "/").err().expect("handshake fails");
