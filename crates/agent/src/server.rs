@@ -51,6 +51,11 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         draining: draining.clone(),
     });
 
+    // Handlers first: a SIGTERM sent right after `ready` must drain, not kill the process
+    // (the default action) before the handlers exist.
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
     let (listeners, metrics_listener) =
         baton_ops::listen::open("tls", &config.listen, config.metrics)?;
@@ -85,9 +90,6 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         ));
     }
 
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
     loop {
         tokio::select! {
             _ = hup.recv() => reload(&shared),
