@@ -286,3 +286,59 @@ fn metered_crypto_share_agrees_with_perf() {
     }
     eprintln!("largest difference: {worst:.1} points (margin {MARGIN_POINTS})");
 }
+
+/// `baton lab crypto-share --quick`: every configuration ran, the metering's split is where
+/// each handshake kind puts it, the key left the agent with the signer, and perf agrees.
+#[test]
+fn lab_crypto_share_quick() {
+    let dir = TempDir::new("crypto-share");
+    let json = dir.path("lab.json");
+    let out = Command::new(baton())
+        .args(["lab", "crypto-share", "--quick", "--json"])
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path("work"))
+        .output()
+        .expect("running baton lab");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "baton lab crypto-share failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["experiments"][0]["rows"].as_array().unwrap();
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64();
+    let find = |suite: &str, hs: &str, key: &str| {
+        rows.iter()
+            .find(|r| r["suite"] == suite && r["handshakes"] == hs && r["key"] == key)
+            .unwrap_or_else(|| panic!("no row {suite} {hs} {key}"))
+    };
+    let signer = rows.iter().any(|r| r["key"] == "signer");
+    for suite in ["ECDHE-ECDSA P-256", "ECDHE-RSA 2048", "TLS 1.3 ECDSA P-256"] {
+        let full = find(suite, "full", "in-process");
+        let resumed = find(suite, "resumed", "in-process");
+        for r in [full, resumed] {
+            assert!(f(r, "tps").unwrap() > 0.0, "{r}");
+            assert!(f(r, "cpu_ms_per_tx").unwrap() > 0.0, "{r}");
+            let crypto = f(r, "crypto").unwrap();
+            assert!(crypto > 0.0 && crypto < 100.0, "{r}");
+            if let Some(perf) = f(r, "perf_in_calls") {
+                assert!((crypto - perf).abs() <= MARGIN_POINTS, "{r}");
+            }
+        }
+        // a full handshake signs; a resumed one does not (only each client's first connection)
+        assert!(f(full, "sign").unwrap() > 0.0, "{full}");
+        assert!(
+            f(resumed, "sign").unwrap() < f(full, "sign").unwrap(),
+            "{resumed}"
+        );
+        if signer {
+            // with the signer the agent holds no signing work at all
+            let remote = find(suite, "full", "signer");
+            assert_eq!(f(remote, "sign"), Some(0.0), "{remote}");
+            assert!(f(remote, "vs_in_process").is_some(), "{remote}");
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //! [`Experiment`].
 
 mod auth_modes;
+mod crypto_share;
 mod key_sizes;
 mod policies;
 mod report;
@@ -69,6 +70,9 @@ pub enum Experiment {
     KeySizes,
     /// Seed 004: ECDHE-ECDSA vs ECDHE-RSA vs RSA key exchange, X25519 vs P-256.
     Suites,
+    /// Seed 002: crypto's share of the agent's CPU by op (metering beside perf), full vs
+    /// resumed, key in the agent vs in `baton signer`.
+    CryptoShare,
     /// Every experiment, one after another, into one report.
     All,
 }
@@ -83,6 +87,7 @@ pub const EXPERIMENTS: &[(Experiment, &str, Run)] = &[
     (Experiment::Resumption, "resumption", resumption::run),
     (Experiment::KeySizes, "key-sizes", key_sizes::run),
     (Experiment::Suites, "suites", suites::run),
+    (Experiment::CryptoShare, "crypto-share", crypto_share::run),
 ];
 
 pub fn lab(args: LabArgs) -> anyhow::Result<()> {

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 pub use classify::{classify, Attribution, Family, OpGroup, Profile};
-pub use compare::{crypto_seconds, proc_cpu_seconds, Comparison, Snapshot};
+pub use compare::{crypto_seconds, proc_cpu_seconds, Comparison, Snapshot, WAITING_OPS};
 
 /// How far apart (percentage points of the agent's CPU) the metered crypto share and perf's
 /// share of samples inside metered calls may be for the accounting to be called right: the
