@@ -259,7 +259,8 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             let args = BenchArgs {
                 url: Some(format!("https://{{addr}}/bytes/{BODY}")),
                 duration: Some(duration.into()),
-                clients: Some(8),
+                // enough clients to keep the capped agent busy across the added RTT
+                clients: Some(if lab.rtt.is_some() { 64 } else { 8 }),
                 tls_version: Some(case.version.into()),
                 suite: case.suite.map(String::from).into_iter().collect(),
                 sigalg: case.sigalg.map(String::from).into_iter().collect(),
