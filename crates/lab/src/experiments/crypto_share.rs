@@ -326,8 +326,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             runs.push((name, m.run));
         }
     }
-    let refs: Vec<(&str, &Run)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
-    super::run_notes(&mut t, lab, &refs);
+    super::run_notes(&mut t, lab, runs.iter().map(|(n, r)| (n, r)));
     t.note("crypto % and its split: the agent's own metering (baton_crypto_seconds_total over its CPU from /proc); sign includes verify, aead the records and session tickets; other = everything else (TCP, HTTP, rustls' state machine, the runtime)");
     match &perf {
         None => t.note(format!(
