@@ -171,6 +171,7 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             Prefixed {
                 ahead,
                 inner: stream,
+                gate: None,
             },
             info,
             &shared,
@@ -383,9 +384,12 @@ async fn serve_http1(
                 })
             })
         });
+        // Once the response is whole, hyper reads no more: the next request must wait for the
+        // parked stream, not start in this hyper connection that is about to shut down.
         let io = TokioIo::new(Prefixed {
             ahead,
             inner: stream,
+            gate: Some(park.clone()),
         });
         let mut conn = Box::pin(builder.serve_connection(io, service));
         let result = loop {
@@ -397,7 +401,9 @@ async fn serve_http1(
             }
         };
         let parts = Pin::into_inner(conn).into_parts();
-        let Prefixed { ahead: left, inner } = parts.io.into_inner();
+        let Prefixed {
+            ahead: left, inner, ..
+        } = parts.io.into_inner();
         stream = inner;
         // what hyper read ahead comes first, then anything still unread in the prefix
         ahead = [parts.read_buf, left].concat().into();
@@ -441,6 +447,9 @@ fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
 struct Prefixed<S> {
     ahead: bytes::Bytes,
     inner: S,
+    /// When set and true, reads stay pending (see `serve_http1`); whoever set it shuts the
+    /// hyper connection down, which needs no read, and takes the stream back.
+    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
@@ -449,6 +458,13 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            return std::task::Poll::Pending;
+        }
         if !self.ahead.is_empty() {
             let n = self.ahead.len().min(buf.remaining());
             let chunk = self.ahead.split_to(n);

@@ -200,9 +200,11 @@ fn sized(n: u64) -> Response<Body> {
 /// Wraps a body so that `done` runs once it has handed out its end (including a body that is
 /// empty from the start): the moment hyper holds the whole response.
 pub fn on_end(body: Body, done: impl FnOnce() + Send + Sync + 'static) -> Body {
+    let left = body.size_hint().exact();
     OnEnd {
         body,
         done: std::sync::Mutex::new(Some(Box::new(done))),
+        left,
     }
     .boxed()
 }
@@ -212,6 +214,8 @@ type Done = Box<dyn FnOnce() + Send + Sync>;
 struct OnEnd {
     body: Body,
     done: std::sync::Mutex<Option<Done>>,
+    /// Bytes still to come when the body's length is known (Content-Length).
+    left: Option<u64>,
 }
 
 impl OnEnd {
@@ -219,6 +223,13 @@ impl OnEnd {
         if let Some(f) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
             f();
         }
+    }
+}
+
+/// A body hyper drops without reading its end (an error, a HEAD) is finished with too.
+impl Drop for OnEnd {
+    fn drop(&mut self) {
+        self.fire();
     }
 }
 
@@ -231,7 +242,16 @@ impl http_body::Body for OnEnd {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let r = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(r, Poll::Ready(None)) || self.body.is_end_stream() {
+        if let (Poll::Ready(Some(Ok(f))), Some(left)) = (&r, self.left) {
+            if let Some(d) = f.data_ref() {
+                self.left = Some(left.saturating_sub(d.len() as u64));
+            }
+        }
+        // The end is the last byte of a known length, as it is handed out: a proxied body may
+        // report its end only later (when the upstream connection says so), by which time
+        // the client, whose response is complete, may have sent its next request and hyper
+        // would serve it in this connection, which is about to be parked.
+        if matches!(r, Poll::Ready(None)) || self.left == Some(0) || self.body.is_end_stream() {
             self.fire();
         }
         r

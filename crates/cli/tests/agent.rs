@@ -551,6 +551,83 @@ fn reverse_proxy_passes_client_address_and_certificate_subject() {
     assert!(!text.contains("x-client-cert-subject"), "{text}");
 }
 
+/// Keep-alive through the proxy: every request of every connection answered, none closed
+/// between two requests. A parked HTTP/1.1 connection once let hyper start the next request in
+/// the connection being shut down (the response's end is seen only when the upstream says so,
+/// after the client already has it all), closing about one connection in sixty early.
+#[test]
+fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
+    let dir = TempDir::new("keepalive");
+    for f in ["a", "b", "c", "d", "e"] {
+        std::fs::write(dir.path(&format!("{f}.txt")), format!("file {f}\n")).unwrap();
+    }
+    let port = free_port();
+    let mut backend = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--protocol",
+            "HTTP/1.1",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg(port.to_string())
+        .current_dir(&dir.0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 (scripts/test installs it)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let scenario = dir.path("five.toml");
+    std::fs::write(
+        &scenario,
+        ["a", "b", "c", "d", "e"]
+            .map(|f| format!("[[request]]\npath = \"/{f}.txt\"\n"))
+            .concat(),
+    )
+    .unwrap();
+    let pki = Pki::new();
+    let agent = agent_with_pki(&pki, &["--upstream", &format!("http://127.0.0.1:{port}")]);
+    let json = dir.path("run.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "bench",
+            &agent.url("/"),
+            "--ca",
+            &pki.arg("ca.pem"),
+            "-n",
+            "120",
+            "-c",
+            "1",
+        ])
+        .args([
+            "--scenario",
+            path_str(&scenario),
+            "--think",
+            "none",
+            "--alpn",
+            "http/1.1",
+        ])
+        .args(["--quiet", "--json", path_str(&json)])
+        .output()
+        .unwrap();
+    let _ = backend.kill();
+    let _ = backend.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["requests"]["failed"], 0, "{}", v["errors"]);
+    assert_eq!(v["requests"]["ok"], 600);
+}
+
 #[test]
 fn upstream_down_is_a_502_not_a_hang() {
     let pki = Pki::new();
