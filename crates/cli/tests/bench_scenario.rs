@@ -25,23 +25,6 @@ const HAR: &str = r#"{"log": {"version": "1.2", "creator": {"name": "test", "ver
        "postData": {"mimeType": "text/plain", "text": "hello"}}}
   ]}}"#;
 
-/// Responses the agent has sent so far (all status classes).
-fn served(agent: &Agent) -> u64 {
-    agent
-        .metrics_text()
-        .lines()
-        .filter(|l| l.starts_with("baton_http_requests_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-fn n(v: &Value, path: &str) -> u64 {
-    path.split('.')
-        .fold(v, |v, k| &v[k])
-        .as_u64()
-        .unwrap_or_else(|| panic!("{path} missing in {v}"))
-}
-
 fn bench(args: &[&str], json: &str) -> (std::process::Output, Value) {
     let out = Command::new(BATON)
         .arg("bench")
@@ -91,7 +74,7 @@ fn har_import_then_replay_against_baton_agent() {
             .map(String::as_str)
             .collect::<Vec<_>>(),
     );
-    let before = served(&agent);
+    let before = agent.served();
     let json = dir.arg("run.json");
     let started = Instant::now();
     let (out, v) = bench(
@@ -121,7 +104,7 @@ fn har_import_then_replay_against_baton_agent() {
     );
     assert_eq!(v["config"]["scenarios"][0]["requests"], 2, "{v}");
     // the server's own count: exactly the 40 requests, nothing more
-    assert_eq!(served(&agent) - before, 40);
+    assert_eq!(agent.served() - before, 40);
     // each client made 10 connections one after the other, each thinking 300 ms
     let floor = Duration::from_millis(10 * 300);
     assert!(took >= floor, "{took:?}");
@@ -137,7 +120,7 @@ fn har_import_then_replay_against_baton_agent() {
         "[[request]]\npath = \"/healthz\"\n\n[[request]]\nthink-ms = 5000\nmethod = \"HEAD\"\npath = \"/\"\n",
     )
     .unwrap();
-    let before = served(&agent);
+    let before = agent.served();
     let (out, v) = bench(
         &[
             &agent.url("/"),
@@ -162,12 +145,12 @@ fn har_import_then_replay_against_baton_agent() {
         (12, 0),
         "{v}"
     );
-    assert_eq!(served(&agent) - before, 12);
+    assert_eq!(agent.served() - before, 12);
     assert_eq!(v["config"]["think"], "none", "{v}");
     assert_eq!(v["config"]["scenarios"][1]["weight"], 2, "{v}");
 
     // the same over HTTP/2 (one stream per request, in order, on one connection)
-    let before = served(&agent);
+    let before = agent.served();
     let (out, v) = bench(
         &[
             &agent.url("/"),
@@ -192,13 +175,13 @@ fn har_import_then_replay_against_baton_agent() {
         (8, 0),
         "{v}"
     );
-    assert_eq!(served(&agent) - before, 8);
+    assert_eq!(agent.served() - before, 8);
 
     // scenarios of different lengths in one run: each connection counted against its own
     // (connections alternate 2, 3, 2, 3, ...: 3 x 2 + 3 x 3 requests), exactly, by the agent too
     let three = dir.arg("three.toml");
     std::fs::write(&three, "[[request]]\npath = \"/\"\n".repeat(3)).unwrap();
-    let before = served(&agent);
+    let before = agent.served();
     let (out, v) = bench(
         &[
             &agent.url("/"),
@@ -228,7 +211,7 @@ fn har_import_then_replay_against_baton_agent() {
         (15, 0, 15),
         "{v}"
     );
-    assert_eq!(served(&agent) - before, 15);
+    assert_eq!(agent.served() - before, 15);
 
     // a broken scenario file names the request, its line and the field
     let bad = dir.arg("bad.toml");

@@ -110,23 +110,6 @@ impl Drop for Recorder {
     }
 }
 
-/// Responses the agent has sent so far (all status classes).
-fn served(agent: &Agent) -> u64 {
-    agent
-        .metrics_text()
-        .lines()
-        .filter(|l| l.starts_with("baton_http_requests_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-fn n(v: &Value, path: &str) -> u64 {
-    path.split('.')
-        .fold(v, |v, k| &v[k])
-        .as_u64()
-        .unwrap_or_else(|| panic!("{path} missing in {v}"))
-}
-
 /// `baton bench URL --scenario FILE --alpn ALPN`, then what the agent served for it.
 fn replay(
     agent: &Agent,
@@ -136,7 +119,7 @@ fn replay(
     alpn: &str,
     dir: &TempDir,
 ) -> (Value, u64) {
-    let before = served(agent);
+    let before = agent.served();
     let json = dir.arg("replay.json");
     let out = Command::new(BATON)
         .args([
@@ -162,7 +145,7 @@ fn replay(
         .unwrap();
     assert!(out.status.success(), "{}", text_of(&out));
     let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (v, served(agent) - before)
+    (v, agent.served() - before)
 }
 
 /// (method, path) of each request of a scenario file.

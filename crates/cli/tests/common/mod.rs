@@ -76,6 +76,15 @@ impl Agent {
         )) as u64
     }
 
+    /// Responses the agent has sent so far (all status classes).
+    pub fn served(&self) -> u64 {
+        self.metrics_text()
+            .lines()
+            .filter(|l| l.starts_with("baton_http_requests_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
@@ -896,4 +905,12 @@ impl Drop for CpuCap {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The count at a dotted path of a JSON report (`"requests.ok"`).
+pub fn n(v: &serde_json::Value, path: &str) -> u64 {
+    path.split('.')
+        .fold(v, |v, k| &v[k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("{path} missing in {v}"))
 }
