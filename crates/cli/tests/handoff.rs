@@ -299,8 +299,12 @@ fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
         .map(|i| up.agent_sum(i, "baton_handshakes_total", "kind=\"full\""))
         .collect();
     assert_eq!(full[0] + full[1], 3000.0, "{full:?}");
+    // Routing by client address alone would split these three hosts 2:1 (hi - lo = hi / 2).
+    // Spread by load, the split is 1-4% with the release build (the lab test asserts 10% on
+    // it, under CPU caps); this dev build on a loaded 2-core machine has come out up to 14%,
+    // so the bound here only separates load-spreading from address routing.
     let (lo, hi) = (full[0].min(full[1]), full[0].max(full[1]));
-    assert!(hi - lo <= 0.1 * hi, "full handshakes per agent {full:?}");
+    assert!(hi - lo <= 0.25 * hi, "full handshakes per agent {full:?}");
     assert!(migrated_out(&up) > 0.0);
     assert_eq!(migrated_out(&up), migrated_in(&up));
 }
