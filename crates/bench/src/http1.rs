@@ -163,6 +163,9 @@ impl Chunked {
                     }
                     _ => {
                         self.line += 1;
+                        if self.line > 4096 {
+                            return Err("trailer line too long".into());
+                        }
                         Trailer
                     }
                 },
@@ -273,5 +276,12 @@ mod tests {
             assert_eq!(a + b, body.len() - 4);
         }
         assert!(Chunked::default().push(b"zz\r\n").is_err());
+    }
+
+    #[test]
+    fn endless_trailer_line_is_an_error_not_an_overflow() {
+        let mut c = Chunked::default();
+        assert!(c.push(b"0\r\nX-T: ").is_ok());
+        assert!(c.push(&[b'a'; 70_000]).is_err());
     }
 }

@@ -9,13 +9,14 @@
 //! recording proxy), `stats` (counters, histograms), `scrape` (server
 //! metrics), `report` (JSON and the human summary), `html` + `svg` (the HTML report), `merge`
 //! (runs of several machines as one), `search` + `find_max` (the highest rate at zero loss),
-//! `cli` (the subcommands).
+//! `cli` (the subcommands), `fuzzing` (the fuzz targets' entry points).
 
 mod accounting;
 mod cli;
 mod config;
 mod engine;
 mod find_max;
+pub mod fuzzing;
 mod html;
 mod http1;
 mod merge;

@@ -8,6 +8,7 @@
 //! shared backends do I/O: `peers` (tokio tasks) and `redis` (a worker thread).
 
 mod error;
+pub mod fuzzing;
 mod memory;
 pub mod migration;
 pub mod peers;

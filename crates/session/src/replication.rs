@@ -24,7 +24,8 @@ pub const CHALLENGE_LEN: usize = 16;
 pub const HELLO_LEN: usize = MAGIC.len() + 1 + CHALLENGE_LEN;
 /// Largest sealed frame accepted: a session with a client certificate chain is a few KB.
 pub const MAX_FRAME: usize = 80 * 1024;
-const FRAME_HEADER: usize = 4 + 8;
+/// A frame's length and sequence number, before the sealed message.
+pub const FRAME_HEADER: usize = 4 + 8;
 
 /// What one agent tells another.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +127,11 @@ impl Inbound {
     /// The bytes to send to the peer first.
     pub fn hello(&self) -> Vec<u8> {
         [&MAGIC[..], &[VERSION], &self.challenge].concat()
+    }
+
+    /// Bytes received and not yet part of a whole frame.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     /// Feeds received bytes; returns the messages completed by them with their sender's id.

@@ -13,7 +13,7 @@
 //! (a temporary file renamed over it).
 
 mod ca;
-mod connect;
+pub(crate) mod connect;
 mod proxy;
 mod recording;
 
