@@ -120,6 +120,16 @@ fn check_baselines(rows: &[Value], connections: u64) {
         }
         let client = u(&r["client_full"]) + u(&r["client_resumed"]);
         assert_eq!(client, connections, "{r:#}");
+        // The balancer's CPU is measured wherever one stands in front: HAProxy, or the
+        // dispatcher (which relays every byte, so it always used some).
+        let balancer = &r["balancer_cpu_ms_per_tx"];
+        if config.starts_with("LB-") {
+            assert!(balancer.as_f64().is_some(), "{r:#}");
+        } else if config.starts_with("CSSL") {
+            assert!(balancer.as_f64().is_some_and(|ms| ms > 0.0), "{r:#}");
+        } else {
+            assert!(balancer.is_null(), "no balancer in {config}: {r:#}");
+        }
     }
 }
 

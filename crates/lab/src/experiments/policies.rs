@@ -258,6 +258,7 @@ pub fn row(
         ("per_server_handshakes", per),
         ("spread_percent", spread),
         ("server_cpu_ms_per_tx", r.server_cpu_per_tx_ms()),
+        ("balancer_cpu_ms_per_tx", r.balancer_cpu_per_tx_ms()),
         ("client_full", r.report.handshakes.full),
         ("client_resumed", r.report.handshakes.resumed),
         ("servers_at_cap", r.servers_bound()),

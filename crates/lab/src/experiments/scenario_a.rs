@@ -45,6 +45,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("per_server_handshakes", "full per server")
     .column("spread_percent", "spread %")
     .column("server_cpu_ms_per_tx", "srv CPU ms/tx")
+    .column("balancer_cpu_ms_per_tx", "LB CPU ms/tx")
     .column("ratio_to_single", "x single")
     .column("paper_tps", "paper")
     .column("paper_ratio", "paper x single");
@@ -60,7 +61,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     };
     let runs = policies::compare(lab, &mut t, configs, &bench)?;
     policies::finish(&mut t, lab, &runs, PAPER_SINGLE, |_, _| Default::default());
-    t.note("HAProxy and the Baton dispatcher are not capped (the paper's balancers were their own machines); the TLS proxy is capped like one server and its plain backends like the others");
+    t.note("HAProxy and the Baton dispatcher are not capped (the paper's balancers were their own machines); LB CPU ms/tx is what each used, not charged to the servers; the TLS proxy is capped like one server and its plain backends like the others");
     t.note("full per server: full handshakes each TLS server counted itself (agents' metrics, nginx access logs); for CSSL-SF enabled, handshakes are spread by load and sessions migrate to the client's home agent");
     Ok(t)
 }

@@ -123,6 +123,7 @@ impl Lab {
         args.quiet = true;
         let cfg = Arc::new(args.resolve()?);
         let before = sut.snapshot()?;
+        let balancer0 = sut.balancer_pid().and_then(proc_cpu_seconds);
         let client0 = baton_ops::process::usage().cpu_seconds;
         let t0 = Instant::now();
         let report = baton_bench::execute(cfg)?;
@@ -135,10 +136,12 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(1500));
         }
         let after = sut.snapshot()?;
+        let balancer1 = sut.balancer_pid().and_then(proc_cpu_seconds);
         let per_server = before.iter().zip(&after).map(|(b, a)| a.minus(b)).collect();
         Ok(Run {
             report,
             per_server,
+            balancer_cpu_s: balancer0.zip(balancer1).map(|(b, a)| a - b),
             client_cpu_s: client_cpu,
             wall_s: wall,
         })
@@ -151,6 +154,9 @@ pub struct Run {
     pub report: Report,
     /// Per server (in the system's order): handshakes, requests, CPU during the run.
     pub per_server: Vec<ServerCounts>,
+    /// CPU-seconds of the balancer (HAProxy or `baton dispatch`, all its threads), which runs
+    /// uncapped and is not one of the servers.
+    pub balancer_cpu_s: Option<f64>,
     /// CPU-seconds of the lab process during the run (the bench and the delay proxy).
     pub client_cpu_s: f64,
     pub wall_s: f64,
@@ -184,6 +190,14 @@ impl Run {
         let cpu: Option<f64> = self.per_server.iter().map(|s| s.cpu_s).sum();
         let n = self.report.requests.ok;
         cpu.filter(|_| n > 0).map(|c| c * 1e3 / n as f64)
+    }
+
+    /// The balancer's CPU-milliseconds per transaction, where a balancer stands in front.
+    pub fn balancer_cpu_per_tx_ms(&self) -> Option<f64> {
+        let n = self.report.requests.ok;
+        self.balancer_cpu_s
+            .filter(|_| n > 0)
+            .map(|c| c * 1e3 / n as f64)
     }
 
     /// Whether every server hit its cap during the run (the servers, not the client, limited
@@ -266,6 +280,14 @@ impl Sut {
             agents: Vec::new(),
             backends: Vec::new(),
         }
+    }
+
+    /// The balancer's process: HAProxy, or the cluster's dispatcher.
+    pub fn balancer_pid(&self) -> Option<u32> {
+        self.haproxy
+            .as_ref()
+            .map(|h| h.pid())
+            .or_else(|| self.cluster.as_ref().map(|c| c.dispatcher.child.id()))
     }
 
     /// Every server's cumulative counters now.
