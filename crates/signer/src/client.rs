@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use rustls::sign::{Signer, SigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
+use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::auth::{self, AuthKey};
 use crate::keys::short_id;
@@ -196,12 +197,19 @@ impl Client {
         }
     }
 
+    /// A connected socket with the deadline set before `connect`: a signer that stopped
+    /// accepting, its listen backlog full, would otherwise block a plain connect for good
+    /// (Linux bounds a blocking unix-socket connect by the send timeout, then says EAGAIN).
+    fn open(&self) -> std::io::Result<UnixStream> {
+        let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+        socket.set_read_timeout(Some(self.timeout))?;
+        socket.set_write_timeout(Some(self.timeout))?;
+        socket.connect(&SockAddr::unix(&self.path)?)?;
+        Ok(socket.into())
+    }
+
     fn connect(&self) -> Result<Conn, ClientError> {
-        let stream = UnixStream::connect(&self.path).map_err(ClientError::Unreachable)?;
-        stream
-            .set_read_timeout(Some(self.timeout))
-            .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
-            .map_err(ClientError::Unreachable)?;
+        let stream = self.open().map_err(|e| io_error(e, self.timeout))?;
         let mut conn = Conn {
             stream,
             buf: Vec::with_capacity(1024),
@@ -394,5 +402,55 @@ impl Signer for RemoteSigner {
 
     fn scheme(&self) -> SignatureScheme {
         self.scheme
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A signer that stopped accepting, with its backlog full: the request fails as a
+    /// timeout after the client's deadline instead of hanging in `connect`.
+    #[test]
+    fn full_backlog_is_a_timeout_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("baton-signer-backlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("signer.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        listener.bind(&SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(0).unwrap();
+        let mut queued = Vec::new();
+        for _ in 0..64 {
+            let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            match s.connect(&SockAddr::unix(&path).unwrap()) {
+                Ok(()) => queued.push(s),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the backlog: {e}"),
+            }
+        }
+        assert!(
+            !queued.is_empty() && queued.len() < 64,
+            "backlog never filled"
+        );
+
+        let client = Client::new(
+            &path,
+            AuthKey::from_bytes(&[7; 32]),
+            Duration::from_millis(300),
+        );
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(client.list_keys());
+        });
+        let result = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("connect hung");
+        assert!(matches!(result, Err(ClientError::Timeout(_))), "{result:?}");
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
