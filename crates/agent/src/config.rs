@@ -168,9 +168,16 @@ pub struct AgentArgs {
     pub max_bytes: Option<u64>,
 
     /// Plain-HTTP backend (http://HOST:PORT) to proxy every request to, instead of the
-    /// built-in responder.
+    /// built-in responder (repeatable: the agent is then a TLS proxy in front of several
+    /// backends, balanced by --upstream-balance).
     #[arg(long, value_name = "URL")]
-    pub upstream: Option<String>,
+    pub upstream: Vec<String>,
+
+    /// How requests are spread over several --upstream backends: `round-robin` (each request
+    /// to the next) or `client-ip` (a client's requests always to the same backend, by a
+    /// stable hash of its address). Default round-robin.
+    #[arg(long, value_name = "POLICY")]
+    pub upstream_balance: Option<UpstreamBalance>,
 
     /// Address for Prometheus metrics (plain HTTP, /metrics). Off by default.
     #[arg(long, value_name = "ADDR")]
@@ -230,6 +237,17 @@ pub enum KeyKind {
     #[serde(rename = "rsa-4096")]
     Rsa4096,
     Ed25519,
+}
+
+/// How requests are spread over several upstream backends.
+#[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamBalance {
+    /// Each request to the next backend.
+    #[default]
+    RoundRobin,
+    /// A client's requests to one backend, chosen by its address.
+    ClientIp,
 }
 
 /// What the agent does while its key signer is unreachable.
@@ -370,7 +388,8 @@ pub struct AgentConfig {
     pub agent_id: u16,
     pub body_size: usize,
     pub max_bytes: u64,
-    pub upstream: Option<String>,
+    pub upstream: Vec<String>,
+    pub upstream_balance: UpstreamBalance,
     pub metrics: Option<SocketAddr>,
     pub proxy_protocol: bool,
     pub workers: usize,
@@ -410,12 +429,12 @@ impl AgentArgs {
                 }
             };
         }
-        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer;
+        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, upstream;
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, body_size,
-            max_bytes, upstream, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
+            max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
     }
 
@@ -454,6 +473,9 @@ impl AgentArgs {
     }
 
     fn into_config(self) -> anyhow::Result<AgentConfig> {
+        if self.upstream.is_empty() && self.upstream_balance.is_some() {
+            bail!("--upstream-balance needs --upstream (the backends to balance)");
+        }
         let key_signer = self.key_signer()?;
         let local_keys = match &key_signer {
             Some(k) if k.fallback == SignerFallback::Closed => {
@@ -535,6 +557,7 @@ impl AgentArgs {
             body_size: self.body_size.unwrap_or(1024),
             max_bytes: self.max_bytes.unwrap_or(64 << 20),
             upstream: self.upstream,
+            upstream_balance: self.upstream_balance.unwrap_or_default(),
             metrics: self.metrics,
             proxy_protocol: self.proxy_protocol.unwrap_or(false),
             workers: self
@@ -582,7 +605,7 @@ impl AgentConfig {
                 bail!("timeouts must be greater than zero");
             }
         }
-        if let Some(up) = &self.upstream {
+        for up in &self.upstream {
             crate::proxy::parse_upstream(up)?;
         }
         Ok(())

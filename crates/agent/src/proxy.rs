@@ -1,10 +1,14 @@
-//! The SSL reverse proxy role: every request goes to one plain-HTTP backend, with the client's
-//! address and certificate subject added as headers.
+//! The SSL reverse proxy role: every request goes to a plain-HTTP backend, with the client's
+//! address and certificate subject added as headers. With several backends the agent is the
+//! paper's single TLS proxy (Pound) in front of a farm: requests go round robin, or by client
+//! address so a client keeps its backend (Pound-IP).
 //!
 //! The agent is the TLS edge, so it is the first hop that knows the client: it *replaces*
 //! `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Client-Cert-Subject` rather than appending to
 //! what the client sent, which would let any client claim any address or identity.
 
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
@@ -17,6 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use crate::config::UpstreamBalance;
 use crate::http::{text, Body, ConnInfo};
 
 pub const CLIENT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
@@ -36,7 +41,7 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 
 #[derive(Debug)]
 pub struct Proxy {
-    authority: Authority,
+    backends: Backends,
     client: Client<HttpConnector, Incoming>,
     /// Longest wait for the backend's response head.
     timeout: Duration,
@@ -58,9 +63,47 @@ pub fn parse_upstream(url: &str) -> anyhow::Result<Authority> {
         .ok_or_else(|| anyhow!("--upstream `{url}`: missing host"))
 }
 
+/// The backends and the choice among them (no I/O).
+#[derive(Debug)]
+pub struct Backends {
+    authorities: Vec<Authority>,
+    balance: UpstreamBalance,
+    next: AtomicUsize,
+}
+
+impl Backends {
+    pub fn new(urls: &[String], balance: UpstreamBalance) -> anyhow::Result<Self> {
+        if urls.is_empty() {
+            bail!("no --upstream given");
+        }
+        Ok(Self {
+            authorities: urls
+                .iter()
+                .map(|u| parse_upstream(u))
+                .collect::<anyhow::Result<_>>()?,
+            balance,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// The backend for one request from `client`.
+    pub fn pick(&self, client: IpAddr) -> &Authority {
+        let n = self.authorities.len();
+        let i = match self.balance {
+            UpstreamBalance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            UpstreamBalance::ClientIp => baton_ops::affinity::slot(client, n).unwrap_or(0),
+        };
+        &self.authorities[i]
+    }
+}
+
 impl Proxy {
-    pub fn new(url: &str, timeout: Duration) -> anyhow::Result<Self> {
-        let authority = parse_upstream(url)?;
+    pub fn new(
+        urls: &[String],
+        balance: UpstreamBalance,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let backends = Backends::new(urls, balance)?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
@@ -68,14 +111,15 @@ impl Proxy {
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
         Ok(Self {
-            authority,
+            backends,
             client,
             timeout,
         })
     }
 
     pub async fn forward(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
-        let req = match self.rewrite(req, conn) {
+        let upstream = self.backends.pick(conn.peer.ip());
+        let req = match self.rewrite(req, conn, upstream) {
             Ok(r) => r,
             Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
         };
@@ -85,7 +129,7 @@ impl Proxy {
                 resp.map(|b| b.map_err(Into::into).boxed())
             }
             Ok(Err(e)) => {
-                tracing::warn!(upstream = %self.authority, error = %e, "upstream request failed");
+                tracing::warn!(%upstream, error = %e, "upstream request failed");
                 text(StatusCode::BAD_GATEWAY, "upstream unavailable\n")
             }
             Err(_) => text(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
@@ -96,6 +140,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         conn: &ConnInfo,
+        upstream: &Authority,
     ) -> Result<Request<Incoming>, &'static str> {
         let (mut parts, body) = req.into_parts();
         // HTTP/2 carries the host in :authority; the backend speaks HTTP/1.1 and wants Host.
@@ -117,7 +162,7 @@ impl Proxy {
             .to_owned();
         parts.uri = Uri::builder()
             .scheme(Scheme::HTTP)
-            .authority(self.authority.clone())
+            .authority(upstream.clone())
             .path_and_query(path)
             .build()
             .map_err(|_| "bad request target\n")?;
@@ -171,6 +216,37 @@ mod tests {
         assert!(parse_upstream("https://127.0.0.1:8080").is_err());
         assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
         assert!(parse_upstream("127.0.0.1:8080").is_err());
+    }
+
+    #[test]
+    fn backends_round_robin_or_by_client_address() {
+        let urls = [
+            "http://127.0.0.1:81",
+            "http://127.0.0.1:82",
+            "http://127.0.0.1:83",
+        ]
+        .map(String::from);
+        let rr = Backends::new(&urls, UpstreamBalance::RoundRobin).unwrap();
+        let client: IpAddr = "127.0.0.9".parse().unwrap();
+        let picked: Vec<u16> = (0..6)
+            .map(|_| rr.pick(client).port_u16().unwrap())
+            .collect();
+        assert_eq!(picked, [81, 82, 83, 81, 82, 83]);
+
+        let by_ip = Backends::new(&urls, UpstreamBalance::ClientIp).unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for host in 1..=40u8 {
+            let ip = IpAddr::from([127, 0, 0, host]);
+            let first = by_ip.pick(ip).clone();
+            assert!(
+                (0..5).all(|_| by_ip.pick(ip) == &first),
+                "client {ip} moved"
+            );
+            seen.insert(first.port_u16().unwrap());
+        }
+        assert_eq!(seen.len(), 3, "40 clients all landed on {seen:?}");
+        assert!(Backends::new(&[], UpstreamBalance::RoundRobin).is_err());
+        assert!(Backends::new(&["https://x:1".into()], UpstreamBalance::RoundRobin).is_err());
     }
 
     #[test]

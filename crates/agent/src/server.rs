@@ -39,9 +39,14 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let draining = CancellationToken::new();
-    let proxy = match &config.upstream {
-        Some(url) => Some(Proxy::new(url, config.idle_timeout)?),
-        None => None,
+    let proxy = if config.upstream.is_empty() {
+        None
+    } else {
+        Some(Proxy::new(
+            &config.upstream,
+            config.upstream_balance,
+            config.idle_timeout,
+        )?)
     };
     let http = Arc::new(HttpService {
         metrics: metrics.clone(),

@@ -561,28 +561,7 @@ fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
     for f in ["a", "b", "c", "d", "e"] {
         std::fs::write(dir.path(&format!("{f}.txt")), format!("file {f}\n")).unwrap();
     }
-    let port = free_port();
-    let mut backend = std::process::Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            "--protocol",
-            "HTTP/1.1",
-            "--bind",
-            "127.0.0.1",
-        ])
-        .arg(port.to_string())
-        .current_dir(&dir.0)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python3 (scripts/test installs it)");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let backend = StaticServer::start(&dir.0);
     let scenario = dir.path("five.toml");
     std::fs::write(
         &scenario,
@@ -592,7 +571,7 @@ fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
     )
     .unwrap();
     let pki = Pki::new();
-    let agent = agent_with_pki(&pki, &["--upstream", &format!("http://127.0.0.1:{port}")]);
+    let agent = agent_with_pki(&pki, &["--upstream", &backend.url()]);
     let json = dir.path("run.json");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
         .args([
@@ -616,8 +595,7 @@ fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
         .args(["--quiet", "--json", path_str(&json)])
         .output()
         .unwrap();
-    let _ = backend.kill();
-    let _ = backend.wait();
+    drop(backend);
     assert!(
         out.status.success(),
         "{}",
@@ -626,6 +604,65 @@ fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["requests"]["failed"], 0, "{}", v["errors"]);
     assert_eq!(v["requests"]["ok"], 600);
+}
+
+/// Several backends: round robin takes them in turn; client-ip keeps each client address on
+/// one backend and still uses both across addresses (the single TLS proxy of seed 000).
+#[test]
+fn reverse_proxy_balances_several_backends() {
+    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("farm{i}"))).collect();
+    for (i, d) in dirs.iter().enumerate() {
+        std::fs::write(d.path("who"), format!("backend{i}")).unwrap();
+    }
+    let backends: Vec<StaticServer> = dirs.iter().map(|d| StaticServer::start(&d.0)).collect();
+    let pki = Pki::new();
+    let who = |agent: &Agent, source: &str| -> String {
+        let out = curl(&[
+            "--cacert",
+            &pki.arg("ca.pem"),
+            "--interface",
+            source,
+            &agent.url("/who"),
+        ]);
+        assert!(out.status.success(), "{}", text_of(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let upstreams = [
+        "--upstream",
+        &backends[0].url(),
+        "--upstream",
+        &backends[1].url(),
+    ];
+
+    let rr = agent_with_pki(&pki, &upstreams);
+    let seen: Vec<String> = (0..6).map(|_| who(&rr, "127.0.0.1")).collect();
+    assert_eq!(
+        seen.iter().filter(|s| *s == "backend0").count(),
+        3,
+        "{seen:?}"
+    );
+    assert!(
+        seen.windows(2).all(|w| w[0] != w[1]),
+        "not in turn: {seen:?}"
+    );
+
+    let mut args = upstreams.to_vec();
+    args.extend(["--upstream-balance", "client-ip"]);
+    let by_ip = agent_with_pki(&pki, &args);
+    let mut used = std::collections::BTreeSet::new();
+    for host in 2..10 {
+        let source = format!("127.0.0.{host}");
+        let first = who(&by_ip, &source);
+        for _ in 0..2 {
+            assert_eq!(who(&by_ip, &source), first, "{source} moved");
+        }
+        used.insert(first);
+    }
+    assert_eq!(
+        used.len(),
+        2,
+        "eight client addresses, backends used: {used:?}"
+    );
 }
 
 #[test]

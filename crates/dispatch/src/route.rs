@@ -140,11 +140,7 @@ impl Router {
 
     /// The client's home agent under `handoff` (and `client-ip`): `None` if it is down.
     pub fn home_of(&self, client: IpAddr) -> Option<usize> {
-        let n = self.agents.len();
-        if n == 0 {
-            return None;
-        }
-        let home = (fnv1a(&ip_bytes(client)) % n as u64) as usize;
+        let home = baton_ops::affinity::slot(client, self.agents.len())?;
         self.agents[home].healthy.then_some(home)
     }
 
@@ -291,20 +287,6 @@ fn offers_resumption(hello: &ClientHello) -> bool {
         .is_some_and(|p| !p.identities.is_empty())
         || hello.session_ticket().is_some_and(|t| !t.is_empty())
         || !hello.offers_tls13() && !hello.session_id.is_empty()
-}
-
-fn ip_bytes(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    }
-}
-
-/// FNV-1a: a stable hash, so a client keeps its agent across dispatcher restarts.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// TLS 1.2 session id -> agent, bounded: the oldest entries go first.

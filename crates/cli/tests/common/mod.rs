@@ -277,6 +277,44 @@ impl Drop for TempDir {
     }
 }
 
+/// A plain HTTP/1.1 keep-alive backend serving `dir` (`python3 -m http.server`), killed on drop.
+pub struct StaticServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl StaticServer {
+    pub fn start(dir: &Path) -> StaticServer {
+        let port = free_port();
+        let child = Command::new("python3")
+            .args(["-m", "http.server", "--protocol", "HTTP/1.1"])
+            .args(["--bind", "127.0.0.1", &port.to_string()])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 (scripts/test installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        StaticServer { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for StaticServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A CA, an ECDSA and an RSA server certificate for `localhost`/127.0.0.1 signed by it, a
 /// client CA and a client certificate, as PEM files:
 /// `ca.pem`, `ecdsa.pem`/`ecdsa.key`, `rsa.pem`/`rsa.key`, `client-ca.pem`,

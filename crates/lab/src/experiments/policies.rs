@@ -28,10 +28,10 @@ pub struct Config {
     pub build: Build,
 }
 
-/// The seven systems both scenarios compare, and the paper's figure for each: an L4 balancer
-/// (HAProxy) in front of two nginx and of two Baton agents, nginx as the single TLS proxy in front
-/// of two plain backends, `baton dispatch` with the CSSL feature off and on, and one server of
-/// each implementation.
+/// The eight systems both scenarios compare, and the paper's figure for each: an L4 balancer
+/// (HAProxy) in front of two nginx and of two Baton agents, nginx and a Baton agent as the single
+/// TLS proxy in front of two plain backends, `baton dispatch` with the CSSL feature off and on,
+/// and one server of each implementation.
 pub struct Lineup {
     /// Prefix of the systems' directories.
     pub slug: &'static str,
@@ -68,7 +68,7 @@ impl Lineup {
             build,
         };
         let dir = move |what: &str| format!("{slug}-{what}");
-        let (w1, w2, w3) = (www.clone(), www.clone(), www.clone());
+        let (w1, w2, w3, w4) = (www.clone(), www.clone(), www.clone(), www.clone());
         vec![
             config(
                 balance.1,
@@ -94,6 +94,15 @@ impl Lineup {
                 paper[1],
                 false,
                 Box::new(move |l| Sut::nginx_tls_proxy(l, &dir("tls-proxy"), 2, proxy.1, key, &w3)),
+            ),
+            config(
+                proxy.0,
+                "baton",
+                paper[1],
+                false,
+                Box::new(move |l| {
+                    Sut::baton_tls_proxy(l, &dir("tls-proxy-baton"), 2, proxy.1, key, &w4)
+                }),
             ),
             config(
                 off.0,

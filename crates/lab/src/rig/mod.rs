@@ -486,16 +486,7 @@ impl Sut {
         let dir = lab.sut_dir(name)?;
         let pki = lab.pki(kind)?;
         let mut sut = Sut::empty(name, pki.ca.clone());
-        let mut addrs = Vec::new();
-        for i in 0..backends {
-            let confine = lab.confine(&format!("backend{i}"), i + 1)?;
-            let spec = nginx::Spec::new(&format!("backend{i}"), nginx::Role::Plain, &pki, www);
-            let ng = Nginx::start(&spec, &dir, Some(&confine))?;
-            addrs.push(ng.addr());
-            sut.backends.push(ng);
-            // the backends' CPU is part of the system's cost, though they do no TLS
-            add_backend_server(confine, &mut sut);
-        }
+        let addrs = sut.plain_backends(lab, &dir, &pki, backends, www)?;
         let confine = lab.confine("tls-proxy", 0)?;
         let role = nginx::Role::TlsProxy {
             backends: addrs,
@@ -518,15 +509,72 @@ impl Sut {
     }
 }
 
-/// Plain backends are servers too (capped, CPU counted) but count no handshakes.
-fn add_backend_server(confine: Confine, sut: &mut Sut) {
-    let pid = sut.backends.last().map_or(0, Nginx::pid);
-    sut.servers.push(Server {
-        name: format!("backend{}", sut.backends.len() - 1),
-        counter: Counter::None,
-        pid,
-        confine,
-    });
+impl Sut {
+    /// A Baton agent as the single TLS reverse proxy (`--upstream` for each backend,
+    /// `--upstream-balance client-ip` or `round-robin`), capped like one server, in front of
+    /// `backends` plain-HTTP nginx servers: the same farm as [`Sut::nginx_tls_proxy`].
+    pub fn baton_tls_proxy(
+        lab: &Lab,
+        name: &str,
+        backends: usize,
+        ip_hash: bool,
+        kind: KeyKind,
+        www: &Path,
+    ) -> anyhow::Result<Sut> {
+        let dir = lab.sut_dir(name)?;
+        let pki = lab.pki(kind)?;
+        let mut sut = Sut::empty(name, pki.ca.clone());
+        let addrs = sut.plain_backends(lab, &dir, &pki, backends, www)?;
+        let mut extra: Vec<String> = addrs
+            .iter()
+            .flat_map(|a| ["--upstream".to_string(), format!("http://{a}")])
+            .collect();
+        let balance = if ip_hash { "client-ip" } else { "round-robin" };
+        extra.extend(["--upstream-balance".into(), balance.into()]);
+        let confine = lab.confine("tls-proxy", 0)?;
+        let agent = lab.agent(&dir, "tls-proxy", &pki, &extra, &confine)?;
+        sut.entry = agent
+            .addr("tls")
+            .context("agent announced no TLS address")?;
+        sut.servers.insert(
+            0,
+            Server {
+                name: "tls-proxy".into(),
+                counter: Counter::Metrics(agent.addr("metrics").context("agent metrics address")?),
+                pid: agent.child.id(),
+                confine,
+            },
+        );
+        sut.agents.push(agent);
+        Ok(sut)
+    }
+
+    /// `n` plain-HTTP nginx backends, each capped (their CPU is part of the system's cost,
+    /// though they do no TLS) and counted as servers without handshakes; their addresses.
+    fn plain_backends(
+        &mut self,
+        lab: &Lab,
+        dir: &Path,
+        pki: &Pki,
+        n: usize,
+        www: &Path,
+    ) -> anyhow::Result<Vec<SocketAddr>> {
+        let mut addrs = Vec::new();
+        for i in 0..n {
+            let confine = lab.confine(&format!("backend{i}"), i + 1)?;
+            let spec = nginx::Spec::new(&format!("backend{i}"), nginx::Role::Plain, pki, www);
+            let ng = Nginx::start(&spec, dir, Some(&confine))?;
+            addrs.push(ng.addr());
+            self.servers.push(Server {
+                name: format!("backend{i}"),
+                counter: Counter::None,
+                pid: ng.pid(),
+                confine,
+            });
+            self.backends.push(ng);
+        }
+        Ok(addrs)
+    }
 }
 
 /// Which TLS server stands behind a balancer.
