@@ -5,7 +5,6 @@
 mod common;
 
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -35,12 +34,7 @@ fn s_server(args: &[&str]) -> SServer {
         .stderr(Stdio::null())
         .spawn()
         .expect("openssl s_server");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(30));
-    }
+    wait_for_port(port);
     SServer(child, port)
 }
 

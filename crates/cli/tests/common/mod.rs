@@ -277,6 +277,19 @@ impl Drop for TempDir {
     }
 }
 
+/// Waits up to 5 s for something to accept on 127.0.0.1:`port` (a server just spawned);
+/// whether it did.
+pub fn wait_for_port(port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 /// A plain HTTP/1.1 keep-alive backend serving `dir` (`python3 -m http.server`), killed on drop.
 pub struct StaticServer {
     child: Child,
@@ -294,12 +307,7 @@ impl StaticServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("python3 (scripts/test installs it)");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_port(port);
         StaticServer { child, port }
     }
 
@@ -690,13 +698,8 @@ impl Redis {
             child: Some(child),
             port,
         };
-        for _ in 0..100 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(r);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not start");
+        assert!(wait_for_port(port), "redis-server did not start");
+        Some(r)
     }
 
     pub fn url(&self) -> String {

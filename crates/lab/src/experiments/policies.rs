@@ -93,7 +93,9 @@ impl Lineup {
                 "nginx",
                 paper[1],
                 false,
-                Box::new(move |l| Sut::nginx_tls_proxy(l, &dir("tls-proxy"), 2, proxy.1, key, &w3)),
+                Box::new(move |l| {
+                    Sut::tls_proxy(l, &dir("tls-proxy"), Backend::Nginx, 2, proxy.1, key, &w3)
+                }),
             ),
             config(
                 proxy.0,
@@ -101,7 +103,8 @@ impl Lineup {
                 paper[1],
                 false,
                 Box::new(move |l| {
-                    Sut::baton_tls_proxy(l, &dir("tls-proxy-baton"), 2, proxy.1, key, &w4)
+                    let name = dir("tls-proxy-baton");
+                    Sut::tls_proxy(l, &name, Backend::Baton, 2, proxy.1, key, &w4)
                 }),
             ),
             config(

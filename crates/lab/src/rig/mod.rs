@@ -473,11 +473,14 @@ impl Sut {
         Ok(sut)
     }
 
-    /// nginx as the single TLS reverse proxy (capped like one server) in front of `backends`
-    /// plain-HTTP nginx servers (each capped too): seed 000's Pound.
-    pub fn nginx_tls_proxy(
+    /// The single TLS reverse proxy (capped like one server) in front of `backends` plain-HTTP
+    /// nginx servers (each capped too): seed 000's Pound, played by nginx (`upstream` block,
+    /// `ip_hash` or round robin) or by a Baton agent (`--upstream` per backend,
+    /// `--upstream-balance client-ip` or `round-robin`) in front of the same farm.
+    pub fn tls_proxy(
         lab: &Lab,
         name: &str,
+        proxy: Backend,
         backends: usize,
         ip_hash: bool,
         kind: KeyKind,
@@ -488,65 +491,49 @@ impl Sut {
         let mut sut = Sut::empty(name, pki.ca.clone());
         let addrs = sut.plain_backends(lab, &dir, &pki, backends, www)?;
         let confine = lab.confine("tls-proxy", 0)?;
-        let role = nginx::Role::TlsProxy {
-            backends: addrs,
-            ip_hash,
-        };
-        let spec = nginx::Spec::new("tls-proxy", role, &pki, www);
-        let ng = Nginx::start(&spec, &dir, Some(&confine))?;
-        sut.entry = ng.addr();
-        sut.servers.insert(
-            0,
-            Server {
-                name: "tls-proxy".into(),
-                counter: Counter::Nginx(0),
-                pid: ng.pid(),
-                confine,
-            },
-        );
-        sut.nginx.push(ng);
+        match proxy {
+            Backend::Nginx => {
+                let role = nginx::Role::TlsProxy {
+                    backends: addrs,
+                    ip_hash,
+                };
+                let spec = nginx::Spec::new("tls-proxy", role, &pki, www);
+                let ng = Nginx::start(&spec, &dir, Some(&confine))?;
+                sut.proxy_in_front(ng.addr(), Counter::Nginx(0), ng.pid(), confine);
+                sut.nginx.push(ng);
+            }
+            Backend::Baton => {
+                let mut extra: Vec<String> = addrs
+                    .iter()
+                    .flat_map(|a| ["--upstream".to_string(), format!("http://{a}")])
+                    .collect();
+                let balance = if ip_hash { "client-ip" } else { "round-robin" };
+                extra.extend(["--upstream-balance".into(), balance.into()]);
+                let agent = lab.agent(&dir, "tls-proxy", &pki, &extra, &confine)?;
+                let metrics = agent.addr("metrics").context("agent metrics address")?;
+                let entry = agent
+                    .addr("tls")
+                    .context("agent announced no TLS address")?;
+                sut.proxy_in_front(entry, Counter::Metrics(metrics), agent.child.id(), confine);
+                sut.agents.push(agent);
+            }
+        }
         Ok(sut)
     }
-}
 
-impl Sut {
-    /// A Baton agent as the single TLS reverse proxy (`--upstream` for each backend,
-    /// `--upstream-balance client-ip` or `round-robin`), capped like one server, in front of
-    /// `backends` plain-HTTP nginx servers: the same farm as [`Sut::nginx_tls_proxy`].
-    pub fn baton_tls_proxy(
-        lab: &Lab,
-        name: &str,
-        backends: usize,
-        ip_hash: bool,
-        kind: KeyKind,
-        www: &Path,
-    ) -> anyhow::Result<Sut> {
-        let dir = lab.sut_dir(name)?;
-        let pki = lab.pki(kind)?;
-        let mut sut = Sut::empty(name, pki.ca.clone());
-        let addrs = sut.plain_backends(lab, &dir, &pki, backends, www)?;
-        let mut extra: Vec<String> = addrs
-            .iter()
-            .flat_map(|a| ["--upstream".to_string(), format!("http://{a}")])
-            .collect();
-        let balance = if ip_hash { "client-ip" } else { "round-robin" };
-        extra.extend(["--upstream-balance".into(), balance.into()]);
-        let confine = lab.confine("tls-proxy", 0)?;
-        let agent = lab.agent(&dir, "tls-proxy", &pki, &extra, &confine)?;
-        sut.entry = agent
-            .addr("tls")
-            .context("agent announced no TLS address")?;
-        sut.servers.insert(
+    /// The TLS proxy is where clients connect, and the first server listed.
+    fn proxy_in_front(&mut self, entry: SocketAddr, counter: Counter, pid: u32, confine: Confine) {
+        self.entry = entry;
+        let name = "tls-proxy".into();
+        self.servers.insert(
             0,
             Server {
-                name: "tls-proxy".into(),
-                counter: Counter::Metrics(agent.addr("metrics").context("agent metrics address")?),
-                pid: agent.child.id(),
+                name,
+                counter,
+                pid,
                 confine,
             },
         );
-        sut.agents.push(agent);
-        Ok(sut)
     }
 
     /// `n` plain-HTTP nginx backends, each capped (their CPU is part of the system's cost,
@@ -577,7 +564,7 @@ impl Sut {
     }
 }
 
-/// Which TLS server stands behind a balancer.
+/// Which TLS implementation plays a role: the servers behind a balancer, or the TLS proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Baton,
