@@ -11,8 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The counters kept: series name with labels -> value.
 pub type Sample = BTreeMap<String, f64>;
 
-const KEPT: [&str; 4] = [
+const KEPT: [&str; 5] = [
     "baton_handshakes_total",
+    "baton_http_requests_total",
     "baton_crypto_seconds_total",
     "baton_handshake_failures_total",
     "process_cpu_seconds_total",

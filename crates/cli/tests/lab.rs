@@ -120,6 +120,8 @@ fn check_baselines(rows: &[Value], connections: u64) {
         }
         let client = u(&r["client_full"]) + u(&r["client_resumed"]);
         assert_eq!(client, connections, "{r:#}");
+        // one request per connection, counted by the TLS servers themselves
+        assert_eq!(u(&r["server_requests"]), connections, "{r:#}");
         // The balancer's CPU is measured wherever one stands in front: HAProxy, or the
         // dispatcher (which relays every byte, so it always used some).
         let balancer = &r["balancer_cpu_ms_per_tx"];

@@ -271,6 +271,10 @@ pub fn row(
         ("spread_percent", spread),
         ("server_cpu_ms_per_tx", r.server_cpu_per_tx_ms()),
         ("balancer_cpu_ms_per_tx", r.balancer_cpu_per_tx_ms()),
+        (
+            "server_requests",
+            r.per_server.iter().map(|s| s.requests).sum::<u64>()
+        ),
         ("client_full", r.report.handshakes.full),
         ("client_resumed", r.report.handshakes.resumed),
         ("servers_at_cap", r.servers_bound()),

@@ -109,6 +109,13 @@ impl Haproxy {
         parse_stot(&out)
     }
 
+    /// Whether every connection HAProxy sent on has been logged (it logs one when both sides
+    /// have closed, which may come a moment after the client is done).
+    pub fn all_logged(&self) -> bool {
+        self.per_server_connections()
+            .is_ok_and(|per| self.logged_connections() as u64 >= per.iter().sum::<u64>())
+    }
+
     /// Connections HAProxy logged (one line per connection with `option tcplog`).
     pub fn logged_connections(&self) -> usize {
         std::fs::read_to_string(self.dir.join("haproxy.log"))

@@ -130,12 +130,7 @@ impl Lab {
         let wall = t0.elapsed().as_secs_f64();
         let client_cpu = baton_ops::process::usage().cpu_seconds - client0;
         drop(proxy);
-        if sut.haproxy.is_some() || !sut.nginx.is_empty() {
-            // nginx flushes its buffered access log every second; HAProxy logs a connection
-            // when both sides have closed, which may come just after the client is done
-            std::thread::sleep(Duration::from_millis(1500));
-        }
-        let after = sut.snapshot()?;
+        let after = sut.settled(&before, report.requests.ok)?;
         let balancer1 = sut.balancer_pid().and_then(proc_cpu_seconds);
         let per_server = before.iter().zip(&after).map(|(b, a)| a.minus(b)).collect();
         Ok(Run {
@@ -288,6 +283,27 @@ impl Sut {
             .as_ref()
             .map(|h| h.pid())
             .or_else(|| self.cluster.as_ref().map(|c| c.dispatcher.child.id()))
+    }
+
+    /// Every server's counters once they account for the run: nginx writes its access log
+    /// every second and HAProxy logs a connection when both sides have closed, both a moment
+    /// after the client is done. Waits (at most 10 s) until the servers counted `requests`
+    /// more than `before` and HAProxy logged every connection it passed on.
+    fn settled(&self, before: &[ServerCounts], requests: u64) -> anyhow::Result<Vec<ServerCounts>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.snapshot()?;
+            let counted: u64 = now
+                .iter()
+                .zip(before)
+                .map(|(n, b)| n.requests.saturating_sub(b.requests))
+                .sum();
+            let logged = self.haproxy.as_ref().is_none_or(|h| h.all_logged());
+            if (counted >= requests && logged) || Instant::now() >= deadline {
+                return Ok(now);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Every server's cumulative counters now.
