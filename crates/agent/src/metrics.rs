@@ -37,12 +37,14 @@ pub enum FailureReason {
     Eof,
     /// The handshake did not finish within --handshake-timeout.
     Timeout,
+    /// The key signer (`--key-signer`) gave no signature: unreachable, stalled, or refused.
+    Signer,
     /// Anything else.
     Other,
 }
 
 impl FailureReason {
-    const ALL: [FailureReason; 8] = [
+    const ALL: [FailureReason; 9] = [
         FailureReason::Incompatible,
         FailureReason::Malformed,
         FailureReason::AlertReceived,
@@ -50,6 +52,7 @@ impl FailureReason {
         FailureReason::Misbehaved,
         FailureReason::Eof,
         FailureReason::Timeout,
+        FailureReason::Signer,
         FailureReason::Other,
     ];
 
@@ -62,6 +65,7 @@ impl FailureReason {
             FailureReason::Misbehaved => "misbehaved",
             FailureReason::Eof => "eof",
             FailureReason::Timeout => "timeout",
+            FailureReason::Signer => "signer",
             FailureReason::Other => "other",
         }
     }
@@ -79,6 +83,9 @@ impl FailureReason {
                 E::AlertReceived(_) => FailureReason::AlertReceived,
                 E::NoCertificatesPresented | E::InvalidCertificate(_) => FailureReason::ClientCert,
                 E::PeerMisbehaved(_) => FailureReason::Misbehaved,
+                E::Other(e) if e.0.is::<baton_signer::client::SignFailed>() => {
+                    FailureReason::Signer
+                }
                 _ => FailureReason::Other,
             };
         }
@@ -102,7 +109,7 @@ pub struct Metrics {
     /// [version][full, resumed]
     handshakes: [[AtomicU64; 2]; 2],
     hello_retries: AtomicU64,
-    failures: [AtomicU64; 8],
+    failures: [AtomicU64; 9],
     connections_active: AtomicI64,
     connections_total: AtomicU64,
     connections_rejected: AtomicU64,
@@ -477,6 +484,20 @@ mod tests {
         assert_eq!(
             FailureReason::of(&std::io::ErrorKind::UnexpectedEof.into()),
             FailureReason::Eof
+        );
+        let signer = baton_signer::client::SignFailed {
+            key: "abcd".into(),
+            cause: baton_signer::client::ClientError::Timeout(std::time::Duration::from_secs(1)),
+        };
+        let other = rustls::OtherError(std::sync::Arc::new(signer));
+        assert_eq!(
+            FailureReason::of(&tls(rustls::Error::Other(other))),
+            FailureReason::Signer
+        );
+        let unrelated = rustls::OtherError(std::sync::Arc::new(std::fmt::Error));
+        assert_eq!(
+            FailureReason::of(&tls(rustls::Error::Other(unrelated))),
+            FailureReason::Other
         );
     }
 }

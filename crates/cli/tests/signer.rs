@@ -408,6 +408,12 @@ fn signer_killed_or_stalled_fails_handshakes_cleanly_and_the_agent_recovers() {
     signer.signal("CONT");
     assert!(took < Duration::from_secs(20), "took {took:?}: {err}");
     assert!(signer_metric(&agent, "timeout") >= 1.0);
+    // the agent counts these failed handshakes as the signer's (killed and stalled runs)
+    assert!(agent.metric("baton_handshake_failures_total{reason=\"signer\"}") >= 4.0);
+    assert_eq!(
+        agent.metric("baton_handshake_failures_total{reason=\"other\"}"),
+        0.0
+    );
     // and recovers once it runs again
     assert_eq!(fetch(&agent, &config, "/").unwrap().status, 200);
     assert_eq!(socket, signer.socket);

@@ -372,6 +372,16 @@ impl SigningKey for RemoteKey {
     }
 }
 
+/// A handshake signature the signer did not give: the error rustls carries out of the
+/// handshake, typed so the agent counts these failures as the signer's, not as "other".
+#[derive(Debug, thiserror::Error)]
+#[error("key {key}: {cause}")]
+pub struct SignFailed {
+    pub key: String,
+    #[source]
+    pub cause: ClientError,
+}
+
 #[derive(Debug)]
 struct RemoteSigner {
     client: Arc<Client>,
@@ -391,10 +401,12 @@ impl Signer for RemoteSigner {
                 }
                 _ => {
                     self.client.metrics.warn(&e, self.client.path());
-                    Err(rustls::Error::General(format!(
-                        "key {}: {e}",
-                        short_id(&self.key_id)
-                    )))
+                    Err(rustls::Error::Other(rustls::OtherError(Arc::new(
+                        SignFailed {
+                            key: short_id(&self.key_id),
+                            cause: e,
+                        },
+                    ))))
                 }
             },
         }
