@@ -309,17 +309,6 @@ fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
     assert_eq!(migrated_out(&up), migrated_in(&up));
 }
 
-/// FNV-1a over the address, as the dispatcher picks a client's home agent.
-fn home_of(ip: IpAddr, agents: u64) -> u64 {
-    let bytes = match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    };
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    }) % agents
-}
-
 struct Cluster {
     agents: Vec<Agent>,
     _dir: TempDir,
@@ -382,10 +371,10 @@ fn dispatcher(c: &Cluster) -> Dispatcher {
 }
 
 /// A source address on 127/8 whose home is agent `home`.
-fn source_with_home(home: u64) -> IpAddr {
+fn source_with_home(home: usize) -> IpAddr {
     (2..250)
         .map(|i| IpAddr::from([127, 0, 0, i]))
-        .find(|ip| home_of(*ip, 2) == home)
+        .find(|ip| baton_ops::affinity::slot(*ip, 2) == Some(home))
         .unwrap()
 }
 
