@@ -117,6 +117,7 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         cap,
     };
     raise_fd_limit();
+    let _machine = machine_lock()?;
     println!(
         "baton lab: {} CPUs, servers capped at {} ({:?}), RTT {}, {}",
         crate::rig::cap::available_cores(),
@@ -170,6 +171,42 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
     result
 }
 
+/// One lab at a time on a machine: each run sizes its CPU caps so that its servers, balancer
+/// and client fit the cores, and a second run alongside would take that room and skew both
+/// (a quick Scenario A beside a Scenario B once put the handoff agents' handshakes 11% apart).
+/// A second `baton lab` waits for the first; the lock goes with the process, however it ends.
+fn machine_lock() -> anyhow::Result<std::fs::File> {
+    let path = std::env::temp_dir().join("baton-lab.lock");
+    lock_exclusive(&path, || {
+        println!(
+            "baton lab: another lab is running on this machine ({}); waiting for it",
+            path.display()
+        )
+    })
+}
+
+/// An exclusive `flock` on `path`, calling `waiting` first if someone else holds it.
+fn lock_exclusive(path: &std::path::Path, waiting: impl FnOnce()) -> anyhow::Result<std::fs::File> {
+    // another user's lock file can still be locked through a read-only descriptor
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .or_else(|_| std::fs::File::open(path))
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => waiting(),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+    file.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
 /// Thousands of connections in flight: lift the soft descriptor limit to the hard one (our
 /// children, nginx and HAProxy, inherit it).
 fn raise_fd_limit() {
@@ -215,5 +252,41 @@ pub fn run_notes<'a, N: AsRef<str> + 'a>(
             "not every server reached its CPU cap in: {} (there the client, RTT or the balancer limited TPS)",
             unbound.join(", ")
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_second_lab_waits_for_the_first() {
+        let dir = std::env::temp_dir().join(format!("baton-lab-lock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lab.lock");
+        let first = super::lock_exclusive(&path, || panic!("nobody holds it yet")).unwrap();
+        let waited = Arc::new(AtomicBool::new(false));
+        let second = std::thread::spawn({
+            let (path, waited) = (path.clone(), waited.clone());
+            move || {
+                let _lock =
+                    super::lock_exclusive(&path, || waited.store(true, Ordering::SeqCst)).unwrap();
+            }
+        });
+        // the second one is told to wait, and blocks until the first lets go
+        while !waited.load(Ordering::SeqCst) && !second.is_finished() {
+            std::thread::yield_now();
+        }
+        assert!(
+            waited.load(Ordering::SeqCst),
+            "the second lab was not told to wait"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!second.is_finished(), "the second lab did not wait");
+        drop(first);
+        second.join().unwrap();
+        let _again = super::lock_exclusive(&path, || panic!("released with its process")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
