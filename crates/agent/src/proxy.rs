@@ -1,21 +1,22 @@
 //! The SSL reverse proxy role: every request goes to a plain-HTTP backend, with the client's
 //! address and certificate subject added as headers. With several backends the agent is the
 //! paper's single TLS proxy (Pound) in front of a farm: requests go round robin, or by client
-//! address so a client keeps its backend (Pound-IP).
+//! address so a client keeps its backend (Pound-IP). Which backend, and which are passed over
+//! after refusing connections, is decided in `upstream.rs`; this file does the I/O.
 //!
 //! The agent is the TLS edge, so it is the first hop that knows the client: it *replaces*
 //! `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Client-Cert-Subject` rather than appending to
 //! what the client sent, which would let any client claim any address or identity.
 
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use http::header::{self, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -23,10 +24,14 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::config::UpstreamBalance;
 use crate::http::{text, Body, ConnInfo};
+use crate::upstream::{Backends, Outcome};
 
 pub const CLIENT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
 const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// Longest wait for a backend's connection: a backend that does not answer a SYN in this
+/// time counts as down, and a request without a body goes to the next one.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) never forwarded in either direction.
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -41,8 +46,8 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 
 #[derive(Debug)]
 pub struct Proxy {
-    backends: Backends,
-    client: Client<HttpConnector, Incoming>,
+    backends: Arc<Backends>,
+    client: Client<HttpConnector, Body>,
     /// Longest wait for the backend's response head.
     timeout: Duration,
 }
@@ -63,50 +68,16 @@ pub fn parse_upstream(url: &str) -> anyhow::Result<Authority> {
         .ok_or_else(|| anyhow!("--upstream `{url}`: missing host"))
 }
 
-/// The backends and the choice among them (no I/O).
-#[derive(Debug)]
-pub struct Backends {
-    authorities: Vec<Authority>,
-    balance: UpstreamBalance,
-    next: AtomicUsize,
-}
-
-impl Backends {
-    pub fn new(urls: &[String], balance: UpstreamBalance) -> anyhow::Result<Self> {
-        if urls.is_empty() {
-            bail!("no --upstream given");
-        }
-        Ok(Self {
-            authorities: urls
-                .iter()
-                .map(|u| parse_upstream(u))
-                .collect::<anyhow::Result<_>>()?,
-            balance,
-            next: AtomicUsize::new(0),
-        })
-    }
-
-    /// The backend for one request from `client`.
-    pub fn pick(&self, client: IpAddr) -> &Authority {
-        let n = self.authorities.len();
-        let i = match self.balance {
-            UpstreamBalance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
-            UpstreamBalance::ClientIp => baton_ops::affinity::slot(client, n).unwrap_or(0),
-        };
-        &self.authorities[i]
-    }
-}
-
 impl Proxy {
     pub fn new(
         urls: &[String],
         balance: UpstreamBalance,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
-        let backends = Backends::new(urls, balance)?;
+        let backends = Arc::new(Backends::new(urls, balance)?);
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT.min(timeout)));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
@@ -117,76 +88,108 @@ impl Proxy {
         })
     }
 
-    pub async fn forward(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
-        let upstream = self.backends.pick(conn.peer.ip());
-        let req = match self.rewrite(req, conn, upstream) {
-            Ok(r) => r,
-            Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
-        };
-        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
-            Ok(Ok(mut resp)) => {
-                strip_hop_by_hop(resp.headers_mut());
-                resp.map(|b| b.map_err(Into::into).boxed())
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(%upstream, error = %e, "upstream request failed");
-                text(StatusCode::BAD_GATEWAY, "upstream unavailable\n")
-            }
-            Err(_) => text(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
-        }
+    /// The backends and their health, for the metrics endpoint.
+    pub fn backends(&self) -> Arc<Backends> {
+        self.backends.clone()
     }
 
-    fn rewrite(
-        &self,
-        req: Request<Incoming>,
-        conn: &ConnInfo,
-        upstream: &Authority,
-    ) -> Result<Request<Incoming>, &'static str> {
-        let (mut parts, body) = req.into_parts();
-        // HTTP/2 carries the host in :authority; the backend speaks HTTP/1.1 and wants Host.
-        let host = parts
-            .uri
-            .authority()
-            .map(|a| a.as_str().to_owned())
-            .or_else(|| {
-                parts
-                    .headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(String::from)
-            });
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        parts.uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(upstream.clone())
-            .path_and_query(path)
-            .build()
-            .map_err(|_| "bad request target\n")?;
-        parts.version = Version::HTTP_11;
-        let h = &mut parts.headers;
-        strip_hop_by_hop(h);
-        if let Some(host) = host.and_then(|s| HeaderValue::from_str(&s).ok()) {
-            h.insert(header::HOST, host);
+    pub async fn forward(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
+        // A request without a body can be sent again as it is: if its backend refuses the
+        // connection (which never saw the request, so even a POST is safe), the next one
+        // gets it. One with a body has only the one try: its body is consumed on the way.
+        let resendable = req.body().is_end_stream();
+        let (mut head, body) = req.into_parts();
+        let path = match rewrite(&mut head, conn) {
+            Ok(p) => p,
+            Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
+        };
+        let mut body = (!resendable).then(|| body.map_err(Into::into).boxed());
+        for backend in self.backends.order(conn.peer.ip(), Instant::now()) {
+            let body = match body.take() {
+                Some(b) => b,
+                None if resendable => Empty::new().map_err(|e| match e {}).boxed(),
+                None => break,
+            };
+            let upstream = self.backends.authority(backend);
+            let mut head = head.clone();
+            head.uri = match Uri::builder()
+                .scheme(Scheme::HTTP)
+                .authority(upstream.clone())
+                .path_and_query(path.as_str())
+                .build()
+            {
+                Ok(u) => u,
+                Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target\n"),
+            };
+            let sent = self.client.request(Request::from_parts(head, body));
+            let (outcome, response) = match tokio::time::timeout(self.timeout, sent).await {
+                Ok(Ok(mut resp)) => {
+                    strip_hop_by_hop(resp.headers_mut());
+                    let resp = resp.map(|b| b.map_err(Into::into).boxed());
+                    (Outcome::Answered, resp)
+                }
+                Ok(Err(e)) if e.is_connect() => {
+                    tracing::warn!(%upstream, error = %e, "upstream refused: passed over for a while");
+                    self.backends
+                        .report(backend, Outcome::Connect, Instant::now());
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(%upstream, error = %e, "upstream request failed");
+                    let resp = text(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
+                    (Outcome::Broken, resp)
+                }
+                Err(_) => {
+                    let resp = text(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
+                    (Outcome::Timeout, resp)
+                }
+            };
+            self.backends.report(backend, outcome, Instant::now());
+            return response;
         }
-        h.insert(
-            FORWARDED_FOR,
-            HeaderValue::from_str(&conn.peer.ip().to_string()).map_err(|_| "bad peer\n")?,
-        );
-        h.insert(FORWARDED_PROTO, HeaderValue::from_static("https"));
-        h.remove(&CLIENT_SUBJECT);
-        if let Some(subject) = &conn.client_subject {
-            // A subject with bytes not allowed in a header is sent escaped rather than dropped.
-            let v = HeaderValue::from_str(subject)
-                .or_else(|_| HeaderValue::from_str(&subject.escape_default().to_string()))
-                .map_err(|_| "bad client subject\n")?;
-            h.insert(CLIENT_SUBJECT, v);
-        }
-        Ok(Request::from_parts(parts, body))
+        text(StatusCode::BAD_GATEWAY, "upstream unavailable\n")
     }
+}
+
+/// Rewrites a client's request head for a backend, and returns the path and query to ask it
+/// for (the backend's address goes into the URI per attempt).
+fn rewrite(head: &mut http::request::Parts, conn: &ConnInfo) -> Result<String, &'static str> {
+    // HTTP/2 carries the host in :authority; the backend speaks HTTP/1.1 and wants Host.
+    let host = head
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            head.headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(String::from)
+        });
+    let path = head
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    head.version = Version::HTTP_11;
+    let h = &mut head.headers;
+    strip_hop_by_hop(h);
+    if let Some(host) = host.and_then(|s| HeaderValue::from_str(&s).ok()) {
+        h.insert(header::HOST, host);
+    }
+    h.insert(
+        FORWARDED_FOR,
+        HeaderValue::from_str(&conn.peer.ip().to_string()).map_err(|_| "bad peer\n")?,
+    );
+    h.insert(FORWARDED_PROTO, HeaderValue::from_static("https"));
+    h.remove(&CLIENT_SUBJECT);
+    if let Some(subject) = &conn.client_subject {
+        // A subject with bytes not allowed in a header is sent escaped rather than dropped.
+        let v = HeaderValue::from_str(subject)
+            .or_else(|_| HeaderValue::from_str(&subject.escape_default().to_string()))
+            .map_err(|_| "bad client subject\n")?;
+        h.insert(CLIENT_SUBJECT, v);
+    }
+    Ok(path)
 }
 
 fn strip_hop_by_hop(h: &mut http::HeaderMap) {
@@ -216,37 +219,6 @@ mod tests {
         assert!(parse_upstream("https://127.0.0.1:8080").is_err());
         assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
         assert!(parse_upstream("127.0.0.1:8080").is_err());
-    }
-
-    #[test]
-    fn backends_round_robin_or_by_client_address() {
-        let urls = [
-            "http://127.0.0.1:81",
-            "http://127.0.0.1:82",
-            "http://127.0.0.1:83",
-        ]
-        .map(String::from);
-        let rr = Backends::new(&urls, UpstreamBalance::RoundRobin).unwrap();
-        let client: IpAddr = "127.0.0.9".parse().unwrap();
-        let picked: Vec<u16> = (0..6)
-            .map(|_| rr.pick(client).port_u16().unwrap())
-            .collect();
-        assert_eq!(picked, [81, 82, 83, 81, 82, 83]);
-
-        let by_ip = Backends::new(&urls, UpstreamBalance::ClientIp).unwrap();
-        let mut seen = std::collections::BTreeSet::new();
-        for host in 1..=40u8 {
-            let ip = IpAddr::from([127, 0, 0, host]);
-            let first = by_ip.pick(ip).clone();
-            assert!(
-                (0..5).all(|_| by_ip.pick(ip) == &first),
-                "client {ip} moved"
-            );
-            seen.insert(first.port_u16().unwrap());
-        }
-        assert_eq!(seen.len(), 3, "40 clients all landed on {seen:?}");
-        assert!(Backends::new(&[], UpstreamBalance::RoundRobin).is_err());
-        assert!(Backends::new(&["https://x:1".into()], UpstreamBalance::RoundRobin).is_err());
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             config.idle_timeout,
         )?)
     };
+    let upstreams = proxy.as_ref().map(Proxy::backends);
     let http = Arc::new(HttpService {
         metrics: metrics.clone(),
         proxy,
@@ -90,7 +91,13 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         let m = metrics.clone();
         tokio::spawn(baton_ops::serve_metrics(
             l,
-            Arc::new(move || m.render()),
+            Arc::new(move || {
+                let mut text = m.render();
+                if let Some(u) = &upstreams {
+                    u.render(&mut text);
+                }
+                text
+            }),
             draining.clone(),
         ));
     }
