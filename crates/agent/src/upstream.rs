@@ -35,7 +35,8 @@ pub enum Outcome {
     Broken,
 }
 
-const FAILURES: [(Outcome, &str); 3] = [
+/// The failures' `kind` labels (`Answered` is counted as a response, not a failure).
+const FAILURE_KINDS: [(Outcome, &str); 3] = [
     (Outcome::Connect, "connect"),
     (Outcome::Timeout, "timeout"),
     (Outcome::Broken, "broken"),
@@ -46,8 +47,8 @@ struct Backend {
     authority: Authority,
     /// Passed over until this many ms after `Backends::epoch`; 0 while up.
     down_until_ms: AtomicU64,
-    answered: AtomicU64,
-    failures: [AtomicU64; FAILURES.len()],
+    /// Attempts by outcome, indexed by `Outcome as usize`.
+    outcomes: [AtomicU64; 4],
 }
 
 /// The backends and the choice among them.
@@ -70,8 +71,7 @@ impl Backends {
                 Ok(Backend {
                     authority: parse_upstream(u)?,
                     down_until_ms: AtomicU64::new(0),
-                    answered: AtomicU64::new(0),
-                    failures: Default::default(),
+                    outcomes: Default::default(),
                 })
             })
             .collect::<anyhow::Result<_>>()?;
@@ -107,20 +107,14 @@ impl Backends {
     /// [`DOWN_FOR`], an answer brings it back at once.
     pub fn report(&self, backend: usize, outcome: Outcome, now: Instant) {
         let b = &self.backends[backend];
+        b.outcomes[outcome as usize].fetch_add(1, Ordering::Relaxed);
         match outcome {
-            Outcome::Answered => {
-                b.answered.fetch_add(1, Ordering::Relaxed);
-                b.down_until_ms.store(0, Ordering::Relaxed);
+            Outcome::Answered => b.down_until_ms.store(0, Ordering::Relaxed),
+            Outcome::Connect => {
+                let until = self.ms(now + DOWN_FOR).max(1);
+                b.down_until_ms.store(until, Ordering::Relaxed);
             }
-            failed => {
-                if let Some(i) = FAILURES.iter().position(|(o, _)| *o == failed) {
-                    b.failures[i].fetch_add(1, Ordering::Relaxed);
-                }
-                if failed == Outcome::Connect {
-                    let until = self.ms(now + DOWN_FOR).max(1);
-                    b.down_until_ms.store(until, Ordering::Relaxed);
-                }
-            }
+            Outcome::Timeout | Outcome::Broken => {}
         }
     }
 
@@ -156,7 +150,7 @@ impl Backends {
             "Response heads received from each backend.",
         );
         for b in &self.backends {
-            let n = b.answered.load(Ordering::Relaxed);
+            let n = b.outcomes[Outcome::Answered as usize].load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
                 "baton_upstream_responses_total{{upstream=\"{}\"}} {n}",
@@ -170,8 +164,8 @@ impl Backends {
             "Failed attempts on each backend: connect (refused or unreachable; the request then goes to another backend if it has no body), timeout, broken.",
         );
         for b in &self.backends {
-            for (i, (_, kind)) in FAILURES.iter().enumerate() {
-                let n = b.failures[i].load(Ordering::Relaxed);
+            for (outcome, kind) in FAILURE_KINDS {
+                let n = b.outcomes[outcome as usize].load(Ordering::Relaxed);
                 let _ = writeln!(
                     out,
                     "baton_upstream_failures_total{{upstream=\"{}\",kind=\"{kind}\"}} {n}",
