@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::handoff::relay::*;
 
 fn record(typ: u8, body_len: usize, fill: u8) -> Vec<u8> {
     let mut r = vec![typ, 3, 3, (body_len >> 8) as u8, body_len as u8];
@@ -14,7 +15,10 @@ fn record(typ: u8, body_len: usize, fill: u8) -> Vec<u8> {
 
 fn all_frames() -> Vec<Frame> {
     vec![
-        Frame::Offer { home: 513 },
+        Frame::Offer {
+            home: 513,
+            binding: [7; BINDING_LEN],
+        },
         Frame::Freeze,
         Frame::Decline,
         Frame::Frozen,
@@ -23,8 +27,9 @@ fn all_frames() -> Vec<Frame> {
         Frame::Done,
         Frame::Resume,
         Frame::Import(vec![9; 300]),
-        Frame::Accepted,
+        Frame::Ready,
         Frame::Refused(RefuseReason::Expired),
+        Frame::Commit,
     ]
 }
 
@@ -170,16 +175,19 @@ fn migration_happy_path() {
     relay.home_connected();
     p.drain(&mut relay);
     assert_eq!(p.to_home, Frame::Import(vec![7; 200]).to_bytes());
-    let mut answer = Frame::Accepted.to_bytes();
-    answer.extend(record(23, 40, 0xB0)); // the home agent's first response
-    relay.from_home(&answer).unwrap();
+    relay.from_home(&Frame::Ready.to_bytes()).unwrap();
+    p.drain(&mut relay);
+    // the home agent's first response, after Commit
+    relay.from_home(&record(23, 40, 0xB0)).unwrap();
     p.drain(&mut relay);
     assert!(p.agent_closed);
     assert_eq!(p.spliced, Some(Target::HomeAgent));
     assert_eq!(relay.outcome(), Some(Outcome::Migrated));
     assert!(p.to_agent.ends_with(&Frame::Done.to_bytes()));
     let home_tls = &p.to_home[Frame::Import(vec![7; 200]).to_bytes().len()..];
-    assert_eq!(home_tls, &client[cut..]);
+    let (tls, frames) = unpack(home_tls);
+    assert_eq!(frames, vec![(0, Frame::Commit)], "Commit before any client byte");
+    assert_eq!(tls, &client[cut..]);
     let mut expect_client = record(22, 90, 0x02);
     expect_client.extend(record(23, 40, 0xB0));
     assert_eq!(p.to_client, expect_client);
@@ -227,8 +235,8 @@ fn refused_or_unreachable_home_falls_back_to_the_handshake_agent() {
         );
         let kinds: Vec<_> = frames.into_iter().map(|(_, f)| f).collect();
         assert_eq!(kinds, vec![Frame::Frozen, Frame::Resume]);
-        // a late Accepted changes nothing
-        relay.from_home(&Frame::Accepted.to_bytes()).unwrap();
+        // a late Ready changes nothing: the home agent is never told Commit
+        relay.from_home(&Frame::Ready.to_bytes()).unwrap();
         assert_eq!(relay.poll_action(), None);
     }
 }
@@ -259,6 +267,45 @@ fn decline_and_abort_keep_the_handshake_agent() {
     assert_eq!(p.spliced, Some(Target::HandshakeAgent));
     assert_eq!(unpack(&p.to_agent).0, client);
     assert_eq!(relay.outcome(), Some(Outcome::Aborted));
+}
+
+#[test]
+fn abort_while_freezing_still_marks_the_boundary() {
+    // the agent went over its plaintext cap before the client reached a record boundary
+    let client = client_stream();
+    let mut relay = Relay::new();
+    let mut p = Peers::default();
+    relay.from_client(&client[..400]).unwrap();
+    relay.from_agent(&Frame::Freeze.to_bytes()).unwrap();
+    relay.from_agent(&Frame::Abort.to_bytes()).unwrap();
+    p.drain(&mut relay);
+    assert_eq!(p.spliced, None);
+    relay.from_client(&client[400..]).unwrap();
+    p.drain(&mut relay);
+    assert_eq!(p.spliced, Some(Target::HandshakeAgent));
+    assert_eq!(relay.outcome(), Some(Outcome::Aborted));
+    let (tls, frames) = unpack(&p.to_agent);
+    assert_eq!(tls, client);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].1, Frame::Frozen);
+    assert_eq!(p.connect_home, 0);
+}
+
+#[test]
+fn timeout_after_ready_is_too_late_to_fall_back() {
+    let client = client_stream();
+    let mut relay = Relay::new();
+    let mut p = Peers::default();
+    relay.from_client(&client).unwrap();
+    relay.from_agent(&Frame::Freeze.to_bytes()).unwrap();
+    relay.from_agent(&Frame::Switch(vec![1]).to_bytes()).unwrap();
+    relay.home_connected();
+    relay.from_home(&Frame::Ready.to_bytes()).unwrap();
+    relay.home_failed();
+    p.drain(&mut relay);
+    assert_eq!(relay.outcome(), Some(Outcome::Migrated));
+    let (_, frames) = unpack(&p.to_agent);
+    assert!(!frames.iter().any(|(_, f)| *f == Frame::Resume));
 }
 
 #[test]
@@ -371,7 +418,7 @@ proptest! {
         relay.from_agent(&Frame::Switch(vec![5; 9]).to_bytes()).unwrap();
         relay.home_connected();
         if accept {
-            relay.from_home(&Frame::Accepted.to_bytes()).unwrap();
+            relay.from_home(&Frame::Ready.to_bytes()).unwrap();
         } else {
             relay.home_failed();
         }
@@ -380,14 +427,18 @@ proptest! {
         let import_len = Frame::Import(vec![5; 9]).to_bytes().len();
         if accept {
             prop_assert_eq!(agent_tls_after.len(), agent_tls.len());
+            let (home_tls, home_frames) = unpack(&p.to_home[import_len..]);
+            prop_assert_eq!(home_frames, vec![(0, Frame::Commit)]);
             let mut joined = agent_tls.clone();
-            joined.extend_from_slice(&p.to_home[import_len..]);
+            joined.extend_from_slice(&home_tls);
             prop_assert_eq!(joined, client);
             prop_assert!(p.agent_closed && !p.home_closed);
         } else {
             prop_assert_eq!(agent_tls_after, client);
             prop_assert!(p.home_closed && !p.agent_closed);
-            prop_assert_eq!(p.to_home.len(), import_len);
+            // Abort after Import (the home agent may be waiting for Commit), and no Commit
+            let (_, home_frames) = unpack(&p.to_home[import_len..]);
+            prop_assert_eq!(home_frames, vec![(0, Frame::Abort)]);
         }
     }
 

@@ -1,0 +1,389 @@
+//! The handoff protocol (CSSL-SF, seed 000 section 4.4.1): how a TLS connection that one agent
+//! (the *handshake agent*) has just finished the handshake for is switched, on the same client
+//! TCP stream, to another agent (the client's *home agent*), which carries the bulk traffic.
+//!
+//! Every client connection reaches an agent as one stream of the *agent link* (`baton-link`:
+//! a few long-lived connections between the dispatcher and each agent, authenticated both ways
+//! with the cluster key, multiplexed). A migration is a stream move: the dispatcher opens a
+//! stream on the home agent's link, not a TCP connection. Handoff frames are read on link
+//! streams only, never on an agent's public port.
+//!
+//! After ServerHello everything is an encrypted record of type 23, so the dispatcher cannot see
+//! where the handshake ends: the handshake agent tells it, in-band, with *handoff frames*. A
+//! frame looks like a record header with a content type TLS never uses (0xBA), the magic "BT"
+//! and a 16-bit length, so one splitter walks a stream that mixes records and frames. Frames
+//! travel only between Baton processes; the client never sees one, and one that comes from the
+//! client is an error.
+//!
+//! The exchange (dispatcher D, handshake agent A, home agent H, client C) is a two-phase
+//! commit: at every moment at most one agent may use the session's keys.
+//!
+//! ```text
+//!  D->A  Offer{home, binding}  before the ClientHello: "hand this connection to agent `home`";
+//!                              `binding` = the id of the H link D will use || a fresh token
+//!  ...   the handshake, relayed both ways (D tracks C's record boundaries)
+//!  A->D  Freeze             A's handshake is done and its NewSessionTickets are sent
+//!        (or Decline: A keeps the connection; D splices A<->C from here on)
+//!  D->A  Frozen             at the next boundary between C's records; C's later bytes are held
+//!  A     decrypts every record before Frozen (at most MAX_CARRIED plaintext: past it A sends
+//!        Abort at once and keeps the connection), extracts the session, seals it bound to
+//!        `binding`
+//!  A->D  Switch{session}    the sealed session object (or Abort: D gives A the held bytes)
+//!  D->H  Import{session}    the first bytes of a new stream on that H link, carrying the token
+//!  H->D  Ready              H opened the object (bound to this link and token, unexpired,
+//!                           never imported, issued after H started); H uses nothing yet
+//!        (or Refused{reason})
+//!  D->H  Commit             D's decision, once: then the held bytes, and H<->C is spliced;
+//!  D->A  Done               A drops the keys and closes its stream
+//!        Refused, a broken H stream, or D's timeout before Ready:
+//!  D->H  Abort              (and the H stream is reset): H drops the keys, sends nothing
+//!  D->A  Resume             then the held bytes: A serves the session from its own record layer
+//! ```
+//!
+//! Why this keeps the invariants (shared/DESIGN.md): client bytes go to exactly one agent, cut
+//! only at a record boundary, so no record is split between two decryptors and none is lost or
+//! repeated. H has the session before the first record it must decrypt. Nobody encrypts twice
+//! under a key and sequence number: A sends nothing after Switch until D's verdict, H nothing
+//! after Ready until Commit, and D sends exactly one of Commit (to H) and Resume (to A). A
+//! timeout never grants the keys: A waiting for a verdict and H waiting for Commit give up by
+//! closing, never by using them. A sealed object copied off a link opens only on that link,
+//! with that token, once.
+//!
+//! [`Relay`] is the dispatcher's side as a state machine: bytes in, [`Action`]s out, no
+//! sockets, no clock (the shell owns the timeouts and calls [`Relay::home_failed`]).
+//! [`Exporter`] and [`Importer`] are the handshake and home agents' sides, with
+//! their deadlines given as instants (virtual time in tests).
+
+use crate::record::{HEADER_LEN, MAX_CIPHERTEXT_LEN};
+
+/// The content type of a frame: unassigned in TLS (RFC 8446 B.1, IANA TLS ContentType).
+pub const FRAME_TYPE: u8 = 0xBA;
+/// The two bytes where a record carries its version: "BT".
+pub const FRAME_MAGIC: [u8; 2] = *b"BT";
+/// The largest frame body: a sealed session object plus the client plaintext it carries.
+pub const MAX_FRAME_BODY: usize = u16::MAX as usize;
+/// Client bytes the dispatcher holds while a connection is frozen; it stops reading the client
+/// beyond this (TCP backpressure), so a frozen connection costs bounded memory.
+pub const MAX_HELD: usize = 256 * 1024;
+/// Length of an Offer's binding: the home agent's link id (16) and a fresh token (16).
+pub const BINDING_LEN: usize = 32;
+
+/// Why a home agent refused a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RefuseReason {
+    /// The session object did not open (wrong or unknown key, tampered, not for this agent).
+    Seal = 1,
+    /// It opened but had expired.
+    Expired = 2,
+    /// This agent had already imported it once (a replay).
+    Replay = 3,
+    /// It opened but its contents were unusable (unknown suite, bad lengths).
+    Invalid = 4,
+    /// This agent does not take migrated sessions (no cluster key, or shutting down).
+    Unavailable = 5,
+    /// A reason this version does not know.
+    Other = 255,
+}
+
+impl RefuseReason {
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Seal,
+            2 => Self::Expired,
+            3 => Self::Replay,
+            4 => Self::Invalid,
+            5 => Self::Unavailable,
+            _ => Self::Other,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Seal => "seal",
+            Self::Expired => "expired",
+            Self::Replay => "replay",
+            Self::Invalid => "invalid",
+            Self::Unavailable => "unavailable",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// One handoff frame. The sealed session objects are opaque here.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// `binding` ties the sealed session object to the home agent's link and the stream the
+    /// dispatcher will import it on ([`BINDING_LEN`] bytes, opaque to the handshake agent).
+    Offer { home: u16, binding: [u8; BINDING_LEN] },
+    Freeze,
+    Decline,
+    Frozen,
+    Switch(Vec<u8>),
+    Abort,
+    Done,
+    Resume,
+    Import(Vec<u8>),
+    Ready,
+    Refused(RefuseReason),
+    Commit,
+}
+
+impl std::fmt::Debug for Frame {
+    // Sealed, but still nobody's business in a log: print sizes only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Frame::Switch(b) | Frame::Import(b) => {
+                write!(f, "{}(<{} sealed bytes>)", self.name(), b.len())
+            }
+            Frame::Offer { home, .. } => write!(f, "Offer {{ home: {home} }}"),
+            Frame::Refused(r) => write!(f, "Refused({r:?})"),
+            _ => f.write_str(self.name()),
+        }
+    }
+}
+
+/// A handoff stream broke the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandoffError {
+    #[error("not a TLS record or handoff frame (type {0:#04x})")]
+    NotARecord(u8),
+    #[error("record of {0} bytes exceeds the TLS limit")]
+    RecordTooLarge(usize),
+    #[error("handoff frame without the BT magic")]
+    Magic,
+    #[error("handoff frame body too large: {0} bytes")]
+    FrameTooLarge(usize),
+    #[error("unknown handoff frame kind {0}")]
+    UnknownKind(u8),
+    #[error("malformed {0} frame")]
+    Malformed(&'static str),
+    #[error("handoff frame from the client")]
+    FrameFromClient,
+    #[error("unexpected {0} in state {1}")]
+    Unexpected(&'static str, &'static str),
+}
+
+impl Frame {
+    fn kind(&self) -> u8 {
+        match self {
+            Frame::Offer { .. } => 1,
+            Frame::Freeze => 2,
+            Frame::Decline => 3,
+            Frame::Frozen => 4,
+            Frame::Switch(_) => 5,
+            Frame::Abort => 6,
+            Frame::Done => 7,
+            Frame::Resume => 8,
+            Frame::Import(_) => 9,
+            Frame::Ready => 10,
+            Frame::Refused(_) => 11,
+            Frame::Commit => 12,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Frame::Offer { .. } => "Offer",
+            Frame::Freeze => "Freeze",
+            Frame::Decline => "Decline",
+            Frame::Frozen => "Frozen",
+            Frame::Switch(_) => "Switch",
+            Frame::Abort => "Abort",
+            Frame::Done => "Done",
+            Frame::Resume => "Resume",
+            Frame::Import(_) => "Import",
+            Frame::Ready => "Ready",
+            Frame::Refused(_) => "Refused",
+            Frame::Commit => "Commit",
+        }
+    }
+
+    /// Appends the frame's wire form. A session object longer than [`MAX_FRAME_BODY`] - 1
+    /// cannot be framed; [`Frame::fits`] says so before anyone tries.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut body = vec![self.kind()];
+        match self {
+            Frame::Offer { home, binding } => {
+                body.extend_from_slice(&home.to_be_bytes());
+                body.extend_from_slice(binding);
+            }
+            Frame::Switch(b) | Frame::Import(b) => body.extend_from_slice(b),
+            Frame::Refused(r) => body.push(*r as u8),
+            _ => {}
+        }
+        debug_assert!(body.len() <= MAX_FRAME_BODY);
+        let len = body.len().min(MAX_FRAME_BODY);
+        out.push(FRAME_TYPE);
+        out.extend_from_slice(&FRAME_MAGIC);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+        out.extend_from_slice(&body[..len]);
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode(&mut v);
+        v
+    }
+
+    /// Whether a session object of `len` bytes fits one Switch/Import frame.
+    pub fn fits(len: usize) -> bool {
+        len < MAX_FRAME_BODY
+    }
+
+    fn decode(body: &[u8]) -> Result<Frame, HandoffError> {
+        let (&kind, rest) = body.split_first().ok_or(HandoffError::Malformed("empty"))?;
+        let empty = |f: Frame| {
+            if rest.is_empty() {
+                Ok(f)
+            } else {
+                Err(HandoffError::Malformed(f.name()))
+            }
+        };
+        match kind {
+            1 => match rest {
+                [a, b, binding @ ..] if binding.len() == BINDING_LEN => Ok(Frame::Offer {
+                    home: u16::from_be_bytes([*a, *b]),
+                    binding: binding.try_into().map_err(|_| HandoffError::Malformed("Offer"))?,
+                }),
+                _ => Err(HandoffError::Malformed("Offer")),
+            },
+            2 => empty(Frame::Freeze),
+            3 => empty(Frame::Decline),
+            4 => empty(Frame::Frozen),
+            5 => Ok(Frame::Switch(rest.to_vec())),
+            6 => empty(Frame::Abort),
+            7 => empty(Frame::Done),
+            8 => empty(Frame::Resume),
+            9 => Ok(Frame::Import(rest.to_vec())),
+            10 => empty(Frame::Ready),
+            11 => match rest {
+                [r] => Ok(Frame::Refused(RefuseReason::from_u8(*r))),
+                _ => Err(HandoffError::Malformed("Refused")),
+            },
+            12 => empty(Frame::Commit),
+            k => Err(HandoffError::UnknownKind(k)),
+        }
+    }
+}
+
+/// What the front of a stream is, from its first bytes (at least one).
+fn classify(head: &[u8]) -> Result<bool, HandoffError> {
+    // true: a frame; false: a TLS record
+    match head[0] {
+        FRAME_TYPE => {
+            if head.len() >= 3 && head[1..3] != FRAME_MAGIC {
+                return Err(HandoffError::Magic);
+            }
+            Ok(true)
+        }
+        20..=24 => {
+            if head.len() >= 2 && head[1] != 3 {
+                return Err(HandoffError::NotARecord(head[0]));
+            }
+            Ok(false)
+        }
+        t => Err(HandoffError::NotARecord(t)),
+    }
+}
+
+/// Walks a stream of TLS records and handoff frames without holding record bodies: TLS bytes
+/// are passed through as they come (a record may end in a later push), frames are collected
+/// whole (bounded by [`MAX_FRAME_BODY`]) and returned one at a time.
+#[derive(Debug, Default)]
+pub struct Splitter {
+    /// A unit's header being collected, or a whole frame.
+    head: Vec<u8>,
+    /// Body bytes still to pass of the record in progress.
+    body_left: usize,
+}
+
+/// The result of one [`Splitter::split`] call.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// TLS bytes, in order, up to the frame (or the end of the input).
+    pub tls: Vec<u8>,
+    /// The first complete frame, if one ended in this input.
+    pub frame: Option<Frame>,
+    /// How many input bytes were consumed; bytes after a frame are left to the caller, who may
+    /// treat them differently once it has acted on the frame.
+    pub consumed: usize,
+}
+
+impl Splitter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the stream so far ends exactly between two units.
+    pub fn at_boundary(&self) -> bool {
+        self.head.is_empty() && self.body_left == 0
+    }
+
+    /// Consumes `data` up to and including the first complete frame.
+    pub fn split(&mut self, data: &[u8]) -> Result<Split, HandoffError> {
+        let mut out = Split::default();
+        let mut i = 0;
+        while i < data.len() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len() - i);
+                out.tls.extend_from_slice(&data[i..i + n]);
+                self.body_left -= n;
+                i += n;
+                continue;
+            }
+            // collecting a header (or a frame)
+            let is_frame = {
+                let need = if self.head.len() < HEADER_LEN {
+                    HEADER_LEN - self.head.len()
+                } else {
+                    frame_len(&self.head) - self.head.len()
+                };
+                let n = need.min(data.len() - i);
+                self.head.extend_from_slice(&data[i..i + n]);
+                i += n;
+                classify(&self.head)?
+            };
+            if self.head.len() < HEADER_LEN {
+                continue;
+            }
+            let len = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+            if !is_frame {
+                if len > MAX_CIPHERTEXT_LEN {
+                    return Err(HandoffError::RecordTooLarge(len));
+                }
+                out.tls.append(&mut self.head);
+                self.body_left = len;
+                continue;
+            }
+            if self.head.len() < HEADER_LEN + len {
+                continue;
+            }
+            let frame = Frame::decode(&self.head[HEADER_LEN..])?;
+            self.head.clear();
+            out.frame = Some(frame);
+            break;
+        }
+        out.consumed = i;
+        Ok(out)
+    }
+}
+
+fn frame_len(head: &[u8]) -> usize {
+    HEADER_LEN + usize::from(u16::from_be_bytes([head[3], head[4]]))
+}
+
+
+mod agent_side;
+mod relay;
+
+pub use agent_side::{ExportEvent, Exporter, ImportEvent, Importer};
+pub use relay::{Action, Outcome, Relay, Target};
+
+#[cfg(test)]
+#[path = "relay_test.rs"]
+mod relay_test;
+
+#[cfg(test)]
+#[path = "agent_test.rs"]
+mod agent_test;

@@ -1,0 +1,368 @@
+//! The dispatcher's side of the handoff as a state machine (see the module docs for the
+//! exchange).
+
+use std::collections::VecDeque;
+
+use super::{Frame, HandoffError, RefuseReason, Splitter, FRAME_TYPE, MAX_HELD};
+
+/// Tracks the boundaries between the client's records, refusing anything but TLS records.
+#[derive(Debug, Default)]
+struct ClientRecords {
+    inner: Splitter,
+}
+
+impl ClientRecords {
+    /// How many of `data`'s bytes come before the next record boundary (all of them if none
+    /// falls inside). At a boundary already: 0.
+    fn len_to_boundary(&mut self, data: &[u8]) -> Result<usize, HandoffError> {
+        if self.inner.at_boundary() {
+            return Ok(0);
+        }
+        let mut i = 0;
+        while i < data.len() && !self.inner.at_boundary() {
+            // feed one byte-run at a time: up to the end of the current header or body
+            let step = if self.inner.body_left > 0 {
+                self.inner.body_left.min(data.len() - i)
+            } else {
+                1
+            };
+            self.feed(&data[i..i + step])?;
+            i += step;
+        }
+        Ok(i)
+    }
+
+    fn feed(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+        let s = self.inner.split(data)?;
+        if s.frame.is_some() || !self.inner.head.is_empty() && self.inner.head[0] == FRAME_TYPE {
+            return Err(HandoffError::FrameFromClient);
+        }
+        Ok(())
+    }
+}
+
+/// Where the client's stream goes once the dispatcher stops looking at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The agent that ran the handshake (no handoff, or it failed).
+    HandshakeAgent,
+    /// The home agent, which imported the session.
+    HomeAgent,
+}
+
+/// What the dispatcher shell must do, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    ToClient(Vec<u8>),
+    ToAgent(Vec<u8>),
+    /// Open a stream on the home agent's link named in the Offer's binding, carrying the
+    /// binding's token, then call [`Relay::home_connected`] or [`Relay::home_failed`].
+    ConnectHome,
+    ToHome(Vec<u8>),
+    /// The handshake agent is done with this connection: close its stream.
+    CloseAgent,
+    /// The home agent's stream is useless (it refused, broke or was too late): reset it.
+    CloseHome,
+    /// From here on copy bytes between the client and `Target` without looking at them.
+    Splice(Target),
+}
+
+/// How a handoff ended, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Declined,
+    /// The handshake agent kept the connection (before or after the freeze).
+    Aborted,
+    Migrated,
+    /// The home agent refused, broke or timed out before Ready; the handshake agent kept the
+    /// connection.
+    FellBack(Option<RefuseReason>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Relaying the handshake; the agent may ask to freeze.
+    Relaying,
+    /// Asked to freeze: client bytes pass up to the next record boundary. `aborted`: the
+    /// agent has already said it keeps the connection; Frozen still marks the boundary.
+    Freezing { aborted: bool },
+    /// Frozen: client bytes are held; waiting for Switch or Abort.
+    Frozen,
+    /// Waiting for the home agent's stream.
+    Connecting,
+    /// Waiting for the home agent's Ready or Refused.
+    Importing,
+    /// Spliced: nothing more to decide.
+    Spliced(Target),
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Relaying => "relaying",
+            State::Freezing { .. } => "freezing",
+            State::Frozen => "frozen",
+            State::Connecting => "connecting",
+            State::Importing => "importing",
+            State::Spliced(_) => "spliced",
+        }
+    }
+}
+
+/// The dispatcher's side of one handed-off connection. Push what each peer sends with
+/// [`Relay::from_client`], [`Relay::from_agent`], [`Relay::from_home`]; report the home
+/// stream's fate with [`Relay::home_connected`] / [`Relay::home_failed`]; after each call, do
+/// every [`Relay::poll_action`] in order. Once an [`Action::Splice`] comes out, the relay is
+/// finished and the shell copies bytes blindly.
+#[derive(Debug)]
+pub struct Relay {
+    state: State,
+    client: ClientRecords,
+    agent: Splitter,
+    home: Splitter,
+    session: Vec<u8>,
+    held: Vec<u8>,
+    actions: VecDeque<Action>,
+    outcome: Option<Outcome>,
+}
+
+impl Relay {
+    /// A relay for a connection whose handshake agent was sent `Offer`. The offer frame itself
+    /// is the shell's to write, ahead of the client's first bytes: [`Relay::offer`].
+    pub fn new() -> Self {
+        Self {
+            state: State::Relaying,
+            client: ClientRecords::default(),
+            agent: Splitter::new(),
+            home: Splitter::new(),
+            session: Vec::new(),
+            held: Vec::new(),
+            actions: VecDeque::new(),
+            outcome: None,
+        }
+    }
+
+    /// The frame that opens the handshake agent's stream.
+    pub fn offer(home: u16, binding: [u8; super::BINDING_LEN]) -> Vec<u8> {
+        Frame::Offer { home, binding }.to_bytes()
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// How the handoff ended, once it has.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+    }
+
+    /// Whether the shell should read from the client now (false while enough is held).
+    pub fn wants_client_bytes(&self) -> bool {
+        !matches!(self.state, State::Spliced(_)) && self.held.len() < MAX_HELD
+    }
+
+    /// Client bytes held while frozen.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether the handshake is still being relayed (the agent has neither frozen nor
+    /// declined the connection).
+    pub fn is_relaying_handshake(&self) -> bool {
+        self.state == State::Relaying
+    }
+
+    /// Whether the relay is waiting on the home agent (the shell's timeout applies).
+    pub fn awaiting_home(&self) -> bool {
+        matches!(self.state, State::Connecting | State::Importing)
+    }
+
+    /// Whether the relay is waiting on the handshake agent's Switch/Abort, or on the client to
+    /// finish a record before it can freeze (the shell's timeout applies).
+    pub fn awaiting_freeze(&self) -> bool {
+        matches!(self.state, State::Freezing { .. } | State::Frozen)
+    }
+
+    pub fn from_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+        match self.state {
+            State::Relaying => {
+                self.client.feed(data)?;
+                self.push(Action::ToAgent(data.to_vec()));
+            }
+            State::Freezing { aborted } => {
+                let n = self.client.len_to_boundary(data)?;
+                if n > 0 {
+                    self.push(Action::ToAgent(data[..n].to_vec()));
+                }
+                if self.client.inner.at_boundary() {
+                    self.freeze_now();
+                    self.held.extend_from_slice(&data[n..]);
+                    if aborted {
+                        self.release_to_agent();
+                        self.finish(Target::HandshakeAgent, Outcome::Aborted);
+                    }
+                }
+            }
+            // The shell stops reading at MAX_HELD; a read may overshoot it by one buffer.
+            State::Frozen | State::Connecting | State::Importing => {
+                self.held.extend_from_slice(data)
+            }
+            // bytes that raced the splice: the shell forwards them to the target
+            State::Spliced(t) => self.push(match t {
+                Target::HandshakeAgent => Action::ToAgent(data.to_vec()),
+                Target::HomeAgent => Action::ToHome(data.to_vec()),
+            }),
+        }
+        Ok(())
+    }
+
+    pub fn from_agent(&mut self, mut data: &[u8]) -> Result<(), HandoffError> {
+        while !data.is_empty() {
+            if let State::Spliced(Target::HandshakeAgent) = self.state {
+                self.push(Action::ToClient(data.to_vec()));
+                return Ok(());
+            }
+            let split = self.agent.split(data)?;
+            data = &data[split.consumed..];
+            if !split.tls.is_empty() {
+                // The agent sends TLS only while the handshake is relayed.
+                if self.state != State::Relaying {
+                    return Err(HandoffError::Unexpected(
+                        "TLS from the agent",
+                        self.state.name(),
+                    ));
+                }
+                self.push(Action::ToClient(split.tls));
+            }
+            let Some(frame) = split.frame else { continue };
+            match (self.state, frame) {
+                (State::Relaying, Frame::Decline) => {
+                    self.finish(Target::HandshakeAgent, Outcome::Declined);
+                }
+                (State::Relaying, Frame::Freeze) => {
+                    if self.client.inner.at_boundary() {
+                        self.freeze_now();
+                    } else {
+                        self.state = State::Freezing { aborted: false };
+                    }
+                }
+                // Too much plaintext before the boundary: the agent keeps the connection, and
+                // Frozen still tells it where the client's bytes stop being in the way.
+                (State::Freezing { aborted: false }, Frame::Abort) => {
+                    self.state = State::Freezing { aborted: true };
+                }
+                (State::Frozen, Frame::Abort) => {
+                    self.release_to_agent();
+                    self.finish(Target::HandshakeAgent, Outcome::Aborted);
+                }
+                (State::Frozen, Frame::Switch(session)) => {
+                    self.session = session;
+                    self.state = State::Connecting;
+                    self.push(Action::ConnectHome);
+                }
+                (s, f) => return Err(HandoffError::Unexpected(f.name(), s.name())),
+            }
+        }
+        Ok(())
+    }
+
+    /// The home agent's stream is open: send it the session.
+    pub fn home_connected(&mut self) {
+        if self.state != State::Connecting {
+            return;
+        }
+        self.state = State::Importing;
+        let session = std::mem::take(&mut self.session);
+        self.push(Action::ToHome(Frame::Import(session).to_bytes()));
+    }
+
+    /// The home agent could not be reached, closed, or did not answer in time: the handshake
+    /// agent keeps the connection. After Commit this changes nothing: the home agent has it.
+    pub fn home_failed(&mut self) {
+        self.fall_back(None);
+    }
+
+    pub fn from_home(&mut self, mut data: &[u8]) -> Result<(), HandoffError> {
+        while !data.is_empty() {
+            match self.state {
+                State::Spliced(Target::HomeAgent) => {
+                    self.push(Action::ToClient(data.to_vec()));
+                    return Ok(());
+                }
+                State::Importing => {}
+                // a late answer after a fallback: the home stream is reset, nothing to do
+                _ => return Ok(()),
+            }
+            let split = self.home.split(data)?;
+            data = &data[split.consumed..];
+            if !split.tls.is_empty() {
+                self.fall_back(None);
+                return Err(HandoffError::Unexpected("TLS before Ready", "importing"));
+            }
+            match split.frame {
+                None => {}
+                Some(Frame::Ready) => {
+                    // The decision: from here the home agent has the keys, and the handshake
+                    // agent is told only Done.
+                    self.push(Action::ToHome(Frame::Commit.to_bytes()));
+                    let held = std::mem::take(&mut self.held);
+                    if !held.is_empty() {
+                        self.push(Action::ToHome(held));
+                    }
+                    self.push(Action::ToAgent(Frame::Done.to_bytes()));
+                    self.push(Action::CloseAgent);
+                    self.finish(Target::HomeAgent, Outcome::Migrated);
+                }
+                Some(Frame::Refused(r)) => self.fall_back(Some(r)),
+                Some(f) => {
+                    self.fall_back(None);
+                    return Err(HandoffError::Unexpected(f.name(), "importing"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fall_back(&mut self, reason: Option<RefuseReason>) {
+        if !matches!(self.state, State::Connecting | State::Importing) {
+            return;
+        }
+        if self.state == State::Importing {
+            // The home agent may have opened the object and be waiting for Commit.
+            self.push(Action::ToHome(Frame::Abort.to_bytes()));
+        }
+        self.session.clear();
+        self.push(Action::CloseHome);
+        self.push(Action::ToAgent(Frame::Resume.to_bytes()));
+        self.release_to_agent();
+        self.finish(Target::HandshakeAgent, Outcome::FellBack(reason));
+    }
+
+    fn freeze_now(&mut self) {
+        self.state = State::Frozen;
+        self.push(Action::ToAgent(Frame::Frozen.to_bytes()));
+    }
+
+    fn release_to_agent(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        if !held.is_empty() {
+            self.push(Action::ToAgent(held));
+        }
+    }
+
+    fn finish(&mut self, target: Target, outcome: Outcome) {
+        self.state = State::Spliced(target);
+        self.outcome = Some(outcome);
+        self.push(Action::Splice(target));
+    }
+
+    fn push(&mut self, a: Action) {
+        self.actions.push_back(a);
+    }
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Self::new()
+    }
+}
