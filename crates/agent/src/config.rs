@@ -154,6 +154,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "BOOL")]
     pub handoff: Option<bool>,
 
+    /// Where the dispatcher's agent link connects (`baton dispatch --agent-link`): a few
+    /// long-lived connections, authenticated both ways with --cluster-key-file, carrying every
+    /// client the dispatcher sends as a multiplexed stream. Never the public TLS port; needed
+    /// by --handoff.
+    #[arg(long, value_name = "ADDR")]
+    pub link_listen: Option<SocketAddr>,
+
     /// Longest a migration step may take (the dispatcher's freeze, its verdict) before the
     /// handshake agent gives up on it. Default 2s.
     #[arg(long, value_name = "DURATION")]
@@ -365,6 +372,7 @@ pub struct AgentConfig {
     pub listen: Vec<SocketAddr>,
     pub handoff: bool,
     pub handoff_timeout: Duration,
+    pub link_listen: Option<SocketAddr>,
     pub store: StoreKind,
     pub cluster_key_file: Option<PathBuf>,
     pub store_wait: Duration,
@@ -433,7 +441,7 @@ impl AgentArgs {
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
-            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, body_size,
+            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
     }
@@ -515,8 +523,15 @@ impl AgentArgs {
         if handoff && self.cluster_key_file.is_none() {
             bail!("--handoff needs --cluster-key-file (the key sealing migrated sessions)");
         }
+        if handoff && self.link_listen.is_none() {
+            bail!("--handoff needs --link-listen (migrations travel on the agent link only)");
+        }
+        if self.link_listen.is_some() && self.cluster_key_file.is_none() {
+            bail!("--link-listen needs --cluster-key-file (the key the link authenticates with)");
+        }
         let config = AgentConfig {
             handoff,
+            link_listen: self.link_listen,
             handoff_timeout: dur(self.handoff_timeout, 2),
             store,
             cluster_key_file: self.cluster_key_file,

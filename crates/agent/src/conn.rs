@@ -17,13 +17,17 @@ use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
 use crate::certs::subject_of;
-use crate::handoff::{self, export::Exported};
+use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::metrics::{FailureReason, Version};
 use crate::server::Shared;
+use crate::transport::AgentIo;
+use baton_link::LinkStream;
 
-pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+/// A client connection on the public port: TLS at once (after a PROXY v2 header, if
+/// configured). Handoff frames are never read here: one gets rustls' alert, never an import.
+pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let cfg = &shared.config;
     let metrics = &shared.metrics;
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
@@ -45,23 +49,36 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             }
         }
     }
-    // Session migration: the dispatcher opens a stream with a handoff frame. An Offer asks
-    // this agent to hand the session on after the handshake; an Import carries a session to
-    // continue here instead of a handshake.
+    serve(AgentIo::Tcp(tcp), peer, None, deadline, shared).await
+}
+
+/// A client stream of the agent link: the client's address is its metadata. With `--handoff`
+/// it may start with a handoff frame: an Offer asks this agent to hand the session on after
+/// the handshake; an Import carries a session to continue here instead of a handshake.
+pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
+    let cfg = &shared.config;
+    let metrics = &shared.metrics;
+    let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
+    let peer = stream.meta().source;
+    let mut binding = [0u8; handoff_wire::BINDING_LEN];
+    binding[..16].copy_from_slice(&stream.link_id());
+    binding[16..].copy_from_slice(&stream.meta().token.unwrap_or_default());
+    let mut io = AgentIo::link(stream);
     let mut offer = None;
     if cfg.handoff {
-        match tokio::time::timeout_at(deadline, read_handoff_frame(&mut tcp)).await {
-            Ok(Ok(None)) => {}
-            Ok(Ok(Some(Frame::Offer { home }))) => offer = Some(home),
-            Ok(Ok(Some(Frame::Import(sealed)))) => {
+        match tokio::time::timeout_at(deadline, first_frame(&mut io)).await {
+            Ok(Ok(FirstFrame::None)) => {}
+            Ok(Ok(FirstFrame::Offer(o))) => offer = Some(o),
+            Ok(Ok(FirstFrame::Import)) => {
+                let io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
                 if let Some((stream, info)) =
-                    handoff::import::import(tcp, peer, &sealed, &shared).await
+                    handoff::import::import(io, peer, &binding, &shared).await
                 {
                     serve_stream(stream, info, &shared).await;
                 }
                 return;
             }
-            Ok(Ok(Some(_)) | Err(_)) => {
+            Ok(Err(_)) => {
                 metrics.failure(FailureReason::Malformed);
                 return;
             }
@@ -71,7 +88,19 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             }
         }
     }
-    match tokio::time::timeout_at(deadline, refuse_legacy_client(&tcp)).await {
+    serve(io, peer, offer, deadline, shared).await
+}
+
+async fn serve(
+    mut io: AgentIo,
+    peer: SocketAddr,
+    offer: Option<Offer>,
+    deadline: tokio::time::Instant,
+    shared: Arc<Shared>,
+) {
+    let cfg = &shared.config;
+    let metrics = &shared.metrics;
+    match tokio::time::timeout_at(deadline, refuse_legacy_client(&mut io)).await {
         Ok(Ok(false)) => {}
         Ok(Ok(true)) => {
             metrics.failure(FailureReason::Incompatible);
@@ -89,13 +118,15 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let expected = match offer {
         Some(_) => {
             let mut head = [0u8; 64];
-            let n = tcp.peek(&mut head).await.unwrap_or(0);
+            let n = tokio::time::timeout_at(deadline, io.peek(&mut head[..43]))
+                .await
+                .map_or(0, |r| r.unwrap_or(0));
             handoff::secrets::client_random(&head[..n])
                 .and_then(|random| shared.tls.secret_log().expect(random))
         }
         None => None,
     };
-    let io = ConnIo::new(tcp, metrics.clone(), cfg.idle_timeout);
+    let io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
     let acceptor = TlsAcceptor::from(shared.tls.config());
     let stream = match tokio::time::timeout_at(deadline, acceptor.accept(io)).await {
         Ok(Ok(stream)) => stream,
@@ -148,8 +179,8 @@ pub async fn serve(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let h2 = info.alpn.as_deref() == Some("h2");
     let mut stream = stream;
     let mut ahead = bytes::Bytes::new();
-    if let Some(home) = offer {
-        match handoff::export::hand_off(stream, home, expected, &info, &shared).await {
+    if let Some(offer) = offer {
+        match handoff::export::hand_off(stream, offer, expected, &info, &shared).await {
             Exported::Migrated | Exported::Closed => return,
             Exported::ServeHere(migrated) => return serve_stream(*migrated, info, &shared).await,
             Exported::Keep(kept, plain) => {
@@ -250,25 +281,44 @@ where
     }
 }
 
-/// Reads a handoff frame if the stream starts with one (`None` if it starts with anything
-/// else, which is left unread). Bounded by the frame format (64 KiB).
-async fn read_handoff_frame(tcp: &mut TcpStream) -> std::io::Result<Option<Frame>> {
+/// How a link stream begins.
+enum FirstFrame {
+    /// With anything but a frame (a ClientHello), left unread.
+    None,
+    Offer(Offer),
+    /// With an Import frame, left unread for the importer.
+    Import,
+}
+
+/// Looks at the first frame of a link stream, consuming it only if it is an Offer. Bounded by
+/// the frame format (64 KiB).
+async fn first_frame(io: &mut AgentIo) -> std::io::Result<FirstFrame> {
     use tokio::io::AsyncReadExt;
-    let mut first = [0u8; 1];
-    if tcp.peek(&mut first).await? == 0 || first[0] != handoff_wire::FRAME_TYPE {
-        return Ok(None);
+    let mut head = [0u8; 6];
+    let n = io.peek(&mut head).await?;
+    if n == 0 || head[0] != handoff_wire::FRAME_TYPE {
+        return Ok(FirstFrame::None);
     }
-    let mut header = [0u8; 5];
-    tcp.read_exact(&mut header).await?;
-    let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
-    let mut frame = header.to_vec();
-    frame.resize(5 + len, 0);
-    tcp.read_exact(&mut frame[5..]).await?;
+    if n < head.len() {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    if head[5] == handoff_wire::IMPORT_KIND {
+        return Ok(FirstFrame::Import);
+    }
+    let len = usize::from(u16::from_be_bytes([head[3], head[4]]));
+    let mut frame = vec![0u8; 5 + len];
+    io.read_exact(&mut frame).await?;
     let bad = |e: handoff_wire::HandoffError| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
     };
-    let split = handoff_wire::Splitter::new().split(&frame).map_err(bad)?;
-    Ok(split.frame)
+    match handoff_wire::Splitter::new()
+        .split(&frame)
+        .map_err(bad)?
+        .frame
+    {
+        Some(Frame::Offer { home, binding }) => Ok(FirstFrame::Offer(Offer { home, binding })),
+        _ => Err(std::io::ErrorKind::InvalidData.into()),
+    }
 }
 
 /// `protocol_version` alert, TLS 1.0 record framing (what a TLS 1.0/1.1 client reads).
@@ -278,9 +328,9 @@ const PROTOCOL_VERSION_ALERT: [u8; 7] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x4
 /// `protocol_version`. rustls would refuse it too, but with `handshake_failure`: such a
 /// ClientHello lacks the signature_algorithms extension and rustls checks that first.
 /// Returns whether the client was refused. Peeks, so rustls still sees every byte.
-async fn refuse_legacy_client(tcp: &TcpStream) -> std::io::Result<bool> {
+async fn refuse_legacy_client(io: &mut AgentIo) -> std::io::Result<bool> {
     let mut head = [0u8; 11];
-    let n = tcp.peek(&mut head).await?;
+    let n = io.peek(&mut head).await?;
     if n == 0 {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
@@ -289,8 +339,7 @@ async fn refuse_legacy_client(tcp: &TcpStream) -> std::io::Result<bool> {
     }
     // Seven bytes into a fresh socket's send buffer: one try is enough, and a failure only
     // means the client goes without its alert.
-    tcp.writable().await?;
-    let _ = tcp.try_write(&PROTOCOL_VERSION_ALERT);
+    io.write_best_effort(&PROTOCOL_VERSION_ALERT).await;
     Ok(true)
 }
 
@@ -307,7 +356,7 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
         && head[9] == 0x03
 }
 
-pub(crate) type Tls = TlsStream<ConnIo<TcpStream>>;
+pub(crate) type Tls = TlsStream<ConnIo<AgentIo>>;
 
 /// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
 /// socket is readable and what arrived decrypts to some) or the peer closed. `false` when the
@@ -508,7 +557,7 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
 }
 
 /// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.
-struct SyncRead<'a>(&'a mut ConnIo<TcpStream>);
+struct SyncRead<'a>(&'a mut ConnIo<AgentIo>);
 
 impl std::io::Read for SyncRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {

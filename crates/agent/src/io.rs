@@ -58,7 +58,7 @@ impl<T> ConnIo<T> {
     }
 }
 
-impl ConnIo<tokio::net::TcpStream> {
+impl ConnIo<crate::transport::AgentIo> {
     /// Waits until the socket has bytes to read (or the idle timeout passes), reading none.
     pub async fn readable(&mut self) -> io::Result<()> {
         let deadline = self.last_activity + self.idle;

@@ -25,6 +25,7 @@ mod server;
 mod sessions;
 mod store;
 mod tls;
+mod transport;
 mod upstream;
 
 use std::io::Write as _;

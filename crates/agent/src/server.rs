@@ -23,10 +23,12 @@ pub struct Shared {
     pub tls: Tls,
     pub metrics: Arc<Metrics>,
     /// Imports of migrated sessions (replay guard).
-    pub importer: crate::handoff::import::Importer,
+    pub importer: crate::handoff::import::ImportState,
     pub http: Arc<HttpService>,
     /// Cancelled on SIGTERM: listeners stop, connections finish their current request.
     pub draining: CancellationToken,
+    /// The agent link's counters, when it listens.
+    pub link_stats: std::sync::OnceLock<Arc<baton_link::LinkStats>>,
 }
 
 /// Runs the agent until SIGTERM/SIGINT and the drain that follows.
@@ -63,8 +65,9 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
-    let (listeners, metrics_listener) =
-        baton_ops::listen::open("tls", &config.listen, config.metrics)?;
+    let link = config.link_listen.map(|a| ("link", a));
+    let (listeners, link_listener, metrics_listener) =
+        baton_ops::listen::open_with("tls", &config.listen, link, config.metrics)?;
     for entry in tls.cert_summary() {
         tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
     }
@@ -76,6 +79,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         importer: Default::default(),
         http,
         draining: draining.clone(),
+        link_stats: Default::default(),
     });
     let tracker = TaskTracker::new();
     let permits = Arc::new(Semaphore::new(shared.config.max_connections));
@@ -87,14 +91,33 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             tracker.clone(),
         ));
     }
+    if let Some(l) = link_listener {
+        let ring = shared
+            .tls
+            .cluster_ring()
+            .cloned()
+            .context("--link-listen needs --cluster-key-file")?;
+        let link = baton_link::LinkListener::new(l, shared.config.agent_id, ring);
+        shared.link_stats.set(link.stats()).ok();
+        tokio::spawn(link_accept_loop(
+            link,
+            shared.clone(),
+            permits.clone(),
+            tracker.clone(),
+        ));
+    }
     if let Some(l) = metrics_listener {
         let m = metrics.clone();
+        let link_stats = shared.link_stats.get().cloned();
         tokio::spawn(baton_ops::serve_metrics(
             l,
             Arc::new(move || {
                 let mut text = m.render();
                 if let Some(u) = &upstreams {
                     u.render(&mut text);
+                }
+                if let Some(l) = &link_stats {
+                    l.render_prometheus(&mut text);
                 }
                 text
             }),
@@ -170,7 +193,37 @@ async fn accept_loop(
         let shared = shared.clone();
         tracker.spawn(async move {
             shared.metrics.connection_opened();
-            crate::conn::serve(tcp, peer, shared.clone()).await;
+            crate::conn::serve_tcp(tcp, peer, shared.clone()).await;
+            shared.metrics.connection_closed();
+            drop(permit);
+        });
+    }
+}
+
+/// Streams of the agent link count against the same connection cap as sockets.
+async fn link_accept_loop(
+    link: baton_link::LinkListener,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+) {
+    loop {
+        let stream = tokio::select! {
+            s = link.accept() => match s {
+                Some(s) => s,
+                None => return,
+            },
+            _ = shared.draining.cancelled() => return,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            shared.metrics.connection_rejected();
+            drop(stream);
+            continue;
+        };
+        let shared = shared.clone();
+        tracker.spawn(async move {
+            shared.metrics.connection_opened();
+            crate::conn::serve_link(stream, shared.clone()).await;
             shared.metrics.connection_closed();
             drop(permit);
         });

@@ -311,30 +311,56 @@ fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
 
 struct Cluster {
     agents: Vec<Agent>,
-    _dir: TempDir,
+    dir: TempDir,
     pki: Pki,
+    /// The dispatcher's cluster key file.
+    dispatcher_key: String,
 }
 
-/// Two agents run by hand (so one can be killed or stopped), with their own cluster keys
-/// when `same_key` is false.
+/// Key lines with distinct ids (the first line of a file is the key that seals).
+const K_DISPATCH: &str =
+    "00000011 1111111111111111111111111111111111111111111111111111111111111111";
+const K_AGENT0: &str = "00000022 2222222222222222222222222222222222222222222222222222222222222222";
+
+fn write_key(dir: &TempDir, name: &str, lines: &[&str]) -> String {
+    let path = dir.arg(name);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// Two agents run by hand (so one can be killed or stopped) with their links. With
+/// `same_key` false, agent 0 seals with a key agent 1 lacks (each still authenticates its
+/// link with the dispatcher): every session object agent 0 exports fails to open at agent 1.
 fn agents(same_key: bool) -> Cluster {
     let pki = Pki::new();
     let dir = TempDir::new("handoff-agents");
-    let keys = [key_file(&dir, "k0"), key_file(&dir, "k1")];
+    let (keys, dispatcher_key) = if same_key {
+        let k = write_key(&dir, "k", &[K_DISPATCH]);
+        ([k.clone(), k.clone()], k)
+    } else {
+        (
+            [
+                write_key(&dir, "k0", &[K_AGENT0, K_DISPATCH]),
+                write_key(&dir, "k1", &[K_DISPATCH]),
+            ],
+            write_key(&dir, "kd", &[K_DISPATCH, K_AGENT0]),
+        )
+    };
     let tickets = key_file(&dir, "tickets");
     let agents = (0..2)
         .map(|i| {
             let mut args = pki.server_args();
             let id = i.to_string();
-            let key = if same_key { &keys[0] } else { &keys[i] };
             args.extend(
                 [
                     "--agent-id",
                     &id,
                     "--handoff",
                     "true",
+                    "--link-listen",
+                    "127.0.0.1:0",
                     "--cluster-key-file",
-                    key,
+                    &keys[i],
                     "--ticket-key-file",
                     &tickets,
                     "--proxy-protocol",
@@ -348,26 +374,38 @@ fn agents(same_key: bool) -> Cluster {
         .collect();
     Cluster {
         agents,
-        _dir: dir,
+        dir,
         pki,
+        dispatcher_key,
     }
 }
 
 fn dispatcher(c: &Cluster) -> Dispatcher {
-    Dispatcher::start(
+    let d = Dispatcher::start(
         &[&c.agents[0], &c.agents[1]],
         &[
             "--policy",
             "handoff",
-            "--proxy-protocol",
-            "true",
+            "--cluster-key-file",
+            &c.dispatcher_key,
             "--handoff-timeout",
             "0.5",
             // a dead agent is noticed only when a connection to it fails
             "--health-interval",
             "60",
         ],
-    )
+    );
+    // both links up before the first client
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .agents
+        .iter()
+        .any(|a| a.metric("baton_link_connections_active") < 1.0)
+    {
+        assert!(Instant::now() < deadline, "links did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d
 }
 
 /// A source address on 127/8 whose home is agent `home`.
@@ -406,27 +444,43 @@ fn home_agent_dead_or_hung_the_handshake_agent_serves_it() {
         assert!(out.status.success(), "{fault}: {}", text_of(&out));
         assert_eq!(out.stdout.len(), 4321);
         assert_eq!(
-            c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}"),
-            1.0
-        );
-        assert_eq!(
-            d.metric("baton_dispatch_handoffs_total{outcome=\"fell_back\"}"),
-            1.0
-        );
-        assert_eq!(
             c.agents[0].metric("baton_sessions_migrated_total{direction=\"out\"}"),
             0.0
         );
         if fault == "STOP" {
+            // Hung past the timeout: the dispatcher fell back before any Ready...
+            assert_eq!(
+                c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}"),
+                1.0
+            );
+            assert_eq!(
+                d.metric("baton_dispatch_handoffs_total{outcome=\"fell_back\"}"),
+                1.0
+            );
+            // ...and the home agent, woken late, finds its import stream reset: it never
+            // takes the session, so the request ran once and nobody encrypts twice.
             c.agents[1].signal("CONT");
+            std::thread::sleep(Duration::from_millis(500));
+            assert_eq!(
+                c.agents[1].metric("baton_sessions_migrated_total{direction=\"in\"}"),
+                0.0
+            );
+            assert_eq!(c.agents[1].served(), 0);
+        } else {
+            // Killed: its links close at once, the dispatcher has no link to send it to,
+            // and the handshake agent keeps the client (declines) or falls back.
+            let kept = c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}")
+                + d.metric("baton_dispatch_handoffs_total{outcome=\"declined\"}");
+            assert!(kept >= 1.0);
         }
+        assert_eq!(c.agents[0].served(), 1);
         let _ = c.agents[1].wait_exit(Duration::from_millis(10));
     }
 }
 
 #[test]
 fn refused_session_objects_fall_back_and_the_client_never_notices() {
-    // agents that do not share a cluster key: every import fails to open
+    // agent 0 seals with a key agent 1 does not have: every import fails to open
     let c = agents(false);
     let d = dispatcher(&c);
     let src = source_with_home(1);
@@ -443,48 +497,89 @@ fn refused_session_objects_fall_back_and_the_client_never_notices() {
     );
 }
 
-/// Sends one frame to an agent as the dispatcher would (PROXY header first) and returns the
-/// frame it answers with.
-fn import(agent: &Agent, frame: &Frame) -> Option<Frame> {
-    let mut s = TcpStream::connect(agent.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut head = Vec::new();
-    baton_wire::proxy_v2::encode(
-        &baton_wire::proxy_v2::ProxyHeader::Proxy {
-            source: SocketAddr::from(([127, 0, 0, 9], 5555)),
-            destination: agent.addr,
-        },
-        &mut head,
-    );
-    head.extend(frame.to_bytes());
-    s.write_all(&head).unwrap();
-    let mut buf = vec![0u8; 64];
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let n = s.read(&mut buf).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        if let Ok(split) = Splitter::new().split(&got) {
-            if split.frame.is_some() {
-                return split.frame;
-            }
-        }
-    }
-    None
-}
-
-#[test]
-fn home_agent_refuses_garbage_expired_misaddressed_and_replayed_sessions() {
-    let c = agents(true);
-    let key_path = c._dir.path("k0");
+fn ring_of(path: &str) -> Arc<std::sync::RwLock<KeyRing>> {
     let ring = KeyRing::parse_key_file(
-        &std::fs::read_to_string(&key_path).unwrap(),
+        &std::fs::read_to_string(path).unwrap(),
         std::time::Instant::now(),
     )
     .unwrap();
+    Arc::new(std::sync::RwLock::new(ring))
+}
+
+/// A dispatcher's link to one agent, from the test.
+struct TestLink {
+    rt: tokio::runtime::Runtime,
+    pool: baton_link::LinkPool,
+}
+
+impl TestLink {
+    fn new(agent: &Agent, id: u16, key: &str) -> TestLink {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let pool = {
+            let _g = rt.enter();
+            baton_link::LinkPool::new(agent.link.unwrap(), id, ring_of(key), 1)
+        };
+        TestLink { rt, pool }
+    }
+
+    fn handle(&self) -> Option<baton_link::LinkHandle> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Some(h) = self.pool.pick() {
+                return Some(h);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Opens an import stream with `token`, sends `frame`, returns the stream and the frame
+    /// the agent answers with.
+    fn import(&self, token: [u8; 16], frame: &Frame) -> (baton_link::LinkStream, Option<Frame>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let h = self.handle().expect("link up");
+        self.rt.block_on(async {
+            let meta = baton_link::StreamMeta {
+                source: SocketAddr::from(([127, 0, 0, 9], 5555)),
+                destination: SocketAddr::from(([127, 0, 0, 1], 443)),
+                token: Some(token),
+            };
+            let mut s = h.open(meta).await.unwrap();
+            s.write_all(&frame.to_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            let answer = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return None;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if let Ok(split) = Splitter::new().split(&got) {
+                        if split.frame.is_some() {
+                            return split.frame;
+                        }
+                    }
+                }
+            })
+            .await
+            .unwrap_or(None);
+            (s, answer)
+        })
+    }
+
+    fn send(&self, s: &mut baton_link::LinkStream, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        self.rt.block_on(s.write_all(bytes)).unwrap();
+    }
+}
+
+#[test]
+fn home_agent_refuses_garbage_expired_misaddressed_rebound_and_replayed_sessions() {
+    let c = agents(true);
+    let key = c.dir.arg("k");
+    let ring = ring_of(&key);
+    let ring = ring.read().unwrap();
     let object = |home: u16, ttl_from: SystemTime| SessionObject {
         id: SessionObject::new_id(),
         home,
@@ -510,43 +605,142 @@ fn home_agent_refuses_garbage_expired_misaddressed_and_replayed_sessions() {
         plaintext: Vec::new().into(),
     };
     let home = &c.agents[1];
+    let link = TestLink::new(home, 1, &key);
+    let link_id = link.handle().unwrap().id();
+    let token = [7u8; 16];
+    let binding = [&link_id[..], &token[..]].concat();
+    let refused = |frame: Frame| link.import(token, &frame).1;
     assert_eq!(
-        import(home, &Frame::Import(b"not a sealed session".to_vec())),
+        refused(Frame::Import(b"not a sealed session".to_vec())),
         Some(Frame::Refused(RefuseReason::Seal))
     );
     let long_ago = SystemTime::now() - DEFAULT_TTL - Duration::from_secs(5);
-    let expired = object(1, long_ago).seal(&ring, 0).unwrap();
+    let expired = object(1, long_ago).seal(&ring, 0, &binding).unwrap();
     assert_eq!(
-        import(home, &Frame::Import(expired)),
+        refused(Frame::Import(expired)),
         Some(Frame::Refused(RefuseReason::Expired))
     );
-    let for_agent_0 = object(0, SystemTime::now()).seal(&ring, 0).unwrap();
+    let for_agent_0 = object(0, SystemTime::now())
+        .seal(&ring, 0, &binding)
+        .unwrap();
     assert_eq!(
-        import(home, &Frame::Import(for_agent_0)),
+        refused(Frame::Import(for_agent_0)),
         Some(Frame::Refused(RefuseReason::Seal))
     );
-    let mut tampered = object(1, SystemTime::now()).seal(&ring, 0).unwrap();
+    let mut tampered = object(1, SystemTime::now())
+        .seal(&ring, 0, &binding)
+        .unwrap();
     let last = tampered.len() - 1;
     tampered[last] ^= 0x80;
     assert_eq!(
-        import(home, &Frame::Import(tampered)),
+        refused(Frame::Import(tampered)),
         Some(Frame::Refused(RefuseReason::Seal))
     );
-    let good = object(1, SystemTime::now()).seal(&ring, 0).unwrap();
+    // bound to this link but another stream's token (copied off the wire to a new stream)
+    let good = object(1, SystemTime::now())
+        .seal(&ring, 0, &binding)
+        .unwrap();
     assert_eq!(
-        import(home, &Frame::Import(good.clone())),
-        Some(Frame::Accepted)
+        link.import([8; 16], &Frame::Import(good.clone())).1,
+        Some(Frame::Refused(RefuseReason::Seal))
     );
+    // Ready, but never committed: the stream goes away and the keys with it
+    let (s, answer) = link.import(token, &Frame::Import(good.clone()));
+    assert_eq!(answer, Some(Frame::Ready));
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while home.metric("baton_handoff_failures_total{reason=\"uncommitted\"}") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the uncommitted import was not dropped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
-        import(home, &Frame::Import(good)),
+        refused(Frame::Import(good)),
         Some(Frame::Refused(RefuseReason::Replay))
     );
-    assert_eq!(
-        home.metric("baton_sessions_migrated_total{direction=\"in\"}"),
-        1.0
-    );
+    // a fresh object, Ready, then Commit: imported
+    let fresh = object(1, SystemTime::now())
+        .seal(&ring, 0, &binding)
+        .unwrap();
+    let (mut s, answer) = link.import(token, &Frame::Import(fresh));
+    assert_eq!(answer, Some(Frame::Ready));
+    link.send(&mut s, &Frame::Commit.to_bytes());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while home.metric("baton_sessions_migrated_total{direction=\"in\"}") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the committed import was not taken"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
         home.metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
-        3.0
+        4.0
     );
+}
+
+#[test]
+fn public_port_answers_handoff_frames_with_an_alert_never_an_import() {
+    let c = agents(true);
+    let agent = &c.agents[1];
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = Vec::new();
+    baton_wire::proxy_v2::encode(
+        &baton_wire::proxy_v2::ProxyHeader::Proxy {
+            source: SocketAddr::from(([127, 0, 0, 9], 5555)),
+            destination: agent.addr,
+        },
+        &mut head,
+    );
+    head.extend(Frame::Import(vec![1; 100]).to_bytes());
+    s.write_all(&head).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert_eq!(got.first(), Some(&0x15), "a TLS alert record: {got:?}");
+    assert!(Splitter::new()
+        .split(&got)
+        .map_or(true, |x| x.frame.is_none()));
+    assert_eq!(
+        agent.metric("baton_sessions_migrated_total{direction=\"in\"}"),
+        0.0
+    );
+    assert_eq!(
+        agent.metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn link_port_without_the_cluster_key_gets_nothing_and_keeps_nothing() {
+    let c = agents(true);
+    let agent = &c.agents[0];
+    // garbage after the agent's hello: closed, no stream
+    let mut s = TcpStream::connect(agent.link.unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let mut hello = [0u8; baton_link::auth::HELLO_LEN];
+    s.read_exact(&mut hello).unwrap();
+    s.write_all(&[0u8; 16]).unwrap();
+    s.write_all(&[0, 40]).unwrap();
+    s.write_all(&[0x5a; 40]).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "the agent proved nothing to a peer without the key"
+    );
+    // a dispatcher with another key never gets a link
+    let dir = TempDir::new("wrong-key");
+    let wrong = key_file(&dir, "wrong");
+    let link = TestLink::new(agent, 0, &wrong);
+    assert!(link.handle().is_none());
+    assert!(agent.metric("baton_link_auth_failures_total") >= 2.0);
+    assert_eq!(agent.metric("baton_link_connections_active"), 0.0);
+    assert_eq!(agent.metric("baton_link_streams_total"), 0.0);
+    // and the agent still serves its own dispatcher
+    let d = dispatcher(&c);
+    let out = curl_from(source_with_home(0), &d, &c.pki, "/bytes/10");
+    assert!(out.status.success(), "{}", text_of(&out));
 }

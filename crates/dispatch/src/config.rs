@@ -25,6 +25,18 @@ pub struct DispatchArgs {
     /// 0, and must run with `--agent-id 0` for ticket affinity.
     #[arg(long, value_name = "ADDR")]
     pub agent: Vec<SocketAddr>,
+    /// An agent's link address (its `--link-listen`; repeatable, in the same order as
+    /// --agent). With links, every client travels to its agent as a stream of a few
+    /// long-lived, authenticated connections (no connect, no PROXY header per client);
+    /// `handoff` needs them.
+    #[arg(long, value_name = "ADDR")]
+    pub agent_link: Vec<SocketAddr>,
+    /// Cluster key file (the agents' --cluster-key-file): authenticates the agent links.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// Link connections kept to each agent. Default 2.
+    #[arg(long, value_name = "N")]
+    pub link_connections: Option<usize>,
     /// round-robin, least-conn, client-ip, session or handoff. Default round-robin. `handoff`
     /// (CSSL-SF) needs agents run with `--handoff true` and a shared --cluster-key-file.
     #[arg(long, value_name = "POLICY")]
@@ -66,6 +78,10 @@ pub struct DispatchArgs {
 pub struct DispatchConfig {
     pub listen: Vec<SocketAddr>,
     pub agents: Vec<SocketAddr>,
+    /// Each agent's link address, in agent order; empty: TCP per client.
+    pub agent_links: Vec<SocketAddr>,
+    pub cluster_key_file: Option<PathBuf>,
+    pub link_connections: usize,
     pub policy: Policy,
     pub proxy_protocol: bool,
     pub accept_proxy_protocol: bool,
@@ -93,6 +109,20 @@ impl DispatchArgs {
         if args.agent.is_empty() {
             bail!("no agents: give --agent ADDR for each agent, in agent-id order");
         }
+        let policy = args.policy.unwrap_or(Policy::RoundRobin);
+        if !args.agent_link.is_empty() && args.agent_link.len() != args.agent.len() {
+            bail!(
+                "--agent-link: give one per --agent, in the same order ({} agents, {} links)",
+                args.agent.len(),
+                args.agent_link.len()
+            );
+        }
+        if !args.agent_link.is_empty() && args.cluster_key_file.is_none() {
+            bail!("--agent-link needs --cluster-key-file (the key the links authenticate with)");
+        }
+        if policy == Policy::Handoff && args.agent_link.is_empty() {
+            bail!("--policy handoff needs --agent-link for every agent (migrations travel on the links)");
+        }
         let secs = |v: Option<f64>, d: f64, name: &str| -> anyhow::Result<Duration> {
             let v = v.unwrap_or(d);
             if !(v > 0.0 && v < 3600.0) {
@@ -107,7 +137,10 @@ impl DispatchArgs {
                 args.listen
             },
             agents: args.agent,
-            policy: args.policy.unwrap_or(Policy::RoundRobin),
+            agent_links: args.agent_link,
+            cluster_key_file: args.cluster_key_file,
+            link_connections: args.link_connections.unwrap_or(2).clamp(1, 64),
+            policy,
             proxy_protocol: args.proxy_protocol.unwrap_or(false),
             accept_proxy_protocol: args.accept_proxy_protocol.unwrap_or(false),
             metrics: args.metrics,
@@ -129,6 +162,9 @@ impl DispatchArgs {
             config: self.config,
             listen: list(self.listen, file.listen),
             agent: list(self.agent, file.agent),
+            agent_link: list(self.agent_link, file.agent_link),
+            cluster_key_file: self.cluster_key_file.or(file.cluster_key_file),
+            link_connections: self.link_connections.or(file.link_connections),
             policy: self.policy.or(file.policy),
             proxy_protocol: self.proxy_protocol.or(file.proxy_protocol),
             accept_proxy_protocol: self.accept_proxy_protocol.or(file.accept_proxy_protocol),

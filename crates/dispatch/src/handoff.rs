@@ -1,12 +1,14 @@
 //! The tokio shell of a handed-off connection (`--policy handoff`, CSSL-SF): it pumps
 //! `baton_wire::handoff::Relay` — the protocol's state machine, where every decision is made —
-//! between the client, the handshake agent and the home agent, applies the timeouts the
-//! state machine leaves to it, and once the relay says where the stream belongs, splices the
-//! client to that agent.
+//! between the client, the handshake agent's link stream and the home agent's, applies the
+//! timeouts the state machine leaves to it, and once the relay says where the stream belongs,
+//! splices the client to that agent. A migration is a stream move: the home agent's stream is
+//! one more stream on a link that is already up.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use baton_link::{LinkHandle, LinkStream, StreamMeta};
 use baton_wire::handoff::{Action, Outcome, Relay, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -14,21 +16,31 @@ use tokio::time::Instant;
 
 use crate::server::Shared;
 
-/// Relays one connection whose handshake runs on `agent` and whose session should move to
-/// agent `home`. The Offer and the client's first bytes are already in `head`. Returns the
-/// agent the connection ended on (for the router's connection counts) and the bytes each way.
-#[allow(clippy::too_many_arguments)]
+/// Who takes part in one handed-off connection.
+pub struct Ends {
+    pub agent_idx: usize,
+    pub home_idx: usize,
+    /// The home agent's link named in the Offer's binding (`None`: the agent declines).
+    pub home: Option<LinkHandle>,
+    /// The token of the Offer's binding, sent as the import stream's metadata.
+    pub token: [u8; 16],
+    pub source: SocketAddr,
+    pub destination: SocketAddr,
+}
+
+/// Relays one connection whose handshake runs on `agent` and whose session should move to the
+/// home agent. The Offer and the client's first bytes are already written to `agent`. Returns
+/// the agent the connection ended on (for the router's connection counts) and the bytes each
+/// way.
 pub async fn relay(
     client: &mut TcpStream,
-    mut agent: TcpStream,
-    agent_idx: usize,
-    home_idx: usize,
-    source: SocketAddr,
-    destination: SocketAddr,
+    mut agent: LinkStream,
+    ends: Ends,
     first: &[u8],
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
     let cfg = &shared.config;
+    let agent_idx = ends.agent_idx;
     let mut handshaking = HandshakeGuard {
         shared,
         agent: agent_idx,
@@ -38,11 +50,13 @@ pub async fn relay(
     relay
         .from_client(first)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-    let mut home: Option<TcpStream> = None;
+    // the first bytes are written already
+    while relay.poll_action().is_some() {}
+    let mut home: Option<LinkStream> = None;
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut abuf = vec![0u8; 16 * 1024];
     let mut hbuf = vec![0u8; 4 * 1024];
-    let (mut up, mut down) = (0u64, 0u64);
+    let (mut up, mut down) = (first.len() as u64, 0u64);
     let far = Instant::now() + Duration::from_secs(86_400);
     let mut home_deadline = far;
     let mut freeze_deadline = far;
@@ -66,7 +80,19 @@ pub async fn relay(
                 }
                 Action::ConnectHome => {
                     home_deadline = Instant::now() + cfg.handoff_timeout;
-                    match connect_home(home_idx, source, destination, home_deadline, shared).await {
+                    let meta = StreamMeta {
+                        source: ends.source,
+                        destination: ends.destination,
+                        token: Some(ends.token),
+                    };
+                    let opened = match &ends.home {
+                        Some(link) => tokio::time::timeout_at(home_deadline, link.open(meta))
+                            .await
+                            .ok()
+                            .and_then(Result::ok),
+                        None => None,
+                    };
+                    match opened {
                         Some(s) => {
                             home = Some(s);
                             relay.home_connected();
@@ -77,7 +103,12 @@ pub async fn relay(
                 Action::CloseAgent => {
                     let _ = agent.shutdown().await;
                 }
-                Action::CloseHome => home = None,
+                // Reset: the home agent drops the keys it was never told to use.
+                Action::CloseHome => {
+                    if let Some(h) = home.take() {
+                        h.abort();
+                    }
+                }
                 Action::Splice(t) => spliced = Some(t),
             }
         }
@@ -126,9 +157,18 @@ pub async fn relay(
     }
     let (idx, mut stream) = match (target, home) {
         (Target::HomeAgent, Some(h)) => {
-            shared.router().moved(agent_idx, home_idx);
-            drop(agent);
-            (home_idx, h)
+            shared.router().moved(agent_idx, ends.home_idx);
+            // The handshake agent still has to read Done: the stream is closed once it has
+            // answered with its end (dropping it now would reset it, and Done with it).
+            let wait = cfg.handoff_timeout * 2;
+            tokio::spawn(async move {
+                let mut sink = [0u8; 64];
+                let _ = tokio::time::timeout(wait, async {
+                    while matches!(agent.read(&mut sink).await, Ok(n) if n > 0) {}
+                })
+                .await;
+            });
+            (ends.home_idx, h)
         }
         (Target::HomeAgent, None) => return Ok((agent_idx, up, down)),
         (Target::HandshakeAgent, _) => (agent_idx, agent),
@@ -161,32 +201,11 @@ impl Drop for HandshakeGuard<'_> {
     }
 }
 
-async fn read_opt(s: Option<&mut TcpStream>, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn read_opt(s: Option<&mut LinkStream>, buf: &mut [u8]) -> std::io::Result<usize> {
     match s {
         Some(s) => s.read(buf).await,
         None => std::future::pending().await,
     }
-}
-
-/// A stream to the home agent, its PROXY header written; `None` if it cannot be had in time.
-async fn connect_home(
-    home_idx: usize,
-    source: SocketAddr,
-    destination: SocketAddr,
-    deadline: Instant,
-    shared: &Shared,
-) -> Option<TcpStream> {
-    let addr = *shared.config.agents.get(home_idx)?;
-    let mut s = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    let _ = s.set_nodelay(true);
-    let head = shared.proxy_head(source, destination);
-    if !head.is_empty() {
-        s.write_all(&head).await.ok()?;
-    }
-    Some(s)
 }
 
 /// Label of a handoff outcome, for metrics.

@@ -9,6 +9,7 @@
 mod config;
 mod handoff;
 mod health;
+mod links;
 mod metrics;
 pub mod route;
 mod server;

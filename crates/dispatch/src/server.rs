@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use baton_link::{LinkPool, LinkStream, StreamMeta};
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{HelloReader, Progress, ServerHelloReader};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
@@ -24,6 +25,9 @@ pub(crate) struct Shared {
     pub(crate) config: DispatchConfig,
     router: Arc<Mutex<Router>>,
     pub(crate) metrics: Metrics,
+    /// One pool of link connections per agent, in agent order (`--agent-link`); empty when
+    /// clients reach agents by TCP.
+    pub(crate) links: Vec<LinkPool>,
 }
 
 impl Shared {
@@ -49,6 +53,10 @@ impl Shared {
 
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     let router = Arc::new(Mutex::new(Router::new(config.policy, config.agents.len())));
+    // The links first, so that `ready` means clients can be carried (an agent that is down
+    // now is only waited for briefly: it joins when its link comes up).
+    let links = crate::links::pools(&config)?;
+    crate::links::wait_up(&links, config.connect_timeout).await;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
     let (listeners, metrics_listener) =
         baton_ops::listen::open("dispatch", &config.listen, config.metrics)?;
@@ -56,6 +64,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         metrics: Metrics::new(config.agents.len()),
         router: router.clone(),
         config,
+        links,
     });
     let stop = CancellationToken::new();
     tokio::spawn(crate::health::check_forever(
@@ -169,19 +178,19 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
         });
 
     // Route; if the chosen agent refuses the connection, mark it down and ask again once.
+    let destination = client.local_addr().unwrap_or(peer);
     let mut tries = 0;
-    let (agent_idx, mut agent) = loop {
+    let (agent_idx, agent) = loop {
         let Some((idx, reason)) = shared.router().route(first.hello.as_ref(), source.ip()) else {
             shared.metrics.no_agent();
             return Ok(());
         };
-        let addr = cfg.agents[idx];
-        match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
+        match connect(idx, source, destination, shared).await {
+            Some(s) => {
                 shared.metrics.routed(idx, reason);
                 break (idx, s);
             }
-            _ => {
+            None => {
                 shared.metrics.connect_failed(idx);
                 let mut r = shared.router();
                 r.closed(idx);
@@ -194,59 +203,114 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
             }
         }
     };
-    // `handoff`: a full handshake on an agent other than the client's home agent migrates.
-    // `handoff`: every connection is offered, so its agent says when the handshake is over
-    // (Freeze, or Decline when it is the home agent already): the router balances handshakes.
-    let home = {
-        let router = shared.router();
-        match router.policy() {
-            Policy::Handoff => Some(router.home_of(source.ip()).unwrap_or(agent_idx)),
-            _ => None,
+    let result = match agent {
+        AgentStream::Link(agent) if shared.router().policy() == Policy::Handoff => {
+            return handoff(client, agent, agent_idx, source, destination, first, shared).await;
+        }
+        AgentStream::Link(mut agent) => {
+            relay(&mut client, &mut agent, first, agent_idx, shared).await
+        }
+        AgentStream::Tcp(mut agent) => {
+            let head = shared.proxy_head(source, destination);
+            if !head.is_empty() {
+                agent.write_all(&head).await?;
+            }
+            relay(&mut client, &mut agent, first, agent_idx, shared).await
         }
     };
-    if let Some(home_idx) = home {
-        let _ = agent.set_nodelay(true);
-        let destination = client.local_addr().unwrap_or(peer);
-        let mut head = shared.proxy_head(source, destination);
-        head.extend_from_slice(&baton_wire::handoff::Relay::offer(home_idx as u16));
-        let result = match agent.write_all(&head).await {
-            Ok(()) => {
-                crate::handoff::relay(
-                    &mut client,
-                    agent,
-                    agent_idx,
-                    home_idx,
-                    source,
-                    destination,
-                    &first.bytes,
-                    shared,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        let ended_on = match result {
-            Ok((idx, up, down)) => {
-                shared.metrics.bytes(up, down);
-                idx
-            }
-            Err(_) => agent_idx,
-        };
-        shared.router().closed(ended_on);
-        return result.map(|_| ());
-    }
-    let result = relay(
-        &mut client,
-        &mut agent,
-        peer,
-        source,
-        first,
-        agent_idx,
-        shared,
-    )
-    .await;
     shared.router().closed(agent_idx);
     result
+}
+
+/// A stream to an agent: a TCP connection, or a stream of its link.
+enum AgentStream {
+    Tcp(TcpStream),
+    Link(LinkStream),
+}
+
+/// A stream to agent `idx` for a client at `source`; `None` if it cannot be had in time.
+async fn connect(
+    idx: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    shared: &Shared,
+) -> Option<AgentStream> {
+    let cfg = &shared.config;
+    if let Some(pool) = shared.links.get(idx) {
+        let meta = StreamMeta {
+            source,
+            destination,
+            token: None,
+        };
+        let link = pool.pick()?;
+        let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));
+        return s.await.ok()?.ok().map(AgentStream::Link);
+    }
+    let addr = *cfg.agents.get(idx)?;
+    match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Some(AgentStream::Tcp(s))
+        }
+        _ => None,
+    }
+}
+
+/// `handoff`: every connection is offered, so its agent says when the handshake is over
+/// (Freeze, or Decline when it is the home agent already) and the router balances handshakes;
+/// a full handshake on an agent other than the client's home agent migrates.
+async fn handoff(
+    mut client: TcpStream,
+    mut agent: LinkStream,
+    agent_idx: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    first: FirstBytes,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let home_idx = shared.router().home_of(source.ip()).unwrap_or(agent_idx);
+    // The home agent's link the session will travel on, fixed now: the object is sealed for
+    // it. No live link to the home agent: the handshake agent keeps the client (it declines).
+    let home = shared
+        .links
+        .get(home_idx)
+        .filter(|_| home_idx != agent_idx)
+        .and_then(LinkPool::pick);
+    let (home_idx, home) = match home {
+        Some(h) => (home_idx, Some(h)),
+        None => (agent_idx, None),
+    };
+    let token = baton_link::token();
+    let mut binding = [0u8; baton_wire::handoff::BINDING_LEN];
+    if let Some(h) = &home {
+        binding[..16].copy_from_slice(&h.id());
+    }
+    binding[16..].copy_from_slice(&token);
+    let mut head = baton_wire::handoff::Relay::offer(home_idx as u16, binding);
+    head.extend_from_slice(&first.bytes);
+    let result = match agent.write_all(&head).await {
+        Ok(()) => {
+            let ends = crate::handoff::Ends {
+                agent_idx,
+                home_idx,
+                home,
+                token,
+                source,
+                destination,
+            };
+            crate::handoff::relay(&mut client, agent, ends, &first.bytes, shared).await
+        }
+        Err(e) => Err(e),
+    };
+    let ended_on = match result {
+        Ok((idx, up, down)) => {
+            shared.metrics.bytes(up, down);
+            idx
+        }
+        Err(_) => agent_idx,
+    };
+    shared.router().closed(ended_on);
+    result.map(|_| ())
 }
 
 /// Reads until a ClientHello is complete (or proves not to be one, or exceeds the bound).
@@ -274,19 +338,18 @@ async fn read_hello(client: &mut TcpStream) -> std::io::Result<FirstBytes> {
     }
 }
 
-async fn relay(
+/// Replays what was read from the client to the agent, then splices both ways.
+async fn relay<S>(
     client: &mut TcpStream,
-    agent: &mut TcpStream,
-    peer: SocketAddr,
-    source: SocketAddr,
+    agent: &mut S,
     first: FirstBytes,
     agent_idx: usize,
     shared: &Shared,
-) -> std::io::Result<()> {
-    let _ = agent.set_nodelay(true);
-    let mut head = shared.proxy_head(source, client.local_addr().unwrap_or(peer));
-    head.extend_from_slice(&first.bytes);
-    agent.write_all(&head).await?;
+) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    agent.write_all(&first.bytes).await?;
     let mut to_client = 0u64;
     if shared.config.policy == Policy::Session {
         to_client = learn_session_id(agent, client, agent_idx, shared).await?;
@@ -301,8 +364,8 @@ async fn relay(
 
 /// Forwards the agent's first bytes to the client while reading its ServerHello; a TLS 1.2
 /// session id in it is remembered for this agent. Returns the bytes forwarded.
-async fn learn_session_id(
-    agent: &mut TcpStream,
+async fn learn_session_id<S: AsyncRead + Unpin>(
+    agent: &mut S,
     client: &mut TcpStream,
     agent_idx: usize,
     shared: &Shared,

@@ -108,16 +108,15 @@ impl Cluster {
         std::fs::create_dir_all(&spec.dir)
             .with_context(|| format!("creating {}", spec.dir.display()))?;
         let pki = pki::generate_kind(&spec.dir, spec.key)?;
-        // Migration seals session objects with the cluster key, so `handoff` needs one too.
+        // The agent links authenticate with the cluster key, so every cluster has one; ticket
+        // keys are shared only with a shared store (or migration, whose resumptions go home).
         let handoff = spec.policy == "handoff";
         let shared = spec.store != Store::Memory || handoff;
         let cluster_key = spec.dir.join("cluster.key");
         let ticket_key = spec.dir.join("ticket.key");
-        if shared {
-            for path in [&cluster_key, &ticket_key] {
-                let line = baton_session::generate_key_line()?;
-                pki::write_private(path, format!("{line}\n").as_bytes())?;
-            }
+        for path in [&cluster_key, &ticket_key] {
+            let line = baton_session::generate_key_line()?;
+            pki::write_private(path, format!("{line}\n").as_bytes())?;
         }
         let peer_ports: Vec<u16> = match spec.store {
             Store::Peers => (0..spec.agents)
@@ -141,14 +140,13 @@ impl Cluster {
                 path(&pki.key),
                 "--proxy-protocol".into(),
                 "true".into(),
+                "--link-listen".into(),
+                "127.0.0.1:0".into(),
+                "--cluster-key-file".into(),
+                path(&cluster_key),
             ];
             if shared {
-                args.extend([
-                    "--cluster-key-file".into(),
-                    path(&cluster_key),
-                    "--ticket-key-file".into(),
-                    path(&ticket_key),
-                ]);
+                args.extend(["--ticket-key-file".into(), path(&ticket_key)]);
             }
             if handoff {
                 args.extend(["--handoff".into(), "true".into()]);
@@ -184,12 +182,18 @@ impl Cluster {
             spec.policy.clone(),
             "--proxy-protocol".into(),
             "true".into(),
+            "--cluster-key-file".into(),
+            path(&cluster_key),
         ];
         for a in &agents {
             let addr = a
                 .addr("tls")
                 .ok_or_else(|| anyhow!("agent announced no TLS address"))?;
+            let link = a
+                .addr("link")
+                .ok_or_else(|| anyhow!("agent announced no link address"))?;
             args.extend(["--agent".into(), addr.to_string()]);
+            args.extend(["--agent-link".into(), link.to_string()]);
         }
         let dispatcher = spawn_ready(&spec.baton, &args, &spec.dir.join("dispatch.log"))?;
         Ok(Cluster {

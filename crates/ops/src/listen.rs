@@ -40,10 +40,27 @@ pub fn open(
     listen: &[SocketAddr],
     metrics: Option<SocketAddr>,
 ) -> anyhow::Result<(Vec<TcpListener>, Option<TcpListener>)> {
+    let (listeners, _, metrics) = open_with(kind, listen, None, metrics)?;
+    Ok((listeners, metrics))
+}
+
+/// [`open`] with one more listener of its own kind (the agent's link), announced before
+/// `ready` like the others.
+#[allow(clippy::type_complexity)]
+pub fn open_with(
+    kind: &str,
+    listen: &[SocketAddr],
+    extra: Option<(&str, SocketAddr)>,
+    metrics: Option<SocketAddr>,
+) -> anyhow::Result<(Vec<TcpListener>, Option<TcpListener>, Option<TcpListener>)> {
     let mut listeners = Vec::new();
     for addr in listen {
         listeners.push(bind(*addr).with_context(|| format!("listening on {addr}"))?);
     }
+    let extra = match extra {
+        Some((k, addr)) => Some((k, bind(addr).with_context(|| format!("{k} on {addr}"))?)),
+        None => None,
+    };
     let metrics = match metrics {
         Some(addr) => Some(bind(addr).with_context(|| format!("metrics on {addr}"))?),
         None => None,
@@ -52,7 +69,8 @@ pub fn open(
         listeners
             .iter()
             .map(|l| (kind, l))
+            .chain(extra.iter().map(|(k, l)| (*k, l)))
             .chain(metrics.iter().map(|l| ("metrics", l))),
     )?;
-    Ok((listeners, metrics))
+    Ok((listeners, extra.map(|(_, l)| l), metrics))
 }

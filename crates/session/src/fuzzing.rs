@@ -24,7 +24,7 @@ pub fn session_object(data: &[u8]) {
     let ring = ring();
     let _ = TicketHeader::parse(data);
     let mut guard = ReplayGuard::new(4);
-    assert!(SessionObject::open(data, &ring, 0, UNIX_EPOCH, &mut guard).is_err());
+    assert!(SessionObject::open(data, &ring, 0, &[], UNIX_EPOCH, UNIX_EPOCH, &mut guard).is_err());
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = KeyRing::parse_key_file(text, Instant::now());
     }
@@ -35,18 +35,29 @@ pub fn session_object(data: &[u8]) {
     let again = SessionObject::decode(&obj.encode()).expect("a re-encoded object decodes");
     assert!(again == obj, "session object round trip");
 
-    let sealed = obj.seal(&ring, 3).expect("the ring has a key");
+    let sealed = obj.seal(&ring, 3, &[1; 32]).expect("the ring has a key");
     // The epoch as "now": no object has expired yet, whatever its expiry.
-    let opened = SessionObject::open(&sealed, &ring, obj.home, UNIX_EPOCH, &mut guard);
+    let opened = SessionObject::open(
+        &sealed, &ring, obj.home, &[1; 32], UNIX_EPOCH, UNIX_EPOCH, &mut guard,
+    );
     assert!(opened.as_ref() == Ok(&obj), "sealed object opens at home");
-    assert!(SessionObject::open(&sealed, &ring, obj.home, UNIX_EPOCH, &mut guard).is_err());
+    assert!(SessionObject::open(
+        &sealed, &ring, obj.home, &[1; 32], UNIX_EPOCH, UNIX_EPOCH, &mut guard
+    )
+    .is_err());
     let elsewhere = obj.home.wrapping_add(1);
     let mut fresh = ReplayGuard::new(4);
-    assert!(SessionObject::open(&sealed, &ring, elsewhere, UNIX_EPOCH, &mut fresh).is_err());
+    assert!(SessionObject::open(
+        &sealed, &ring, elsewhere, &[1; 32], UNIX_EPOCH, UNIX_EPOCH, &mut fresh
+    )
+    .is_err());
     // (An expiry of u64::MAX ms has no later instant in the same unit.)
     if let Some(late) = obj.expires_ms.checked_add(1) {
         let late = UNIX_EPOCH + Duration::from_millis(late);
-        assert!(SessionObject::open(&sealed, &ring, obj.home, late, &mut fresh).is_err());
+        assert!(SessionObject::open(
+            &sealed, &ring, obj.home, &[1; 32], late, UNIX_EPOCH, &mut fresh
+        )
+        .is_err());
     }
 }
 

@@ -93,14 +93,20 @@ pub enum ImportError {
     Expired,
     #[error("session object already imported")]
     Replay,
+    #[error("session object issued before this agent started")]
+    Stale,
     #[error("session object malformed")]
     Invalid,
 }
 
-fn context(home: u16) -> Vec<u8> {
+/// The associated data: the purpose, the home agent, and the binding the dispatcher gave in
+/// its Offer (the home agent's link id and the import stream's token), so an object opens only
+/// at that agent, on that link, for that stream.
+fn context(home: u16, binding: &[u8]) -> Vec<u8> {
     [
-        &b"baton session object v1 for agent "[..],
+        &b"baton session object v2 for agent "[..],
         &home.to_be_bytes(),
+        binding,
     ]
     .concat()
 }
@@ -125,23 +131,30 @@ impl SessionObject {
         unix_ms(now + ttl)
     }
 
-    /// Seals for `self.home`, issued by `issuer` (in clear, for metrics at the receiver).
-    /// `None` if the ring has no key or the object is too large.
-    pub fn seal(&self, ring: &KeyRing, issuer: u16) -> Option<Vec<u8>> {
+    /// Seals for `self.home` and `binding`, issued by `issuer` (in clear, for metrics at the
+    /// receiver). `None` if the ring has no key or the object is too large.
+    pub fn seal(&self, ring: &KeyRing, issuer: u16, binding: &[u8]) -> Option<Vec<u8>> {
         let plain = Zeroizing::new(self.encode());
-        ring.seal_large(issuer, &plain, &context(self.home))
+        ring.seal_large(issuer, &plain, &context(self.home, binding))
     }
 
-    /// Opens a blob sealed for agent `me`, checks its expiry at `now` and that `me` has not
+    /// Opens a blob sealed for agent `me` and `binding`; checks its expiry at `now`, that it
+    /// was issued after `started` (this agent's start: its replay guard knows nothing older,
+    /// so an older object is refused for one lifetime after a restart) and that `me` has not
     /// imported it before. The caller's guard remembers it from here on.
     pub fn open(
         sealed: &[u8],
         ring: &KeyRing,
         me: u16,
+        binding: &[u8],
         now: SystemTime,
+        started: SystemTime,
         guard: &mut ReplayGuard,
     ) -> Result<Self, ImportError> {
-        let plain = Zeroizing::new(ring.open(sealed, &context(me)).ok_or(ImportError::Seal)?);
+        let plain = Zeroizing::new(
+            ring.open(sealed, &context(me, binding))
+                .ok_or(ImportError::Seal)?,
+        );
         let obj = Self::decode(&plain).ok_or(ImportError::Invalid)?;
         if obj.home != me {
             return Err(ImportError::Seal);
@@ -149,6 +162,12 @@ impl SessionObject {
         let now_ms = unix_ms(now);
         if now_ms > obj.expires_ms {
             return Err(ImportError::Expired);
+        }
+        let issued_ms = obj
+            .expires_ms
+            .saturating_sub(DEFAULT_TTL.as_millis() as u64);
+        if issued_ms < unix_ms(started) {
+            return Err(ImportError::Stale);
         }
         if !guard.admit(obj.id, obj.expires_ms, now_ms) {
             return Err(ImportError::Replay);
@@ -311,6 +330,8 @@ mod tests {
         KeyRing::parse_key_file(line, Instant::now()).unwrap()
     }
     const KEY_A: &str = "0000000a 1111111111111111111111111111111111111111111111111111111111111111";
+    const B: &[u8] = &[5; 32];
+    const START: SystemTime = UNIX_EPOCH;
     const KEY_B: &str = "0000000b 2222222222222222222222222222222222222222222222222222222222222222";
 
     fn object(now: SystemTime) -> SessionObject {
@@ -345,14 +366,14 @@ mod tests {
         let now = SystemTime::now();
         let obj = object(now);
         let ring = ring(KEY_A);
-        let sealed = obj.seal(&ring, 0).unwrap();
+        let sealed = obj.seal(&ring, 0, B).unwrap();
         let mut guard = ReplayGuard::new(100);
         assert_eq!(
-            SessionObject::open(&sealed, &ring, 1, now, &mut guard).unwrap(),
+            SessionObject::open(&sealed, &ring, 1, B, now, START, &mut guard).unwrap(),
             obj
         );
         assert_eq!(
-            SessionObject::open(&sealed, &ring, 1, now, &mut guard),
+            SessionObject::open(&sealed, &ring, 1, B, now, START, &mut guard),
             Err(ImportError::Replay)
         );
     }
@@ -361,28 +382,46 @@ mod tests {
     fn refused_when_expired_tampered_misaddressed_or_unkeyed() {
         let now = SystemTime::now();
         let obj = object(now);
-        let sealed = obj.seal(&ring(KEY_A), 0).unwrap();
+        let sealed = obj.seal(&ring(KEY_A), 0, B).unwrap();
         let mut g = ReplayGuard::new(100);
         let later = now + DEFAULT_TTL + Duration::from_secs(1);
         assert_eq!(
-            SessionObject::open(&sealed, &ring(KEY_A), 1, later, &mut g),
+            SessionObject::open(&sealed, &ring(KEY_A), 1, B, later, START, &mut g),
             Err(ImportError::Expired)
         );
         let mut bad = sealed.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
         assert_eq!(
-            SessionObject::open(&bad, &ring(KEY_A), 1, now, &mut g),
+            SessionObject::open(&bad, &ring(KEY_A), 1, B, now, START, &mut g),
             Err(ImportError::Seal)
         );
         assert_eq!(
-            SessionObject::open(&sealed, &ring(KEY_A), 2, now, &mut g),
+            SessionObject::open(&sealed, &ring(KEY_A), 2, B, now, START, &mut g),
             Err(ImportError::Seal),
             "sealed for agent 1, not 2"
         );
         assert_eq!(
-            SessionObject::open(&sealed, &ring(KEY_B), 1, now, &mut g),
+            SessionObject::open(&sealed, &ring(KEY_B), 1, B, now, START, &mut g),
             Err(ImportError::Seal)
+        );
+        assert_eq!(
+            SessionObject::open(&sealed, &ring(KEY_A), 1, &[6; 32], now, START, &mut g),
+            Err(ImportError::Seal),
+            "bound to another link or stream"
+        );
+        assert_eq!(
+            SessionObject::open(
+                &sealed,
+                &ring(KEY_A),
+                1,
+                B,
+                now,
+                now + Duration::from_secs(1),
+                &mut g
+            ),
+            Err(ImportError::Stale),
+            "issued before the agent (re)started"
         );
         assert!(g.is_empty(), "nothing refused is remembered");
     }

@@ -1,23 +1,26 @@
-//! The home agent's side of a migration: a stream from the dispatcher that starts with
-//! `Import{sealed session object}` instead of a ClientHello. The object must open with the
-//! cluster key, be addressed to this agent, be unexpired and never seen before; then this agent
-//! answers Accepted and carries on the client's connection from the record layer. Otherwise it
-//! answers Refused and the dispatcher falls back to the handshake agent.
+//! The home agent's side of a migration: the tokio shell around
+//! `baton_wire::handoff::Importer`. A link stream that starts with `Import{sealed object}`
+//! instead of a ClientHello: the object must open with the cluster key and this stream's
+//! binding (the link's id and the stream's token), be addressed to this agent, unexpired,
+//! issued after this agent started and never seen before. Then this agent answers Ready and
+//! waits — using nothing — for the dispatcher's Commit, after which it carries on the client's
+//! connection from the record layer. Refused, Abort, a reset stream or a late Commit: the keys
+//! are dropped unused.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use baton_session::migration::{ImportError, ReplayGuard, SessionObject};
-use baton_wire::handoff::{Frame, RefuseReason};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use baton_wire::handoff::{ImportEvent, Importer, RefuseReason};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side};
 use super::stream::MigratedStream;
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::server::Shared;
+use crate::transport::AgentIo;
 use baton_ops::process::thread_cpu;
 
 /// Ids of imported session objects, remembered until they expire. Objects live seconds, so
@@ -26,76 +29,132 @@ const MAX_REMEMBERED: usize = 1 << 20;
 
 /// The home agent's import state.
 #[derive(Debug)]
-pub struct Importer {
+pub struct ImportState {
     guard: Mutex<ReplayGuard>,
+    /// Objects issued before this are refused: the guard has forgotten them (a restart).
+    started: SystemTime,
 }
 
-impl Default for Importer {
+impl Default for ImportState {
     fn default() -> Self {
         Self {
             guard: Mutex::new(ReplayGuard::new(MAX_REMEMBERED)),
+            started: SystemTime::now(),
         }
     }
 }
 
-/// Opens `sealed` and, if it is good, answers Accepted and returns the migrated connection.
-pub async fn import(
-    mut tcp: TcpStream,
-    peer: SocketAddr,
-    sealed: &[u8],
-    shared: &Shared,
-) -> Option<(MigratedStream<ConnIo<TcpStream>>, ConnInfo)> {
+/// Opens a sealed object for this agent and `binding`, counting why it was refused.
+pub fn open(sealed: &[u8], binding: &[u8], shared: &Shared) -> Result<SessionObject, RefuseReason> {
     let m = &shared.metrics.handoff;
-    let t = thread_cpu();
-    let opened = match shared.tls.cluster_ring() {
-        None => Err(RefuseReason::Unavailable),
-        Some(ring) => {
-            let ring = ring.read().unwrap_or_else(|p| p.into_inner());
-            let mut guard = shared
-                .importer
-                .guard
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            SessionObject::open(
-                sealed,
-                &ring,
-                shared.config.agent_id,
-                SystemTime::now(),
-                &mut guard,
-            )
-            .map_err(|e| {
-                let (failure, reason) = match e {
-                    ImportError::Seal => (HandoffFailure::ImportSeal, RefuseReason::Seal),
-                    ImportError::Expired => (HandoffFailure::ImportExpired, RefuseReason::Expired),
-                    ImportError::Replay => (HandoffFailure::ImportReplay, RefuseReason::Replay),
-                    ImportError::Invalid => (HandoffFailure::ImportInvalid, RefuseReason::Invalid),
+    let Some(ring) = shared.tls.cluster_ring() else {
+        return Err(RefuseReason::Unavailable);
+    };
+    let ring = ring.read().unwrap_or_else(|p| p.into_inner());
+    let state = &shared.importer;
+    let mut guard = state.guard.lock().unwrap_or_else(|p| p.into_inner());
+    let me = shared.config.agent_id;
+    SessionObject::open(
+        sealed,
+        &ring,
+        me,
+        binding,
+        SystemTime::now(),
+        state.started,
+        &mut guard,
+    )
+    .map_err(|e| {
+        let (failure, reason) = match e {
+            ImportError::Seal => (HandoffFailure::ImportSeal, RefuseReason::Seal),
+            ImportError::Expired | ImportError::Stale => {
+                (HandoffFailure::ImportExpired, RefuseReason::Expired)
+            }
+            ImportError::Replay => (HandoffFailure::ImportReplay, RefuseReason::Replay),
+            ImportError::Invalid => (HandoffFailure::ImportInvalid, RefuseReason::Invalid),
+        };
+        m.failure(failure);
+        reason
+    })
+}
+
+/// Runs the home agent's side on a link stream whose first bytes are an Import frame; returns
+/// the migrated connection once the dispatcher has committed it here.
+pub async fn import(
+    mut io: ConnIo<AgentIo>,
+    peer: SocketAddr,
+    binding: &[u8],
+    shared: &Shared,
+) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
+    let m = &shared.metrics.handoff;
+    let mut machine = Importer::new(shared.config.handoff_timeout, now());
+    let mut buf = vec![0u8; 8 * 1024];
+    let mut opened = None;
+    loop {
+        let deadline = machine.deadline()?;
+        let n = match tokio::time::timeout_at(deadline.into(), io.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            // EOF, a reset stream (the dispatcher went another way) or too late: drop it all
+            _ => {
+                if opened.is_some() {
+                    m.failure(HandoffFailure::Uncommitted);
+                }
+                return None;
+            }
+        };
+        let event = match machine.from_dispatcher(&buf[..n]) {
+            Ok(Some(e)) => e,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "import stream broke the protocol");
+                m.failure(HandoffFailure::Protocol);
+                return None;
+            }
+        };
+        match event {
+            ImportEvent::Open(sealed) => {
+                let t = thread_cpu();
+                let layer =
+                    open(&sealed, binding, shared).and_then(|obj| {
+                        match super::record_layer(&obj) {
+                            Some(layer) => Ok((obj, layer)),
+                            None => {
+                                m.failure(HandoffFailure::ImportInvalid);
+                                Err(RefuseReason::Invalid)
+                            }
+                        }
+                    });
+                m.cpu(Side::Import, thread_cpu().saturating_sub(t));
+                let answer = match layer {
+                    Ok(x) => {
+                        opened = Some(x);
+                        machine.ready(now())
+                    }
+                    Err(reason) => {
+                        tracing::debug!(%peer, reason = reason.label(), "refused a migrated session");
+                        machine.refuse(reason)
+                    }
                 };
-                m.failure(failure);
-                reason
-            })
+                let Ok(answer) = answer else { return None };
+                if io.write_all(&answer).await.is_err() || opened.is_none() {
+                    return None;
+                }
+            }
+            ImportEvent::Commit { ciphertext } => {
+                let (obj, layer) = opened?;
+                m.migrated_in();
+                let info = super::conn_info(&obj, peer);
+                let mut s = MigratedStream::new(io, layer, obj.plaintext.clone());
+                s.prefill_ciphertext(&ciphertext);
+                return Some((s, info));
+            }
+            ImportEvent::Aborted => {
+                m.failure(HandoffFailure::Uncommitted);
+                return None;
+            }
         }
-    };
-    let layer = opened.and_then(|obj| match super::record_layer(&obj) {
-        Some(layer) => Ok((obj, layer)),
-        None => {
-            m.failure(HandoffFailure::ImportInvalid);
-            Err(RefuseReason::Invalid)
-        }
-    });
-    m.cpu(Side::Import, thread_cpu().saturating_sub(t));
-    let (obj, layer) = match layer {
-        Ok(x) => x,
-        Err(reason) => {
-            tracing::debug!(%peer, reason = reason.label(), "refused a migrated session");
-            let _ = tcp.write_all(&Frame::Refused(reason).to_bytes()).await;
-            return None;
-        }
-    };
-    if tcp.write_all(&Frame::Accepted.to_bytes()).await.is_err() {
-        return None;
     }
-    m.migrated_in();
-    let info = super::conn_info(&obj, peer);
-    let io = ConnIo::new(tcp, shared.metrics.clone(), shared.config.idle_timeout);
-    Some((MigratedStream::new(io, layer, obj.plaintext.clone()), info))
+}
+
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
 }

@@ -29,10 +29,13 @@ pub enum HandoffFailure {
     ImportReplay,
     /// Home agent: the object opened but was unusable.
     ImportInvalid,
+    /// Home agent: Ready was sent, but the dispatcher aborted, reset the stream or did not
+    /// commit in time; the keys were dropped unused.
+    Uncommitted,
 }
 
 impl HandoffFailure {
-    const ALL: [HandoffFailure; 9] = [
+    const ALL: [HandoffFailure; 10] = [
         HandoffFailure::NoSecrets,
         HandoffFailure::TooMuchPlaintext,
         HandoffFailure::Export,
@@ -42,6 +45,7 @@ impl HandoffFailure {
         HandoffFailure::ImportExpired,
         HandoffFailure::ImportReplay,
         HandoffFailure::ImportInvalid,
+        HandoffFailure::Uncommitted,
     ];
 
     fn label(self) -> &'static str {
@@ -55,6 +59,7 @@ impl HandoffFailure {
             HandoffFailure::ImportExpired => "import_expired",
             HandoffFailure::ImportReplay => "import_replay",
             HandoffFailure::ImportInvalid => "import_invalid",
+            HandoffFailure::Uncommitted => "uncommitted",
         }
     }
 }
@@ -69,7 +74,7 @@ pub struct HandoffMetrics {
     out: AtomicU64,
     into: AtomicU64,
     declined: AtomicU64,
-    failures: [AtomicU64; 9],
+    failures: [AtomicU64; 10],
     buckets: [AtomicU64; 10],
     count: AtomicU64,
     sum_ns: AtomicU64,

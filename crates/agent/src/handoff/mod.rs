@@ -1,10 +1,13 @@
 //! Session migration (CSSL-SF), the agents' side of `baton_wire::handoff` (where the protocol
 //! and the dispatcher's state machine are written down).
 //!
-//! - [`export`]: the handshake agent freezes a connection after its handshake, decrypts what
-//!   the client sent up to the freeze, extracts the session from rustls, seals it and hands it
-//!   to the dispatcher; if the home agent does not take it, it serves the session itself.
-//! - [`import`]: the home agent opens a sealed session object and carries on the connection.
+//! - [`session`]: the handshake agent's TLS work, without I/O: decrypting up to the freeze,
+//!   extracting the session from rustls into a session object.
+//! - [`export`]: the shell of the handshake agent's side (`baton_wire::handoff::Exporter`):
+//!   freeze, decrypt, extract, seal bound to the Offer, hand to the dispatcher; on Resume,
+//!   serve the session itself.
+//! - [`import`]: the shell of the home agent's side (`baton_wire::handoff::Importer`): open a
+//!   sealed session object, answer Ready, carry on the connection only after Commit.
 //! - [`stream`]: a migrated connection (record layer over the socket) as a tokio stream.
 //! - [`secrets`]: TLS 1.3 traffic secrets captured for KeyUpdate after the move.
 
@@ -12,6 +15,7 @@ pub mod export;
 pub mod import;
 pub mod metrics;
 pub mod secrets;
+pub mod session;
 pub mod stream;
 
 use baton_record::{DirectionSecrets, RecordLayer, SessionKeys, Suite, Version};

@@ -10,6 +10,8 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use baton_record::RecordLayer;
+
+use crate::metering::{CryptoOp, METER};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use zeroize::Zeroizing;
 
@@ -68,7 +70,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> MigratedStream<IO> {
         loop {
             let n = self.layer.read_tls(&self.inbox);
             self.inbox.drain(..n);
-            if let Err(e) = self.layer.process() {
+            // Metered like rustls' records (`baton_crypto_seconds_total`): the home agent's
+            // bulk phase is crypto too.
+            let layer = &mut self.layer;
+            if let Err(e) = METER.time(CryptoOp::BulkDecrypt, || layer.process()) {
                 self.failed = Some(e.to_string());
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
@@ -147,9 +152,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MigratedStream<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         loop {
-            let n = this
-                .layer
-                .write_plaintext(data)
+            let layer = &mut this.layer;
+            let n = METER
+                .time(CryptoOp::BulkEncrypt, || layer.write_plaintext(data))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             // Push what we can now; a full socket is fine once the data is taken.
             match this.poll_flush_tls(cx) {

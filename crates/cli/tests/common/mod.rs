@@ -19,6 +19,8 @@ pub struct Agent {
     pub child: Child,
     pub addr: SocketAddr,
     pub metrics: SocketAddr,
+    /// The agent link's address (`--link-listen`), if it has one.
+    pub link: Option<SocketAddr>,
 }
 
 impl Agent {
@@ -34,6 +36,7 @@ impl Agent {
             child,
             addr: addrs["tls"],
             metrics: addrs["metrics"],
+            link: addrs.get("link").copied(),
         }
     }
 
@@ -187,9 +190,15 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// `baton dispatch --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --agent ... ARGS`.
     pub fn start(agents: &[&Agent], args: &[&str]) -> Dispatcher {
+        // Agents with a link are reached over it (the caller gives --cluster-key-file).
         let mut all: Vec<String> = agents
             .iter()
-            .flat_map(|a| ["--agent".to_string(), a.addr.to_string()])
+            .flat_map(|a| {
+                let link = a.link.map(|l| ["--agent-link".to_string(), l.to_string()]);
+                ["--agent".to_string(), a.addr.to_string()]
+                    .into_iter()
+                    .chain(link.into_iter().flatten())
+            })
             .collect();
         all.extend(args.iter().map(|s| s.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();

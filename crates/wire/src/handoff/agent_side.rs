@@ -115,9 +115,7 @@ impl Exporter {
                     self.state = ExportState::Frozen;
                     out.event = Some(ExportEvent::Frozen);
                 }
-                Some(f) => {
-                    return Err(HandoffError::Unexpected(f.name(), export_name(self.state)))
-                }
+                Some(f) => return Err(HandoffError::Unexpected(f.name(), export_name(self.state))),
             }
         }
         Ok(out)

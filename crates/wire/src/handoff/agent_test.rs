@@ -30,7 +30,11 @@ fn exporter_happy_path_and_resume() {
         assert_eq!(got.decrypt, input[70..input.len() - 6]);
         assert_eq!(got.event, Some(ExportEvent::Frozen));
         assert_eq!(x.decrypted(150), None);
-        assert_eq!(x.deadline(), None, "the caller extracts; nothing to wait for");
+        assert_eq!(
+            x.deadline(),
+            None,
+            "the caller extracts; nothing to wait for"
+        );
         let switch = x.switch(vec![9; 20], now).unwrap();
         assert_eq!(switch, Frame::Switch(vec![9; 20]).to_bytes());
         assert_eq!(x.deadline(), Some(now + 2 * T));
@@ -87,7 +91,10 @@ fn exporter_refuses_protocol_breaks_and_times_out() {
     let (mut x, _) = Exporter::freeze(100, T, now);
     x.from_dispatcher(&Frame::Frozen.to_bytes()).unwrap();
     x.switch(vec![1], now).unwrap();
-    assert!(x.from_dispatcher(&record(1, 1)).is_err(), "TLS before the verdict");
+    assert!(
+        x.from_dispatcher(&record(1, 1)).is_err(),
+        "TLS before the verdict"
+    );
     let (mut x, _) = Exporter::freeze(100, T, now);
     assert!(!x.timed_out(now + T));
     assert!(x.timed_out(now + 2 * T));
@@ -118,7 +125,8 @@ fn importer_uses_keys_only_on_commit() {
     assert_eq!(m.deadline(), None);
 
     let mut m = Importer::new(T, now);
-    m.from_dispatcher(&Frame::Import(vec![4]).to_bytes()).unwrap();
+    m.from_dispatcher(&Frame::Import(vec![4]).to_bytes())
+        .unwrap();
     m.ready(now).unwrap();
     assert_eq!(
         m.from_dispatcher(&Frame::Abort.to_bytes()),
@@ -126,7 +134,8 @@ fn importer_uses_keys_only_on_commit() {
     );
 
     let mut m = Importer::new(T, now);
-    m.from_dispatcher(&Frame::Import(vec![4]).to_bytes()).unwrap();
+    m.from_dispatcher(&Frame::Import(vec![4]).to_bytes())
+        .unwrap();
     assert_eq!(
         m.refuse(RefuseReason::Replay).unwrap(),
         Frame::Refused(RefuseReason::Replay).to_bytes()
@@ -138,13 +147,17 @@ fn importer_uses_keys_only_on_commit() {
 fn importer_refuses_client_bytes_before_commit() {
     let now = Instant::now();
     let mut m = Importer::new(T, now);
-    assert!(m.from_dispatcher(&record(5, 1)).is_err(), "a ClientHello is not an Import");
+    assert!(
+        m.from_dispatcher(&record(5, 1)).is_err(),
+        "a ClientHello is not an Import"
+    );
     let mut m = Importer::new(T, now);
     let mut v = Frame::Import(vec![4]).to_bytes();
     v.extend(record(5, 1));
     assert!(m.from_dispatcher(&v).is_err());
     let mut m = Importer::new(T, now);
-    m.from_dispatcher(&Frame::Import(vec![4]).to_bytes()).unwrap();
+    m.from_dispatcher(&Frame::Import(vec![4]).to_bytes())
+        .unwrap();
     m.ready(now).unwrap();
     assert!(m.from_dispatcher(&record(5, 1)).is_err());
     assert!(m.ready(now).is_err());

@@ -65,6 +65,9 @@ pub const MAX_FRAME_BODY: usize = u16::MAX as usize;
 /// Client bytes the dispatcher holds while a connection is frozen; it stops reading the client
 /// beyond this (TCP backpressure), so a frozen connection costs bounded memory.
 pub const MAX_HELD: usize = 256 * 1024;
+/// The kind byte of an Import frame (after the 5-byte header): a home agent tells an import
+/// stream from a handoff offer by it before reading the frame.
+pub const IMPORT_KIND: u8 = 9;
 /// Length of an Offer's binding: the home agent's link id (16) and a fresh token (16).
 pub const BINDING_LEN: usize = 32;
 
@@ -115,7 +118,10 @@ impl RefuseReason {
 pub enum Frame {
     /// `binding` ties the sealed session object to the home agent's link and the stream the
     /// dispatcher will import it on ([`BINDING_LEN`] bytes, opaque to the handshake agent).
-    Offer { home: u16, binding: [u8; BINDING_LEN] },
+    Offer {
+        home: u16,
+        binding: [u8; BINDING_LEN],
+    },
     Freeze,
     Decline,
     Frozen,
@@ -175,7 +181,7 @@ impl Frame {
             Frame::Abort => 6,
             Frame::Done => 7,
             Frame::Resume => 8,
-            Frame::Import(_) => 9,
+            Frame::Import(_) => IMPORT_KIND,
             Frame::Ready => 10,
             Frame::Refused(_) => 11,
             Frame::Commit => 12,
@@ -244,7 +250,9 @@ impl Frame {
             1 => match rest {
                 [a, b, binding @ ..] if binding.len() == BINDING_LEN => Ok(Frame::Offer {
                     home: u16::from_be_bytes([*a, *b]),
-                    binding: binding.try_into().map_err(|_| HandoffError::Malformed("Offer"))?,
+                    binding: binding
+                        .try_into()
+                        .map_err(|_| HandoffError::Malformed("Offer"))?,
                 }),
                 _ => Err(HandoffError::Malformed("Offer")),
             },
@@ -255,7 +263,7 @@ impl Frame {
             6 => empty(Frame::Abort),
             7 => empty(Frame::Done),
             8 => empty(Frame::Resume),
-            9 => Ok(Frame::Import(rest.to_vec())),
+            IMPORT_KIND => Ok(Frame::Import(rest.to_vec())),
             10 => empty(Frame::Ready),
             11 => match rest {
                 [r] => Ok(Frame::Refused(RefuseReason::from_u8(*r))),
@@ -372,7 +380,6 @@ impl Splitter {
 fn frame_len(head: &[u8]) -> usize {
     HEADER_LEN + usize::from(u16::from_be_bytes([head[3], head[4]]))
 }
-
 
 mod agent_side;
 mod relay;

@@ -186,7 +186,11 @@ fn migration_happy_path() {
     assert!(p.to_agent.ends_with(&Frame::Done.to_bytes()));
     let home_tls = &p.to_home[Frame::Import(vec![7; 200]).to_bytes().len()..];
     let (tls, frames) = unpack(home_tls);
-    assert_eq!(frames, vec![(0, Frame::Commit)], "Commit before any client byte");
+    assert_eq!(
+        frames,
+        vec![(0, Frame::Commit)],
+        "Commit before any client byte"
+    );
     assert_eq!(tls, &client[cut..]);
     let mut expect_client = record(22, 90, 0x02);
     expect_client.extend(record(23, 40, 0xB0));
@@ -298,7 +302,9 @@ fn timeout_after_ready_is_too_late_to_fall_back() {
     let mut p = Peers::default();
     relay.from_client(&client).unwrap();
     relay.from_agent(&Frame::Freeze.to_bytes()).unwrap();
-    relay.from_agent(&Frame::Switch(vec![1]).to_bytes()).unwrap();
+    relay
+        .from_agent(&Frame::Switch(vec![1]).to_bytes())
+        .unwrap();
     relay.home_connected();
     relay.from_home(&Frame::Ready.to_bytes()).unwrap();
     relay.home_failed();

@@ -1,0 +1,153 @@
+//! The handshake agent's TLS work in a migration, without I/O: decrypting the client's records
+//! up to the freeze, and turning a finished rustls connection into a session object. The shell
+//! (`export.rs`) and the in-memory harness drive the same functions.
+//!
+//! rustls' buffered connection drops, on extraction, ciphertext it has not decrypted and
+//! plaintext nobody read (`shared/MIGRATION-NOTES.md`). Neither can happen here: the dispatcher
+//! sends client bytes only up to a record boundary and then Frozen, [`decrypt`] feeds rustls
+//! exactly those whole records and reads out all their plaintext, and [`extract`] refuses a
+//! connection that still holds anything.
+
+use std::io::Read as _;
+use std::time::SystemTime;
+
+use baton_session::migration::{DirectionState, SessionObject, DEFAULT_TTL};
+use rustls::{ConnectionTrafficSecrets, ProtocolVersion, ServerConnection};
+use zeroize::Zeroizing;
+
+use super::secrets::TrafficSecrets;
+use crate::http::ConnInfo;
+
+/// Gives rustls whole client records and appends all the plaintext it then holds to `plain`;
+/// returns how many bytes it appended.
+pub fn decrypt(
+    conn: &mut ServerConnection,
+    mut tls: &[u8],
+    plain: &mut Vec<u8>,
+) -> Result<usize, rustls::Error> {
+    let before = plain.len();
+    let mut chunk = [0u8; 4096];
+    // At least once: records read during the handshake (a TLS 1.3 client's first request
+    // rides with its Finished) may already be decrypted inside rustls, with nothing new to
+    // feed; extraction would drop that plaintext.
+    loop {
+        if !tls.is_empty() && conn.read_tls(&mut tls).is_err() {
+            return Err(rustls::Error::General("read_tls".into()));
+        }
+        conn.process_new_packets()?;
+        loop {
+            match conn.reader().read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => plain.extend_from_slice(&chunk[..n]),
+            }
+        }
+        if tls.is_empty() {
+            return Ok(plain.len() - before);
+        }
+    }
+}
+
+/// rustls refused to extract, or gave a suite the record layer lacks; the connection is
+/// consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractFailed;
+
+/// What the home agent needs besides the keys.
+pub struct Extras<'a> {
+    pub home: u16,
+    pub secrets: TrafficSecrets,
+    pub info: &'a ConnInfo,
+    pub plaintext: Vec<u8>,
+}
+
+/// Whether rustls is in a state to be extracted without losing anything.
+pub fn extractable(conn: &mut ServerConnection) -> bool {
+    let peer_closed = conn
+        .process_new_packets()
+        .map(|s| s.peer_has_closed())
+        .unwrap_or(true);
+    !conn.wants_write() && !peer_closed
+}
+
+/// Extracts the session from a connection whose handshake is done and whose client records
+/// have all been decrypted (check [`extractable`] first).
+pub fn extract(conn: ServerConnection, extras: Extras<'_>) -> Result<SessionObject, ExtractFailed> {
+    let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    let suite = conn
+        .negotiated_cipher_suite()
+        .map(|s| u16::from(s.suite()))
+        .unwrap_or(0);
+    let extracted = conn
+        .dangerous_extract_secrets()
+        .map_err(|_| ExtractFailed)?;
+    let (Some(tx), Some(rx)) = (
+        key_iv(extracted.tx.1, extracted.tx.0),
+        key_iv(extracted.rx.1, extracted.rx.0),
+    ) else {
+        return Err(ExtractFailed);
+    };
+    let version = if tls13 { 0x0304 } else { 0x0303 };
+    super::record_suite(version, suite).ok_or(ExtractFailed)?;
+    Ok(session_object(version, suite, (tx, rx), extras))
+}
+
+type KeyIv = (u64, Zeroizing<Vec<u8>>, [u8; 12]);
+
+/// Key and IV of one direction, with its next sequence number.
+fn key_iv(s: ConnectionTrafficSecrets, seq: u64) -> Option<KeyIv> {
+    let (key, iv) = match &s {
+        ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+        | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+        | ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (key, iv),
+        _ => return None,
+    };
+    Some((
+        seq,
+        Zeroizing::new(key.as_ref().to_vec()),
+        iv.as_ref().try_into().ok()?,
+    ))
+}
+
+fn session_object(
+    version: u16,
+    suite: u16,
+    (tx, rx): (KeyIv, KeyIv),
+    extras: Extras<'_>,
+) -> SessionObject {
+    // A secret is kept only if it is the one the extracted key came from: a client that sent a
+    // KeyUpdate before the freeze has moved on, and a stale secret would derive wrong keys.
+    let checked = |secret: Option<Zeroizing<Vec<u8>>>, key: &[u8], iv: &[u8; 12]| {
+        let (_, s) = super::record_suite(version, suite)?;
+        let secret = secret?;
+        let derived = baton_record::key_schedule::TrafficSecret::new(s, &secret)
+            .ok()?
+            .keys()
+            .ok()?;
+        (derived.key[..] == key[..] && derived.iv[..] == iv[..]).then_some(secret)
+    };
+    let info = extras.info;
+    SessionObject {
+        id: SessionObject::new_id(),
+        home: extras.home,
+        expires_ms: SessionObject::expiry(SystemTime::now(), DEFAULT_TTL),
+        version,
+        suite,
+        tx: DirectionState {
+            secret: checked(extras.secrets.server, &tx.1, &tx.2),
+            seq: tx.0,
+            key: tx.1,
+            iv: tx.2,
+        },
+        rx: DirectionState {
+            secret: checked(extras.secrets.client, &rx.1, &rx.2),
+            seq: rx.0,
+            key: rx.1,
+            iv: rx.2,
+        },
+        resumed: info.resumed,
+        alpn: info.alpn.as_ref().map(|a| a.as_bytes().to_vec()),
+        sni: info.sni.clone(),
+        client_subject: info.client_subject.clone(),
+        plaintext: Zeroizing::new(extras.plaintext),
+    }
+}

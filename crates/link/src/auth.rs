@@ -1,0 +1,154 @@
+//! The link's mutual authentication, as plain functions over byte buffers (the socket code in
+//! `server.rs` and `client.rs` only moves these bytes, under a deadline).
+
+use baton_session::ticket::KeyRing;
+
+pub const MAGIC: &[u8; 4] = b"BTLK";
+pub const VERSION: u8 = 1;
+/// The agent's hello: magic, version, agent id, link id.
+pub const HELLO_LEN: usize = 4 + 1 + 2 + 16;
+/// Largest proof accepted (a sealed empty message is ~40 bytes).
+pub const MAX_PROOF: usize = 256;
+/// The issuer id the dispatcher seals its proof under (agents have ids below it).
+pub const DISPATCHER_ISSUER: u16 = 0xFFFF;
+
+/// What the agent sends first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentHello {
+    pub agent_id: u16,
+    pub link_id: [u8; 16],
+}
+
+impl AgentHello {
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut out = [0u8; HELLO_LEN];
+        out[..4].copy_from_slice(MAGIC);
+        out[4] = VERSION;
+        out[5..7].copy_from_slice(&self.agent_id.to_be_bytes());
+        out[7..].copy_from_slice(&self.link_id);
+        out
+    }
+
+    pub fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
+        if &b[..4] != MAGIC || b[4] != VERSION {
+            return None;
+        }
+        Some(Self {
+            agent_id: u16::from_be_bytes([b[5], b[6]]),
+            link_id: b[7..].try_into().ok()?,
+        })
+    }
+}
+
+fn context(who: &[u8], hello: &AgentHello, challenge: &[u8; 16]) -> Vec<u8> {
+    [
+        who,
+        &hello.agent_id.to_be_bytes(),
+        &hello.link_id,
+        challenge,
+    ]
+    .concat()
+}
+
+const DISPATCHER: &[u8] = b"baton link v1 dispatcher";
+const AGENT: &[u8] = b"baton link v1 agent";
+
+/// The dispatcher's proof that it holds the cluster key, for this link and its challenge.
+pub fn dispatcher_proof(
+    ring: &KeyRing,
+    hello: &AgentHello,
+    challenge: &[u8; 16],
+) -> Option<Vec<u8>> {
+    ring.seal(
+        DISPATCHER_ISSUER,
+        &[],
+        &context(DISPATCHER, hello, challenge),
+    )
+}
+
+pub fn verify_dispatcher(
+    ring: &KeyRing,
+    hello: &AgentHello,
+    challenge: &[u8; 16],
+    proof: &[u8],
+) -> bool {
+    opens_empty(ring, proof, &context(DISPATCHER, hello, challenge))
+}
+
+/// The agent's proof, given only once the dispatcher's has been verified.
+pub fn agent_proof(ring: &KeyRing, hello: &AgentHello, challenge: &[u8; 16]) -> Option<Vec<u8>> {
+    ring.seal(hello.agent_id, &[], &context(AGENT, hello, challenge))
+}
+
+pub fn verify_agent(
+    ring: &KeyRing,
+    hello: &AgentHello,
+    challenge: &[u8; 16],
+    proof: &[u8],
+) -> bool {
+    opens_empty(ring, proof, &context(AGENT, hello, challenge))
+}
+
+fn opens_empty(ring: &KeyRing, proof: &[u8], context: &[u8]) -> bool {
+    proof.len() <= MAX_PROOF && ring.open(proof, context).is_some_and(|p| p.is_empty())
+}
+
+/// A proof with its length in front.
+pub fn framed(proof: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + proof.len());
+    out.extend_from_slice(&(proof.len() as u16).to_be_bytes());
+    out.extend_from_slice(proof);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn ring(k: &str) -> KeyRing {
+        KeyRing::parse_key_file(k, Instant::now()).unwrap()
+    }
+    const A: &str = "00000001 1111111111111111111111111111111111111111111111111111111111111111";
+    const B: &str = "00000001 2222222222222222222222222222222222222222222222222222222222222222";
+
+    #[test]
+    fn both_sides_prove_with_the_same_key_only() {
+        let hello = AgentHello {
+            agent_id: 3,
+            link_id: [9; 16],
+        };
+        assert_eq!(AgentHello::decode(&hello.encode()), Some(hello));
+        let ch = [4; 16];
+        let d = dispatcher_proof(&ring(A), &hello, &ch).unwrap();
+        assert!(verify_dispatcher(&ring(A), &hello, &ch, &d));
+        assert!(!verify_dispatcher(&ring(B), &hello, &ch, &d), "wrong key");
+        let a = agent_proof(&ring(A), &hello, &ch).unwrap();
+        assert!(verify_agent(&ring(A), &hello, &ch, &a));
+        assert!(!verify_agent(&ring(B), &hello, &ch, &a));
+        // a proof is one side's, for one link, one challenge and one agent id
+        assert!(!verify_agent(&ring(A), &hello, &ch, &d), "reflected");
+        let other_link = AgentHello {
+            link_id: [8; 16],
+            ..hello
+        };
+        assert!(
+            !verify_dispatcher(&ring(A), &other_link, &ch, &d),
+            "replayed on another link"
+        );
+        assert!(!verify_dispatcher(&ring(A), &hello, &[5; 16], &d));
+        let other_agent = AgentHello {
+            agent_id: 4,
+            ..hello
+        };
+        assert!(
+            !verify_agent(&ring(A), &other_agent, &ch, &a),
+            "another agent id"
+        );
+        assert!(!verify_agent(&ring(A), &hello, &ch, &[0; 40]));
+        let mut bad = hello.encode();
+        bad[0] = b'X';
+        assert_eq!(AgentHello::decode(&bad), None);
+    }
+}

@@ -1,0 +1,206 @@
+//! The dispatcher's side: a pool of authenticated link connections to one agent, kept up in
+//! the background, on which client streams are opened.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use baton_session::SharedRing;
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::auth::{self, AgentHello};
+use crate::{LinkStream, StreamMeta};
+
+/// Reconnection backoff after a failed or lost link connection.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// One live link connection.
+#[derive(Clone)]
+pub struct LinkHandle {
+    id: [u8; 16],
+    send: h2::client::SendRequest<Bytes>,
+    alive: Arc<AtomicBool>,
+}
+
+impl LinkHandle {
+    /// The link id the agent gave this connection.
+    pub fn id(&self) -> [u8; 16] {
+        self.id
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Opens a client stream on exactly this connection. Returns once the request is sent;
+    /// the agent's answer is awaited by the stream's first read.
+    pub async fn open(&self, meta: StreamMeta) -> std::io::Result<LinkStream> {
+        let broken = |e: h2::Error| std::io::Error::new(std::io::ErrorKind::ConnectionReset, e);
+        let mut send = self.send.clone().ready().await.map_err(broken)?;
+        let mut request = http::Request::new(());
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = http::Uri::from_static("http://baton/link");
+        meta.write(request.headers_mut());
+        let (response, stream) = send.send_request(request, false).map_err(broken)?;
+        Ok(LinkStream::client(stream, response, meta, self.id))
+    }
+}
+
+/// The link connections to one agent.
+pub struct LinkPool {
+    slots: Arc<Vec<Mutex<Option<LinkHandle>>>>,
+    next: AtomicUsize,
+    addr: SocketAddr,
+}
+
+impl LinkPool {
+    /// Keeps `connections` links to the agent `agent_id` at `addr`, authenticated with the
+    /// cluster key `ring`, reconnecting lost ones in the background. Call within a tokio
+    /// runtime.
+    pub fn new(addr: SocketAddr, agent_id: u16, ring: SharedRing, connections: usize) -> Self {
+        let slots: Arc<Vec<_>> =
+            Arc::new((0..connections.max(1)).map(|_| Mutex::new(None)).collect());
+        for i in 0..slots.len() {
+            tokio::spawn(keep_up(
+                addr,
+                agent_id,
+                ring.clone(),
+                Arc::downgrade(&slots),
+                i,
+            ));
+        }
+        Self {
+            slots,
+            next: AtomicUsize::new(0),
+            addr,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A live connection, in turn among the live ones; `None` if none is up now.
+    pub fn pick(&self) -> Option<LinkHandle> {
+        let n = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n).find_map(|k| {
+            let slot = self.slots[(start + k) % n]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            slot.as_ref().filter(|h| h.is_alive()).cloned()
+        })
+    }
+
+    /// Whether at least one connection is up.
+    pub fn is_up(&self) -> bool {
+        self.slots.iter().any(|s| {
+            s.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_some_and(LinkHandle::is_alive)
+        })
+    }
+}
+
+/// Keeps slot `i` filled with a live connection, for as long as the pool exists.
+async fn keep_up(
+    addr: SocketAddr,
+    agent_id: u16,
+    ring: SharedRing,
+    slots: Weak<Vec<Mutex<Option<LinkHandle>>>>,
+    i: usize,
+) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        match connect(addr, agent_id, &ring).await {
+            Ok((handle, connection)) => {
+                backoff = BACKOFF_MIN;
+                let alive = handle.alive.clone();
+                // The pool is gone: so is this keeper (its connection with it).
+                let Some(s) = slots.upgrade() else { return };
+                *s[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+                drop(s);
+                if let Err(e) = connection.await {
+                    tracing::debug!(%addr, error = %e, "agent link lost");
+                }
+                alive.store(false, Ordering::Relaxed);
+                let Some(s) = slots.upgrade() else { return };
+                *s[i].lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "agent link connect failed");
+            }
+        }
+        if slots.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+type Connection = h2::client::Connection<TcpStream, Bytes>;
+
+async fn connect(
+    addr: SocketAddr,
+    agent_id: u16,
+    ring: &SharedRing,
+) -> std::io::Result<(LinkHandle, Connection)> {
+    let timeout = |_| std::io::Error::from(std::io::ErrorKind::TimedOut);
+    let mut tcp = tokio::time::timeout(crate::AUTH_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(timeout)??;
+    crate::tune(&tcp);
+    let link_id = tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, ring))
+        .await
+        .map_err(timeout)??;
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(crate::STREAM_WINDOW)
+        .initial_connection_window_size(crate::CONNECTION_WINDOW)
+        .max_concurrent_streams(crate::MAX_STREAMS)
+        .max_concurrent_reset_streams(4096)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let handle = LinkHandle {
+        id: link_id,
+        send,
+        alive: Arc::new(AtomicBool::new(true)),
+    };
+    Ok((handle, connection))
+}
+
+/// The dispatcher's half of the handshake; returns the agent's link id.
+async fn authenticate(
+    tcp: &mut TcpStream,
+    agent_id: u16,
+    ring: &SharedRing,
+) -> std::io::Result<[u8; 16]> {
+    let bad =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::PermissionDenied, what.to_string());
+    let mut hello = [0u8; auth::HELLO_LEN];
+    tcp.read_exact(&mut hello).await?;
+    let hello = AgentHello::decode(&hello).ok_or_else(|| bad("not an agent link"))?;
+    if hello.agent_id != agent_id {
+        return Err(bad("another agent answered the link"));
+    }
+    let challenge = crate::token();
+    let proof = {
+        let ring = ring.read().unwrap_or_else(|p| p.into_inner());
+        auth::dispatcher_proof(&ring, &hello, &challenge).ok_or_else(|| bad("no cluster key"))?
+    };
+    let mut out = challenge.to_vec();
+    out.extend_from_slice(&auth::framed(&proof));
+    tcp.write_all(&out).await?;
+    let theirs = crate::server::read_proof(tcp).await?;
+    let ring = ring.read().unwrap_or_else(|p| p.into_inner());
+    if !auth::verify_agent(&ring, &hello, &challenge, &theirs) {
+        return Err(bad("the agent did not prove the cluster key"));
+    }
+    Ok(hello.link_id)
+}

@@ -1,0 +1,181 @@
+//! The agent's side: accept link connections, authenticate them, and hand out every client
+//! stream they carry.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use baton_session::SharedRing;
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Mutex, Semaphore};
+
+use crate::auth::{self, AgentHello};
+use crate::{LinkStats, LinkStream, StreamMeta};
+
+/// Link connections authenticating at once; more are closed at accept.
+const MAX_AUTHENTICATING: usize = 64;
+/// Authenticated link connections at once (dispatchers x their connections per agent).
+const MAX_LINKS: usize = 1024;
+/// Streams accepted but not yet taken by the agent.
+const QUEUE: usize = 4096;
+
+pub struct LinkListener {
+    streams: Mutex<mpsc::Receiver<LinkStream>>,
+    stats: Arc<LinkStats>,
+}
+
+impl LinkListener {
+    /// Serves link connections on `listener` for agent `agent_id`, authenticating with the
+    /// cluster key `ring` (read at each handshake, so a reload takes effect).
+    pub fn new(listener: TcpListener, agent_id: u16, ring: SharedRing) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let stats = Arc::new(LinkStats::default());
+        tokio::spawn(accept_loop(listener, agent_id, ring, tx, stats.clone()));
+        Self {
+            streams: Mutex::new(rx),
+            stats,
+        }
+    }
+
+    /// The next client stream from any link; `None` once the listener is gone.
+    pub async fn accept(&self) -> Option<LinkStream> {
+        self.streams.lock().await.recv().await
+    }
+
+    pub fn stats(&self) -> Arc<LinkStats> {
+        self.stats.clone()
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    agent_id: u16,
+    ring: SharedRing,
+    tx: mpsc::Sender<LinkStream>,
+    stats: Arc<LinkStats>,
+) {
+    let authenticating = Arc::new(Semaphore::new(MAX_AUTHENTICATING));
+    let links = Arc::new(Semaphore::new(MAX_LINKS));
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "link accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        if tx.is_closed() {
+            return;
+        }
+        let Ok(auth_permit) = authenticating.clone().try_acquire_owned() else {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let Ok(link_permit) = links.clone().try_acquire_owned() else {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        crate::tune(&tcp);
+        let (ring, tx, stats) = (ring.clone(), tx.clone(), stats.clone());
+        tokio::spawn(async move {
+            let mut tcp = tcp;
+            let authed =
+                tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, &ring))
+                    .await;
+            drop(auth_permit);
+            let link_id = match authed {
+                Ok(Ok(id)) => id,
+                _ => {
+                    tracing::debug!(%peer, "link connection failed to authenticate");
+                    stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+            stats.connections.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = serve(tcp, link_id, &tx, &stats).await {
+                tracing::debug!(%peer, error = %e, "link connection ended");
+            }
+            stats.connections.fetch_sub(1, Ordering::Relaxed);
+            drop(link_permit);
+        });
+    }
+}
+
+/// The agent's half of the handshake; returns the link id.
+async fn authenticate(
+    tcp: &mut TcpStream,
+    agent_id: u16,
+    ring: &SharedRing,
+) -> std::io::Result<[u8; 16]> {
+    let hello = AgentHello {
+        agent_id,
+        link_id: crate::token(),
+    };
+    tcp.write_all(&hello.encode()).await?;
+    let mut challenge = [0u8; 16];
+    tcp.read_exact(&mut challenge).await?;
+    let proof = read_proof(tcp).await?;
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "link authentication failed",
+        )
+    };
+    let mine = {
+        let ring = ring.read().unwrap_or_else(|p| p.into_inner());
+        if !auth::verify_dispatcher(&ring, &hello, &challenge, &proof) {
+            return Err(bad());
+        }
+        auth::agent_proof(&ring, &hello, &challenge).ok_or_else(bad)?
+    };
+    tcp.write_all(&auth::framed(&mine)).await?;
+    Ok(hello.link_id)
+}
+
+pub(crate) async fn read_proof(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 2];
+    tcp.read_exact(&mut len).await?;
+    let len = usize::from(u16::from_be_bytes(len));
+    if len > auth::MAX_PROOF {
+        return Err(std::io::ErrorKind::InvalidData.into());
+    }
+    let mut proof = vec![0u8; len];
+    tcp.read_exact(&mut proof).await?;
+    Ok(proof)
+}
+
+/// Runs one authenticated link: every stream goes to the agent, until the dispatcher closes.
+async fn serve(
+    tcp: TcpStream,
+    link_id: [u8; 16],
+    tx: &mpsc::Sender<LinkStream>,
+    stats: &LinkStats,
+) -> Result<(), h2::Error> {
+    let mut conn = h2::server::Builder::new()
+        .initial_window_size(crate::STREAM_WINDOW)
+        .initial_connection_window_size(crate::CONNECTION_WINDOW)
+        .max_concurrent_streams(crate::MAX_STREAMS)
+        .max_header_list_size(4096)
+        .handshake::<_, Bytes>(tcp)
+        .await?;
+    while let Some(next) = conn.accept().await {
+        let (request, mut respond) = next?;
+        let Some(meta) = StreamMeta::read(request.headers()) else {
+            respond.send_reset(h2::Reason::PROTOCOL_ERROR);
+            continue;
+        };
+        // The response headers open the way back at once: the dispatcher reads from here.
+        let Ok(send) = respond.send_response(http::Response::new(()), false) else {
+            continue;
+        };
+        stats.streams.fetch_add(1, Ordering::Relaxed);
+        let stream = LinkStream::server(send, request.into_body(), meta, link_id);
+        // A full queue waits (the agent takes streams in a tight loop); a gone agent resets
+        // them as they come (the stream's drop).
+        let _ = tx.send(stream).await;
+    }
+    // No more new streams; the open ones still need the connection driven.
+    std::future::poll_fn(|cx| conn.poll_closed(cx)).await
+}

@@ -1,0 +1,221 @@
+//! One client connection on the link, as a tokio byte stream over an h2 stream.
+//!
+//! Reads hand out DATA frames and give their flow-control capacity back only as the consumer
+//! takes the bytes, so the stream window (not a buffer of ours) bounds what an unread stream
+//! holds. Writes send no more than the capacity h2 grants, so h2 never buffers without bound
+//! either. Shutdown ends the send side (END_STREAM, a clean EOF at the peer); dropping a stream
+//! that has not ended both ways resets it (the peer sees an error, never a clean EOF).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h2::{RecvStream, SendStream};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::meta::StreamMeta;
+
+/// Largest DATA frame payload we send at once.
+const MAX_WRITE: usize = 16 * 1024;
+
+enum Recv {
+    /// Dispatcher side: the agent's response headers have not come yet.
+    Waiting(h2::client::ResponseFuture),
+    Open(RecvStream),
+}
+
+pub struct LinkStream {
+    send: SendStream<Bytes>,
+    recv: Recv,
+    chunk: Bytes,
+    eof: bool,
+    sent_end: bool,
+    meta: StreamMeta,
+    link_id: [u8; 16],
+}
+
+fn h2_error(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        return e
+            .into_io()
+            .unwrap_or_else(|| io::ErrorKind::BrokenPipe.into());
+    }
+    let kind = if e.is_reset() || e.is_go_away() {
+        io::ErrorKind::ConnectionReset
+    } else {
+        io::ErrorKind::InvalidData
+    };
+    io::Error::new(kind, e)
+}
+
+impl LinkStream {
+    pub(crate) fn server(
+        send: SendStream<Bytes>,
+        recv: RecvStream,
+        meta: StreamMeta,
+        link_id: [u8; 16],
+    ) -> Self {
+        Self::new(send, Recv::Open(recv), meta, link_id)
+    }
+
+    pub(crate) fn client(
+        send: SendStream<Bytes>,
+        response: h2::client::ResponseFuture,
+        meta: StreamMeta,
+        link_id: [u8; 16],
+    ) -> Self {
+        Self::new(send, Recv::Waiting(response), meta, link_id)
+    }
+
+    fn new(send: SendStream<Bytes>, recv: Recv, meta: StreamMeta, link_id: [u8; 16]) -> Self {
+        Self {
+            send,
+            recv,
+            chunk: Bytes::new(),
+            eof: false,
+            sent_end: false,
+            meta,
+            link_id,
+        }
+    }
+
+    pub fn meta(&self) -> &StreamMeta {
+        &self.meta
+    }
+
+    /// The id of the link connection this stream rides on.
+    pub fn link_id(&self) -> [u8; 16] {
+        self.link_id
+    }
+
+    /// Fetches the next DATA frame into `chunk` (or notes the end). Ready(Ok) when there is
+    /// something to read or the stream ended.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.chunk.is_empty() && !self.eof {
+            let recv = match &mut self.recv {
+                Recv::Waiting(response) => {
+                    let resp = ready!(Pin::new(response).poll(cx)).map_err(h2_error)?;
+                    self.recv = Recv::Open(resp.into_body());
+                    continue;
+                }
+                Recv::Open(r) => r,
+            };
+            match ready!(recv.poll_data(cx)) {
+                Some(Ok(b)) => self.chunk = b,
+                Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
+                None => self.eof = true,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn take(&mut self, out: &mut [u8]) -> usize {
+        let n = self.chunk.len().min(out.len());
+        out[..n].copy_from_slice(&self.chunk[..n]);
+        self.chunk.advance(n);
+        if let Recv::Open(r) = &mut self.recv {
+            let _ = r.flow_control().release_capacity(n);
+        }
+        n
+    }
+
+    /// Waits until bytes can be read or the stream has ended, reading none.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    }
+
+    /// Reads what has arrived without waiting: `WouldBlock` if nothing, `Ok(0)` at the end.
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.chunk.is_empty() {
+            return Ok(self.take(buf));
+        }
+        if self.eof {
+            return Ok(0);
+        }
+        let waker = std::task::Waker::noop();
+        match self.poll_fill(&mut Context::from_waker(waker)) {
+            Poll::Ready(Ok(())) => Ok(self.take(buf)),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl AsyncRead for LinkStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_fill(cx))?;
+        let n = this.take(buf.initialize_unfilled());
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for LinkStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if this.sent_end {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let want = buf.len().min(MAX_WRITE);
+        loop {
+            let have = this.send.capacity();
+            if have > 0 {
+                let n = have.min(want);
+                this.send
+                    .send_data(Bytes::copy_from_slice(&buf[..n]), false)
+                    .map_err(h2_error)?;
+                return Poll::Ready(Ok(n));
+            }
+            this.send.reserve_capacity(want);
+            match ready!(this.send.poll_capacity(cx)) {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
+                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The link connection's task writes what streams send.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.sent_end {
+            this.sent_end = true;
+            this.send.send_data(Bytes::new(), true).map_err(h2_error)?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl LinkStream {
+    /// Resets the stream: nothing queued is sent, and the peer's reads fail.
+    pub fn abort(mut self) {
+        self.sent_end = true;
+        self.send.send_reset(h2::Reason::CANCEL);
+    }
+}
+
+impl Drop for LinkStream {
+    fn drop(&mut self) {
+        if !self.sent_end {
+            let _ = self.send.send_data(Bytes::new(), true);
+        }
+    }
+}
