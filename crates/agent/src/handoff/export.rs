@@ -93,7 +93,9 @@ pub async fn hand_off(
             tracing::debug!(site = 2, "handoff protocol failure");
             return Exported::Closed;
         };
-        if !input.decrypt.is_empty() {
+        // Even with nothing new: a TLS 1.3 client's first request rides with its Finished and
+        // may already be decrypted inside rustls, which extraction would drop.
+        {
             let t = thread_cpu();
             let fed = session::decrypt(stream.get_mut().1, &input.decrypt, &mut plain);
             cpu += thread_cpu().saturating_sub(t);
