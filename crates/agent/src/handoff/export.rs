@@ -83,14 +83,12 @@ pub async fn hand_off(
     let mut cpu = std::time::Duration::ZERO;
     let mut buf = vec![0u8; 18 * 1024];
     loop {
-        let Some(data) = read_until(&mut stream.get_mut().0, &mut buf, &x).await else {
+        let Some(data) = read_until(stream.get_mut().0, &mut buf, &x).await else {
             m.failure(HandoffFailure::Protocol);
-            tracing::debug!(site = 1, "handoff protocol failure");
             return Exported::Closed;
         };
         let Ok(input) = x.from_dispatcher(&buf[..data]) else {
             m.failure(HandoffFailure::Protocol);
-            tracing::debug!(site = 2, "handoff protocol failure");
             return Exported::Closed;
         };
         // Even with nothing new: a TLS 1.3 client's first request rides with its Finished and
@@ -124,7 +122,6 @@ pub async fn hand_off(
             }
             Some(_) => {
                 m.failure(HandoffFailure::Protocol);
-                tracing::debug!(site = 3, "handoff protocol failure");
                 return Exported::Closed;
             }
         }
@@ -184,7 +181,6 @@ pub async fn hand_off(
     loop {
         let Some(n) = read_until(&mut io, &mut buf, &x).await else {
             m.failure(HandoffFailure::Protocol);
-            tracing::debug!(site = 4, "handoff protocol failure");
             return Exported::Closed;
         };
         match x.from_dispatcher(&buf[..n]).map(|input| input.event) {
@@ -199,7 +195,6 @@ pub async fn hand_off(
             }
             Ok(Some(_)) | Err(_) => {
                 m.failure(HandoffFailure::Protocol);
-                tracing::debug!(site = 5, "handoff protocol failure");
                 return Exported::Closed;
             }
         }
