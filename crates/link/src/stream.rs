@@ -111,6 +111,22 @@ impl LinkStream {
         Poll::Ready(Ok(()))
     }
 
+    /// Waits until h2 grants send capacity (at most `want` is asked for); returns how much.
+    fn poll_send_capacity(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        loop {
+            let have = self.send.capacity();
+            if have > 0 {
+                return Poll::Ready(Ok(have));
+            }
+            self.send.reserve_capacity(want);
+            match ready!(self.send.poll_capacity(cx)) {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
+                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+            }
+        }
+    }
+
     fn take(&mut self, out: &mut [u8]) -> usize {
         let n = self.chunk.len().min(out.len());
         out[..n].copy_from_slice(&self.chunk[..n]);
@@ -153,6 +169,19 @@ impl AsyncRead for LinkStream {
         ready!(this.poll_fill(cx))?;
         let n = this.take(buf.initialize_unfilled());
         buf.advance(n);
+        // Gather the DATA frames that are already here into the same read: a peer's flight
+        // often comes as several frames, and one read means one write onward (one system
+        // call at the dispatcher's client socket instead of one per frame). Pending here only
+        // leaves a wake-up registered, which is harmless.
+        while buf.remaining() > 0 && !this.eof {
+            match this.poll_fill(cx) {
+                Poll::Ready(Ok(())) if !this.chunk.is_empty() => {
+                    let n = this.take(buf.initialize_unfilled());
+                    buf.advance(n);
+                }
+                _ => break,
+            }
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -171,22 +200,45 @@ impl AsyncWrite for LinkStream {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         let want = buf.len().min(MAX_WRITE);
-        loop {
-            let have = this.send.capacity();
-            if have > 0 {
-                let n = have.min(want);
-                this.send
-                    .send_data(Bytes::copy_from_slice(&buf[..n]), false)
-                    .map_err(h2_error)?;
-                return Poll::Ready(Ok(n));
-            }
-            this.send.reserve_capacity(want);
-            match ready!(this.send.poll_capacity(cx)) {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
-                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+        let have = ready!(this.poll_send_capacity(cx, want))?;
+        let n = have.min(want);
+        this.send
+            .send_data(Bytes::copy_from_slice(&buf[..n]), false)
+            .map_err(h2_error)?;
+        Poll::Ready(Ok(n))
+    }
+
+    /// A TLS flight handed over as several records goes out as one DATA frame.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        if this.sent_end {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let want = total.min(MAX_WRITE);
+        let have = ready!(this.poll_send_capacity(cx, want))?;
+        let n = have.min(want);
+        let mut data = bytes::BytesMut::with_capacity(n);
+        for b in bufs {
+            let take = (n - data.len()).min(b.len());
+            data.extend_from_slice(&b[..take]);
+            if data.len() == n {
+                break;
             }
         }
+        this.send.send_data(data.freeze(), false).map_err(h2_error)?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
