@@ -173,7 +173,7 @@ pub async fn relay(
         (Target::HomeAgent, None) => return Ok((agent_idx, up, down)),
         (Target::HandshakeAgent, _) => (agent_idx, agent),
     };
-    let (u, d) = tokio::io::copy_bidirectional(client, &mut stream)
+    let (u, d) = crate::splice::splice(client, &mut stream)
         .await
         .unwrap_or((0, 0));
     Ok((idx, up + u, down + d))

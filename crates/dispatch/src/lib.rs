@@ -13,6 +13,7 @@ mod links;
 mod metrics;
 pub mod route;
 mod server;
+mod splice;
 
 pub use config::{DispatchArgs, DispatchConfig};
 pub use route::{Policy, Reason, Router};

@@ -112,6 +112,12 @@ async fn accept_loop(
     tracker: TaskTracker,
     stop: CancellationToken,
 ) {
+    // The address clients reach, when the listener has only one (saves a getsockname per
+    // connection); a wildcard listener asks each connection.
+    let bound = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -132,7 +138,7 @@ async fn accept_loop(
         let _ = client.set_nodelay(true);
         let shared = shared.clone();
         tracker.spawn(async move {
-            if let Err(e) = handle(client, peer, &shared).await {
+            if let Err(e) = handle(client, peer, bound, &shared).await {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
             drop(permit);
@@ -146,7 +152,12 @@ struct FirstBytes {
     hello: Option<baton_wire::ClientHello>,
 }
 
-async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std::io::Result<()> {
+async fn handle(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    bound: Option<SocketAddr>,
+    shared: &Shared,
+) -> std::io::Result<()> {
     let cfg = &shared.config;
     let deadline = tokio::time::Instant::now() + cfg.hello_timeout;
     let mut source = peer;
@@ -178,7 +189,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, shared: &Shared) -> std
         });
 
     // Route; if the chosen agent refuses the connection, mark it down and ask again once.
-    let destination = client.local_addr().unwrap_or(peer);
+    let destination = bound.or_else(|| client.local_addr().ok()).unwrap_or(peer);
     let mut tries = 0;
     let (agent_idx, agent) = loop {
         let Some((idx, reason)) = shared.router().route(first.hello.as_ref(), source.ip()) else {
@@ -354,7 +365,7 @@ where
     if shared.config.policy == Policy::Session {
         to_client = learn_session_id(agent, client, agent_idx, shared).await?;
     }
-    let result = tokio::io::copy_bidirectional(client, agent).await;
+    let result = crate::splice::splice(client, agent).await;
     let (up, down) = result.as_ref().map_or((0, 0), |(u, d)| (*u, *d));
     shared
         .metrics

@@ -166,12 +166,8 @@ async fn serve(
             respond.send_reset(h2::Reason::PROTOCOL_ERROR);
             continue;
         };
-        // The response headers open the way back at once: the dispatcher reads from here.
-        let Ok(send) = respond.send_response(http::Response::new(()), false) else {
-            continue;
-        };
         stats.streams.fetch_add(1, Ordering::Relaxed);
-        let stream = LinkStream::server(send, request.into_body(), meta, link_id);
+        let stream = LinkStream::server(respond, request.into_body(), meta, link_id);
         // A full queue waits (the agent takes streams in a tight loop); a gone agent resets
         // them as they come (the stream's drop).
         let _ = tx.send(stream).await;

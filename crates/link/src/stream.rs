@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
+use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -26,8 +27,18 @@ enum Recv {
     Open(RecvStream),
 }
 
+/// The sending half.
+enum Send {
+    /// Agent side before its first byte: the response headers wait to go out with it (one
+    /// frame burst, one write, instead of a lone HEADERS frame at accept).
+    Unanswered(SendResponse<Bytes>),
+    Open(SendStream<Bytes>),
+    /// Unanswered and then ended or reset: nothing more can be sent.
+    Gone,
+}
+
 pub struct LinkStream {
-    send: SendStream<Bytes>,
+    send: Send,
     recv: Recv,
     chunk: Bytes,
     eof: bool,
@@ -52,12 +63,12 @@ fn h2_error(e: h2::Error) -> io::Error {
 
 impl LinkStream {
     pub(crate) fn server(
-        send: SendStream<Bytes>,
+        respond: SendResponse<Bytes>,
         recv: RecvStream,
         meta: StreamMeta,
         link_id: [u8; 16],
     ) -> Self {
-        Self::new(send, Recv::Open(recv), meta, link_id)
+        Self::new(Send::Unanswered(respond), Recv::Open(recv), meta, link_id)
     }
 
     pub(crate) fn client(
@@ -66,10 +77,10 @@ impl LinkStream {
         meta: StreamMeta,
         link_id: [u8; 16],
     ) -> Self {
-        Self::new(send, Recv::Waiting(response), meta, link_id)
+        Self::new(Send::Open(send), Recv::Waiting(response), meta, link_id)
     }
 
-    fn new(send: SendStream<Bytes>, recv: Recv, meta: StreamMeta, link_id: [u8; 16]) -> Self {
+    fn new(send: Send, recv: Recv, meta: StreamMeta, link_id: [u8; 16]) -> Self {
         Self {
             send,
             recv,
@@ -111,15 +122,53 @@ impl LinkStream {
         Poll::Ready(Ok(()))
     }
 
+    /// The send stream, answering the request first if that is still to do.
+    fn sender(&mut self) -> io::Result<&mut SendStream<Bytes>> {
+        if let Send::Unanswered(_) = self.send {
+            let Send::Unanswered(mut respond) = std::mem::replace(&mut self.send, Send::Gone)
+            else {
+                unreachable!()
+            };
+            let open = respond
+                .send_response(http::Response::new(()), false)
+                .map_err(h2_error)?;
+            self.send = Send::Open(open);
+        }
+        match &mut self.send {
+            Send::Open(s) => Ok(s),
+            _ => Err(io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    /// Ends the send side (END_STREAM); a no-op once ended.
+    fn end(&mut self) -> io::Result<()> {
+        if std::mem::replace(&mut self.sent_end, true) {
+            return Ok(());
+        }
+        match std::mem::replace(&mut self.send, Send::Gone) {
+            Send::Unanswered(mut respond) => respond
+                .send_response(http::Response::new(()), true)
+                .map(drop)
+                .map_err(h2_error),
+            Send::Open(mut s) => {
+                let r = s.send_data(Bytes::new(), true).map_err(h2_error);
+                self.send = Send::Open(s);
+                r
+            }
+            Send::Gone => Ok(()),
+        }
+    }
+
     /// Waits until h2 grants send capacity (at most `want` is asked for); returns how much.
     fn poll_send_capacity(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        let send = self.sender()?;
         loop {
-            let have = self.send.capacity();
+            let have = send.capacity();
             if have > 0 {
                 return Poll::Ready(Ok(have));
             }
-            self.send.reserve_capacity(want);
-            match ready!(self.send.poll_capacity(cx)) {
+            send.reserve_capacity(want);
+            match ready!(send.poll_capacity(cx)) {
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
                 None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
@@ -202,7 +251,7 @@ impl AsyncWrite for LinkStream {
         let want = buf.len().min(MAX_WRITE);
         let have = ready!(this.poll_send_capacity(cx, want))?;
         let n = have.min(want);
-        this.send
+        this.sender()?
             .send_data(Bytes::copy_from_slice(&buf[..n]), false)
             .map_err(h2_error)?;
         Poll::Ready(Ok(n))
@@ -233,7 +282,9 @@ impl AsyncWrite for LinkStream {
                 break;
             }
         }
-        this.send.send_data(data.freeze(), false).map_err(h2_error)?;
+        this.sender()?
+            .send_data(data.freeze(), false)
+            .map_err(h2_error)?;
         Poll::Ready(Ok(n))
     }
 
@@ -247,12 +298,7 @@ impl AsyncWrite for LinkStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.sent_end {
-            this.sent_end = true;
-            this.send.send_data(Bytes::new(), true).map_err(h2_error)?;
-        }
-        Poll::Ready(Ok(()))
+        Poll::Ready(self.get_mut().end())
     }
 }
 
@@ -260,14 +306,16 @@ impl LinkStream {
     /// Resets the stream: nothing queued is sent, and the peer's reads fail.
     pub fn abort(mut self) {
         self.sent_end = true;
-        self.send.send_reset(h2::Reason::CANCEL);
+        match &mut self.send {
+            Send::Unanswered(respond) => respond.send_reset(h2::Reason::CANCEL),
+            Send::Open(s) => s.send_reset(h2::Reason::CANCEL),
+            Send::Gone => {}
+        }
     }
 }
 
 impl Drop for LinkStream {
     fn drop(&mut self) {
-        if !self.sent_end {
-            let _ = self.send.send_data(Bytes::new(), true);
-        }
+        let _ = self.end();
     }
 }
