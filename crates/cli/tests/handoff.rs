@@ -264,11 +264,25 @@ fn openssl_s_client_key_update_after_the_move() {
 
 #[test]
 fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
-    let up = handoff_cluster(&[]);
+    // The release build when `scripts/test` built it (BATON_LAB_BIN): the balance bound is
+    // the 10 % there; a dev build on a loaded 2-core machine has come out up to 14 %
+    // apart, so without it the bound only separates load-spreading from address routing
+    // (which would split these three hosts 2:1, hi - lo = hi / 2).
+    let release = std::env::var("BATON_LAB_BIN")
+        .ok()
+        .filter(|p| std::path::Path::new(p).is_file());
+    let (bin, bound) = match &release {
+        Some(p) => (p.as_str(), 0.10),
+        None => (BATON, 0.25),
+    };
+    let up = Up::start_with(
+        bin,
+        &["--agents", "2", "--policy", "handoff", "--store", "peers"],
+    );
     let dir = TempDir::new("scenario-a");
     let json = dir.arg("run.json");
     let target = format!("https://127.0.0.1:{}/bytes/5120", up.addr().port());
-    let out = Command::new(BATON)
+    let out = Command::new(bin)
         .args([
             "bench",
             &target,
@@ -299,14 +313,15 @@ fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
         .map(|i| up.agent_sum(i, "baton_handshakes_total", "kind=\"full\""))
         .collect();
     assert_eq!(full[0] + full[1], 3000.0, "{full:?}");
-    // Routing by client address alone would split these three hosts 2:1 (hi - lo = hi / 2).
-    // Spread by load, the split is 1-4% with the release build (the lab test asserts 10% on
-    // it, under CPU caps); this dev build on a loaded 2-core machine has come out up to 14%,
-    // so the bound here only separates load-spreading from address routing.
     let (lo, hi) = (full[0].min(full[1]), full[0].max(full[1]));
-    assert!(hi - lo <= 0.25 * hi, "full handshakes per agent {full:?}");
+    assert!(
+        hi - lo <= bound * hi,
+        "full handshakes per agent {full:?} (bound {bound}, release build: {})",
+        release.is_some()
+    );
     assert!(migrated_out(&up) > 0.0);
     assert_eq!(migrated_out(&up), migrated_in(&up));
+    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
 }
 
 struct Cluster {

@@ -19,6 +19,9 @@ pub struct Table {
     pub rows: Vec<Map<String, Value>>,
     /// How the run was set up and what to read into it (caps, client headroom, caveats).
     pub notes: Vec<String>,
+    /// Rows that measured something else than they claim (e.g. a CSSL-SF row where nothing
+    /// migrated): printed and kept like the others, and the lab run fails.
+    pub failed: Vec<String>,
     /// Which numeric column the report's bar chart shows.
     #[serde(skip)]
     pub chart: Option<String>,
@@ -32,6 +35,7 @@ impl Table {
             columns: Vec::new(),
             rows: Vec::new(),
             notes: Vec::new(),
+            failed: Vec::new(),
             chart: None,
         }
     }

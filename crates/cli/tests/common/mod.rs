@@ -130,7 +130,17 @@ pub fn spawn_ready(
     fixed: &[&str],
     args: &[&str],
 ) -> (Child, std::collections::HashMap<String, SocketAddr>) {
-    let mut child = Command::new(BATON)
+    spawn_ready_with(BATON, subcommand, fixed, args)
+}
+
+/// [`spawn_ready`] with another `baton` binary (the release build, for balance bounds).
+pub fn spawn_ready_with(
+    bin: &str,
+    subcommand: &str,
+    fixed: &[&str],
+    args: &[&str],
+) -> (Child, std::collections::HashMap<String, SocketAddr>) {
+    let mut child = Command::new(bin)
         .arg(subcommand)
         .args(fixed)
         .args(args)
@@ -748,9 +758,15 @@ impl Drop for Up {
 
 impl Up {
     pub fn start(args: &[&str]) -> Up {
+        Self::start_with(BATON, args)
+    }
+
+    /// `baton up` from binary `bin` (its agents and dispatcher are the same binary).
+    pub fn start_with(bin: &str, args: &[&str]) -> Up {
         let dir = TempDir::new("up");
         let state = dir.path("state.json");
-        let (child, _) = spawn_ready(
+        let (child, _) = spawn_ready_with(
+            bin,
             "up",
             &[
                 "--listen",

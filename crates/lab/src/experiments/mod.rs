@@ -50,6 +50,10 @@ pub struct LabArgs {
     /// with taskset when cgroups are not writable).
     #[arg(long, global = true, default_value_t = 20, value_name = "PERCENT")]
     pub quota: u32,
+    /// Server key of Scenarios A and B (`rsa2048`, `ecdsa-p256`, ...). Default: RSA 2048, the
+    /// paper's kind (its 1,024 bits are refused by rustls).
+    #[arg(long, global = true, value_name = "KIND")]
+    pub key: Option<crate::pki::KeyKind>,
     /// Work directory (configs, certificates, logs); kept afterwards. Default: a temporary
     /// directory, removed at the end.
     #[arg(long, global = true, value_name = "DIR")]
@@ -115,6 +119,7 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         rtt,
         quota: args.quota,
         cap,
+        key: args.key,
     };
     raise_fd_limit();
     let _machine = machine_lock()?;
@@ -146,7 +151,11 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
             println!("\n== {name}");
             let table = run(&lab).with_context(|| format!("experiment {name}"))?;
             print!("{}", table.render());
+            let failed = table.failed.clone();
             tables.push(table);
+            if !failed.is_empty() {
+                anyhow::bail!("experiment {name}: {}", failed.join("; "));
+            }
         }
         anyhow::Ok(())
     })();

@@ -25,6 +25,8 @@ pub struct Config {
     pub paper_tps: Option<f64>,
     /// True for the 1-server reference row.
     pub single: bool,
+    /// True for a `baton dispatch --policy handoff` row (its migrations are checked).
+    pub handoff: bool,
     pub build: Build,
 }
 
@@ -65,6 +67,7 @@ impl Lineup {
             server,
             paper_tps: Some(paper),
             single,
+            handoff: false,
             build,
         };
         let dir = move |what: &str| format!("{slug}-{what}");
@@ -116,15 +119,18 @@ impl Lineup {
                     Sut::baton_cluster(l, &dir("off"), 2, off.1, off.2.clone(), key, &[])
                 }),
             ),
-            config(
-                on.0,
-                "baton",
-                paper[3],
-                false,
-                Box::new(move |l| {
-                    Sut::baton_cluster(l, &dir("on"), 2, on.1, on.2.clone(), key, &[])
-                }),
-            ),
+            Config {
+                handoff: on.1 == "handoff",
+                ..config(
+                    on.0,
+                    "baton",
+                    paper[3],
+                    false,
+                    Box::new(move |l| {
+                        Sut::baton_cluster(l, &dir("on"), 2, on.1, on.2.clone(), key, &[])
+                    }),
+                )
+            },
             config(
                 "1 server",
                 "nginx",
@@ -275,6 +281,14 @@ pub fn row(
             "server_requests",
             r.per_server.iter().map(|s| s.requests).sum::<u64>()
         ),
+        (
+            "migrated",
+            r.per_server.iter().map(|s| s.migrated_out).sum::<u64>()
+        ),
+        (
+            "handoff_failures",
+            r.per_server.iter().map(|s| s.handoff_failures).sum::<u64>()
+        ),
         ("client_full", r.report.handshakes.full),
         ("client_resumed", r.report.handshakes.resumed),
         ("servers_at_cap", r.servers_bound()),
@@ -292,6 +306,37 @@ pub fn row(
         json!(c.paper_tps.and_then(|p| ratio(p, paper_single))),
     );
     m
+}
+
+/// What makes a CSSL-SF (`handoff`) row wrong, from the agents' own counters: no session
+/// migrated (the feature was not in the path), or any migration failed or fell back (the row
+/// would measure something else than the design). `None` when the row is sound.
+pub fn handoff_fault(r: &Run) -> Option<String> {
+    let out: u64 = r.per_server.iter().map(|s| s.migrated_out).sum();
+    let into: u64 = r.per_server.iter().map(|s| s.migrated_in).sum();
+    let failed: u64 = r.per_server.iter().map(|s| s.handoff_failures).sum();
+    if out == 0 {
+        Some("no session migrated".into())
+    } else if failed > 0 {
+        Some(format!(
+            "{failed} migrations failed or fell back ({out} moved)"
+        ))
+    } else if out != into {
+        Some(format!("{out} sessions handed off but {into} imported"))
+    } else {
+        None
+    }
+}
+
+/// Marks every `handoff` row of `runs` that [`handoff_fault`] finds wrong as failed (a note,
+/// and the table's `failed`, which fails the lab run once the table is printed).
+pub fn check_handoff(t: &mut Table, runs: &[(Config, Run, Evidence)]) {
+    for (c, r, _) in runs.iter().filter(|(c, _, _)| c.handoff) {
+        if let Some(why) = handoff_fault(r) {
+            t.note(format!("FAILED {}: {why}", c.name));
+            t.failed.push(format!("{}: {why}", c.name));
+        }
+    }
 }
 
 /// (max - min) / mean of the per-server counts, in percent (0 for one server).

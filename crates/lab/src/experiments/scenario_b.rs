@@ -30,6 +30,7 @@ fn paper_full(name: &str) -> Option<f64> {
 }
 
 pub fn run(lab: &Lab) -> anyhow::Result<Table> {
+    let key = lab.key.unwrap_or(KEY);
     let www = lab.dir.join("www");
     crate::rig::nginx::write_bodies(&www, &[BODY])?;
     let n = if lab.quick { 600 } else { 3000 };
@@ -41,7 +42,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         off: ("CSSL-SL disabled (memory)", "round-robin", Store::Memory),
         on: ("CSSL-SL enabled (peers)", "round-robin", Store::Peers),
         paper: [441.2, 142.3, 389.6, 638.3, PAPER_SINGLE],
-        key: KEY,
+        key,
         www,
     }
     .configs();
@@ -49,7 +50,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         "scenario-b",
         format!(
             "seed 000 Table 3: 2 client hosts, {n} connections (1 full : 2 resumed per client), {BODY}-byte response, 2 servers ({})",
-            KEY.name()
+            key.name()
         ),
     )
     .column("full_handshakes", "full (servers)")

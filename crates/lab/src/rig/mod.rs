@@ -36,6 +36,8 @@ pub struct Lab {
     /// CPU cap of each server, percent of one core.
     pub quota: u32,
     pub cap: CapMode,
+    /// `--key`: the server key the policy scenarios use instead of their default.
+    pub key: Option<KeyKind>,
 }
 
 impl Lab {
@@ -209,6 +211,11 @@ pub struct ServerCounts {
     pub full: u64,
     pub resumed: u64,
     pub requests: u64,
+    /// Sessions this agent handed off (`out`) and imported (`in`) (CSSL-SF).
+    pub migrated_out: u64,
+    pub migrated_in: u64,
+    /// Migrations that did not happen (`baton_handoff_failures_total`, every reason).
+    pub handoff_failures: u64,
     pub cpu_s: Option<f64>,
     pub throttled: Option<u64>,
 }
@@ -219,6 +226,9 @@ impl ServerCounts {
             full: self.full.saturating_sub(b.full),
             resumed: self.resumed.saturating_sub(b.resumed),
             requests: self.requests.saturating_sub(b.requests),
+            migrated_out: self.migrated_out.saturating_sub(b.migrated_out),
+            migrated_in: self.migrated_in.saturating_sub(b.migrated_in),
+            handoff_failures: self.handoff_failures.saturating_sub(b.handoff_failures),
             cpu_s: self.cpu_s.zip(b.cpu_s).map(|(a, b)| a - b),
             throttled: self
                 .throttled
@@ -628,6 +638,9 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
         full: sum("baton_handshakes_total", "kind=\"full\""),
         resumed: sum("baton_handshakes_total", "kind=\"resumed\""),
         requests: sum("baton_http_requests_total", ""),
+        migrated_out: sum("baton_sessions_migrated_total", "direction=\"out\""),
+        migrated_in: sum("baton_sessions_migrated_total", "direction=\"in\""),
+        handoff_failures: sum("baton_handoff_failures_total", ""),
         ..Default::default()
     })
 }
