@@ -289,7 +289,7 @@ def cost(d):
     print(f"  migration CPU per migration (difference)    {fmt_us(med(mig))}   "
           f"rounds: {', '.join(f'{x * 1e6:.1f}' for x in mig)} us")
     print(f"    = fraction of a full handshake            {med(frac) * 100:8.1f} %    "
-          f"rounds: {', '.join(f'{x * 100:.1f}' for x in frac)} %   (target < 5 %)")
+          f"rounds: {', '.join(f'{x * 100:.1f}' for x in frac)} %")
     print("    (sum of both agents' CPU-seconds from /proc, handoff minus least-conn scaled to the same "
           "number of full handshakes, over the migrations the agents counted)")
     if exps:
@@ -307,6 +307,20 @@ def cost(d):
     mfrac = med([r["handoff"]["moved"] / r["handoff"]["conns"] for r in per_round])
     if mfrac:
         print(f"  dispatcher extra CPU per migration          {fmt_us((dh - dl_) / mfrac)}")
+    # The issue's figure: agents and dispatcher together, per migration, per round.
+    both = []
+    for row in per_round:
+        h, l = row["handoff"], row["least-conn"]
+        if not h["moved"]:
+            continue
+        per_full = l["acpu"] / l["full"]
+        agents = (h["acpu"] / h["full"] - per_full) * h["full"]
+        disp = (h["dcpu"] / h["conns"] - l["dcpu"] / l["conns"]) * h["conns"]
+        both.append((agents + disp) / h["moved"] / per_full)
+    if both:
+        print(f"  agents + dispatcher extra CPU per migration  {med(both) * 100:7.1f} % of a full handshake   "
+              f"rounds: {', '.join(f'{x * 100:.1f}' for x in both)} %  (range {min(both) * 100:.1f}-"
+              f"{max(both) * 100:.1f}; issue target <= 20 %)")
     print(f"  connections migrated                        {mfrac * 100:8.1f} %  "
           f"(the others' handshake ran on their home agent already)")
     fails = {}

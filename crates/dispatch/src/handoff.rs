@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_link::{LinkHandle, LinkStream, StreamMeta};
-use baton_wire::handoff::{Action, Outcome, Relay, Target};
+use baton_wire::handoff::{Action, Frame, Outcome, Relay, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -61,6 +61,7 @@ pub async fn relay(
     let mut home_deadline = far;
     let mut freeze_deadline = far;
     let mut client_eof = false;
+    let mut released = false;
     let target = loop {
         // Do what the relay asks, in order; a splice ends the protocol part.
         let mut spliced = None;
@@ -70,6 +71,9 @@ pub async fn relay(
                     down += b.len() as u64;
                     client.write_all(&b).await?;
                 }
+                // Done is told by releasing the agent's stream once the splice starts (a reset
+                // with NO_ERROR, `LinkStream::release`): one frame, and the agent owes no END.
+                Action::ToAgent(b) if b == Frame::Done.to_bytes() => released = true,
                 Action::ToAgent(b) => agent.write_all(&b).await?,
                 Action::ToHome(b) => {
                     if let Some(h) = home.as_mut() {
@@ -100,6 +104,7 @@ pub async fn relay(
                         None => relay.home_failed(),
                     }
                 }
+                Action::CloseAgent if released => {}
                 Action::CloseAgent => {
                     let _ = agent.shutdown().await;
                 }
@@ -158,16 +163,8 @@ pub async fn relay(
     let (idx, mut stream) = match (target, home) {
         (Target::HomeAgent, Some(h)) => {
             shared.router().moved(agent_idx, ends.home_idx);
-            // The handshake agent still has to read Done: the stream is closed once it has
-            // answered with its end (dropping it now would reset it, and Done with it).
-            let wait = cfg.handoff_timeout * 2;
-            tokio::spawn(async move {
-                let mut sink = [0u8; 64];
-                let _ = tokio::time::timeout(wait, async {
-                    while matches!(agent.read(&mut sink).await, Ok(n) if n > 0) {}
-                })
-                .await;
-            });
+            debug_assert!(released, "the relay commits with Done");
+            agent.release();
             (ends.home_idx, h)
         }
         (Target::HomeAgent, None) => return Ok((agent_idx, up, down)),

@@ -302,7 +302,28 @@ impl AsyncWrite for LinkStream {
     }
 }
 
+/// Whether a read error is the peer's [`LinkStream::release`]: a verdict, not a failure.
+pub fn is_release(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionReset
+        && e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<h2::Error>())
+            .is_some_and(|h| h.is_remote() && h.reason() == Some(h2::Reason::NO_ERROR))
+}
+
 impl LinkStream {
+    /// Ends the stream both ways at once with a reset the peer can tell from a failure
+    /// ([`is_release`] on its next read): one frame, and the peer owes no answer. The
+    /// dispatcher tells a handshake agent "Done" this way once its session has moved; anything
+    /// still queued here is dropped, so nothing else may ride with it.
+    pub fn release(mut self) {
+        self.sent_end = true;
+        match &mut self.send {
+            Send::Unanswered(respond) => respond.send_reset(h2::Reason::NO_ERROR),
+            Send::Open(s) => s.send_reset(h2::Reason::NO_ERROR),
+            Send::Gone => {}
+        }
+    }
+
     /// Resets the stream: nothing queued is sent, and the peer's reads fail.
     pub fn abort(mut self) {
         self.sent_end = true;

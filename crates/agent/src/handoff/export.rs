@@ -206,11 +206,18 @@ fn tokio_now() -> std::time::Instant {
 }
 
 /// One read from the dispatcher before the machine's deadline; `None` on EOF, error or
-/// timeout.
+/// timeout. The dispatcher tells Done by releasing the link stream (one reset frame, no
+/// answer owed): that reads as the Done frame it stands for.
 async fn read_until(io: &mut ConnIo<AgentIo>, buf: &mut [u8], x: &Exporter) -> Option<usize> {
     let deadline = x.deadline()?;
     match tokio::time::timeout_at(deadline.into(), io.read(buf)).await {
         Ok(Ok(n)) if n > 0 => Some(n),
+        Ok(Err(e)) if baton_link::is_release(&e) => {
+            let done = Frame::Done.to_bytes();
+            let n = done.len().min(buf.len());
+            buf[..n].copy_from_slice(&done[..n]);
+            Some(n)
+        }
         _ => None,
     }
 }
