@@ -72,9 +72,11 @@ async fn streams_carry_bytes_and_metadata_both_ways() {
         assert_eq!(&buf, b"client hello");
         // several writes, vectored or not, arrive whole and in order
         a.write_all(b"server ").await.unwrap();
-        a.write_vectored(&[std::io::IoSlice::new(b"fli"), std::io::IoSlice::new(b"ght")])
+        let n = a
+            .write_vectored(&[std::io::IoSlice::new(b"fli"), std::io::IoSlice::new(b"ght")])
             .await
             .unwrap();
+        assert_eq!(n, 6, "one vectored write takes every slice that fits");
         a.shutdown().await.unwrap();
         let mut got = Vec::new();
         timeout(WAIT, d.read_to_end(&mut got))
