@@ -176,6 +176,64 @@ pub async fn relay(
     Ok((idx, up + u, down + d))
 }
 
+/// A connection whose handshake agent is its home agent already (every resumption, and the
+/// full handshakes the balance happens to send home): nothing can move, so no Offer and no
+/// protocol, a plain splice like the other policies. For the router the handshake is over
+/// where the agent would have declined an Offer: at the agent's first bytes after the
+/// client's second flight (TLS 1.3 tickets, the TLS 1.2 server Finished), or at the
+/// handshake deadline, whichever comes first.
+pub async fn at_home(
+    client: &mut TcpStream,
+    agent: &mut LinkStream,
+    agent_idx: usize,
+    first: &[u8],
+    shared: &Shared,
+) -> std::io::Result<(u64, u64)> {
+    let mut handshaking = HandshakeGuard {
+        shared,
+        agent: agent_idx,
+        done: false,
+    };
+    shared.metrics.handoff(Outcome::Declined);
+    agent.write_all(first).await?;
+    let (mut up, mut down) = (first.len() as u64, 0u64);
+    let deadline = Instant::now() + shared.config.hello_timeout;
+    let mut cbuf = [0u8; 4096];
+    let mut abuf = [0u8; 4096];
+    let (mut agent_spoke, mut client_answered) = (false, false);
+    while !handshaking.done {
+        tokio::select! {
+            r = agent.read(&mut abuf) => {
+                let n = r?;
+                if n == 0 {
+                    return Ok((up, down));
+                }
+                client.write_all(&abuf[..n]).await?;
+                down += n as u64;
+                if client_answered {
+                    handshaking.finish();
+                }
+                agent_spoke = true;
+            }
+            r = client.read(&mut cbuf) => {
+                let n = r?;
+                if n == 0 {
+                    // the client ended its side: the splice carries that on
+                    handshaking.finish();
+                    let _ = agent.shutdown().await;
+                    break;
+                }
+                agent.write_all(&cbuf[..n]).await?;
+                up += n as u64;
+                client_answered |= agent_spoke;
+            }
+            _ = tokio::time::sleep_until(deadline) => handshaking.finish(),
+        }
+    }
+    let (u, d) = crate::splice::splice(client, agent).await?;
+    Ok((up + u, down + d))
+}
+
 /// Tells the router, once, that this connection's handshake is over.
 struct HandshakeGuard<'a> {
     shared: &'a Shared,

@@ -215,8 +215,18 @@ async fn handle(
         }
     };
     let result = match agent {
-        AgentStream::Link(agent) if shared.router().policy() == Policy::Handoff => {
-            return handoff(client, agent, agent_idx, source, destination, first, shared).await;
+        AgentStream::Link(mut agent) if shared.router().policy() == Policy::Handoff => {
+            let home = shared.router().home_of(source.ip()).unwrap_or(agent_idx);
+            if home != agent_idx {
+                return handoff(client, agent, agent_idx, source, destination, first, shared).await;
+            }
+            let r =
+                crate::handoff::at_home(&mut client, &mut agent, agent_idx, &first.bytes, shared)
+                    .await;
+            if let Ok((up, down)) = r {
+                shared.metrics.bytes(up, down);
+            }
+            r.map(drop)
         }
         AgentStream::Link(mut agent) => {
             relay(&mut client, &mut agent, first, agent_idx, shared).await
