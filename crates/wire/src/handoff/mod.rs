@@ -21,6 +21,7 @@
 //! ```text
 //!  D->A  Offer{home, binding}  before the ClientHello: "hand this connection to agent `home`";
 //!                              `binding` = the id of the H link D will use || a fresh token
+//!                              (no Offer when A is the home agent already: a plain splice)
 //!  ...   the handshake, relayed both ways (D tracks C's record boundaries)
 //!  A->D  Freeze             A's handshake is done and its NewSessionTickets are sent
 //!        (or Decline: A keeps the connection; D splices A<->C from here on)
@@ -34,7 +35,9 @@
 //!                           never imported, issued after H started); H uses nothing yet
 //!        (or Refused{reason})
 //!  D->H  Commit             D's decision, once: then the held bytes, and H<->C is spliced;
-//!  D->A  Done               A drops the keys and closes its stream
+//!  D->A  Done               A drops the keys and closes its stream (on the agent link, D
+//!                           sends Done as the stream's release, a reset with NO_ERROR: one
+//!                           frame, and A owes no END_STREAM back)
 //!        Refused, a broken H stream, or D's timeout before Ready:
 //!  D->H  Abort              (and the H stream is reset): H drops the keys, sends nothing
 //!  D->A  Resume             then the held bytes: A serves the session from its own record layer
