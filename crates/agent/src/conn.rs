@@ -70,7 +70,10 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
             Ok(Ok(FirstFrame::None)) => {}
             Ok(Ok(FirstFrame::Offer(o))) => offer = Some(o),
             Ok(Ok(FirstFrame::Import)) => {
-                let io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
+                let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
+                if offer.is_some() {
+                    io.track_records();
+                }
                 if let Some((stream, info)) =
                     handoff::import::import(io, peer, &binding, &shared).await
                 {
@@ -126,7 +129,10 @@ async fn serve(
         }
         None => None,
     };
-    let io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
+    let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
+    if offer.is_some() {
+        io.track_records();
+    }
     let acceptor = TlsAcceptor::from(shared.tls.config());
     let stream = match tokio::time::timeout_at(deadline, acceptor.accept(io)).await {
         Ok(Ok(stream)) => stream,

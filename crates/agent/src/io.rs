@@ -15,6 +15,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use baton_wire::handoff::{HandoffError, Splitter};
+
 use crate::metrics::Metrics;
 
 pub struct ConnIo<T> {
@@ -23,6 +25,9 @@ pub struct ConnIo<T> {
     idle: Duration,
     last_activity: Instant,
     timer: Pin<Box<Sleep>>,
+    /// For a connection that may migrate: where the client's records stand in what was read
+    /// (`Err` once something other than a record came). See [`ConnIo::track_records`].
+    records: Option<Result<Splitter, HandoffError>>,
 }
 
 impl<T> ConnIo<T> {
@@ -34,7 +39,21 @@ impl<T> ConnIo<T> {
             idle,
             last_activity: now,
             timer: Box::pin(tokio::time::sleep_until(now + idle)),
+            records: None,
         }
+    }
+
+    /// Follows the record boundaries of everything read from here on. rustls reads in chunks,
+    /// so a handshake can end with part of a record inside rustls and the rest on the stream;
+    /// the handshake agent's side of a migration must know that to read on.
+    pub fn track_records(&mut self) {
+        self.records = Some(Ok(Splitter::new()));
+    }
+
+    /// Stops following records and says where they stood; `None` if they were not followed,
+    /// or the stream held something other than TLS records.
+    pub fn take_records(&mut self) -> Option<Splitter> {
+        self.records.take().and_then(Result::ok)
     }
 
     fn active(&mut self) {
@@ -93,6 +112,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let n = buf.filled().len() - before;
+                if let Some(Ok(records)) = &mut this.records {
+                    if let Err(e) = records.track(&buf.filled()[before..]) {
+                        this.records = Some(Err(e));
+                    }
+                }
                 this.metrics.bytes_in(n);
                 this.active();
                 Poll::Ready(Ok(()))

@@ -82,7 +82,7 @@ pub fn client_hello(data: &[u8]) {
 /// Drives the handoff protocol's splitter and the dispatcher's relay with hostile bytes: the
 /// first byte splits `data` into what the client, the handshake agent and the home agent
 /// send. Checks: nothing panics; the splitter gives the same TLS bytes and frames in chunks as
-/// in one push; the relay never holds more than its bound plus one read.
+/// in one push, and after taking over from a tracker mid-stream; the relay never holds more than its bound plus one read.
 pub fn handoff(data: &[u8]) {
     use crate::handoff::{Relay, Splitter, MAX_HELD};
 
@@ -105,6 +105,17 @@ pub fn handoff(data: &[u8]) {
     if whole.2 && chunked.2 {
         assert_eq!(whole.0, chunked.0, "TLS bytes differ by chunking");
         assert_eq!(whole.1, chunked.1, "frames differ by chunking");
+    }
+
+    // A splitter taking over from a tracker mid-stream (the handshake agent after rustls)
+    // passes on exactly the bytes the tracker did not see.
+    let k = rest.len() * usize::from(cut) / 256;
+    let mut t = Splitter::new();
+    if t.track(&rest[..k]).is_ok() {
+        let (tls, frames, ok) = drain(&mut t, &rest[k..]);
+        if ok && frames.is_empty() && whole.2 && whole.1.is_empty() {
+            assert_eq!([&rest[..k], &tls[..]].concat(), whole.0, "takeover differs");
+        }
     }
 
     let third = rest.len() / 3;

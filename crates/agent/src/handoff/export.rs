@@ -53,6 +53,9 @@ pub async fn hand_off(
     let m = &shared.metrics.handoff;
     let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
     let secrets = expected.map(|e| e.take()).unwrap_or_default();
+    // Where the client's records stand in what rustls read during the handshake (and the
+    // stream stops following them, whatever happens next).
+    let read = stream.get_mut().0.take_records();
     let ring = shared.tls.cluster_ring();
     let usable = ring.is_some() && (!tls13 || secrets.client.is_some() && secrets.server.is_some());
     if offer.home == cfg.agent_id || !usable {
@@ -73,7 +76,12 @@ pub async fn hand_off(
     if stream.flush().await.is_err() || stream.get_ref().1.wants_write() {
         return Exported::Closed;
     }
+    let Some(read) = read else {
+        m.failure(HandoffFailure::Protocol);
+        return Exported::Closed;
+    };
     let (mut x, freeze) = Exporter::freeze(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
+    x.continue_from(read);
     if stream.get_mut().0.write_all(&freeze).await.is_err() {
         return Exported::Closed;
     }

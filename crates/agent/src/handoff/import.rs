@@ -64,17 +64,22 @@ pub fn open(sealed: &[u8], binding: &[u8], shared: &Shared) -> Result<SessionObj
         &mut guard,
     )
     .map_err(|e| {
-        let (failure, reason) = match e {
-            ImportError::Seal => (HandoffFailure::ImportSeal, RefuseReason::Seal),
-            ImportError::Expired | ImportError::Stale => {
-                (HandoffFailure::ImportExpired, RefuseReason::Expired)
-            }
-            ImportError::Replay => (HandoffFailure::ImportReplay, RefuseReason::Replay),
-            ImportError::Invalid => (HandoffFailure::ImportInvalid, RefuseReason::Invalid),
-        };
+        let (failure, reason) = refusal(e);
         m.failure(failure);
         reason
     })
+}
+
+/// Why an object that did not open is refused, and how that is counted.
+pub fn refusal(e: ImportError) -> (HandoffFailure, RefuseReason) {
+    match e {
+        ImportError::Seal => (HandoffFailure::ImportSeal, RefuseReason::Seal),
+        ImportError::Expired | ImportError::Stale => {
+            (HandoffFailure::ImportExpired, RefuseReason::Expired)
+        }
+        ImportError::Replay => (HandoffFailure::ImportReplay, RefuseReason::Replay),
+        ImportError::Invalid => (HandoffFailure::ImportInvalid, RefuseReason::Invalid),
+    }
 }
 
 /// Runs the home agent's side on a link stream whose first bytes are an Import frame; returns

@@ -86,3 +86,6 @@ pub fn conn_info(obj: &SessionObject, peer: std::net::SocketAddr) -> ConnInfo {
         client_subject: obj.client_subject.clone(),
     }
 }
+
+#[cfg(test)]
+mod harness;

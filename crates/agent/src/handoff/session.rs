@@ -8,7 +8,7 @@
 //! exactly those whole records and reads out all their plaintext, and [`extract`] refuses a
 //! connection that still holds anything.
 
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::time::SystemTime;
 
 use baton_session::migration::{DirectionState, SessionObject, DEFAULT_TTL};
@@ -62,6 +62,11 @@ pub struct Extras<'a> {
 
 /// Whether rustls is in a state to be extracted without losing anything.
 pub fn extractable(conn: &mut ServerConnection) -> bool {
+    // A client's KeyUpdate(update_requested) leaves rustls' answer sealed but queued until its
+    // next write, outside `wants_write`; the extracted sending key is already the next one, so
+    // the answer would be lost and the client could decrypt nothing after the move. An empty
+    // write moves the answer into the outgoing buffer, and the connection stays here.
+    let _ = conn.writer().write(&[]);
     let peer_closed = conn
         .process_new_packets()
         .map(|s| s.peer_has_closed())

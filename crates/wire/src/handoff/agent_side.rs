@@ -79,6 +79,16 @@ impl Exporter {
         (me, Frame::Freeze.to_bytes())
     }
 
+    /// Where the client's stream stood when the TLS engine stopped reading it: `read` has
+    /// [tracked](Splitter::track) every client byte the engine took during the handshake. The
+    /// engine reads in chunks, so the handshake may end with part of a record inside it and the
+    /// rest still on the stream; without this the rest would be read as a record header.
+    pub fn continue_from(&mut self, read: Splitter) {
+        if self.state == ExportState::Freezing {
+            self.splitter = read;
+        }
+    }
+
     /// Bytes from the dispatcher. An error means the stream broke the protocol: close it.
     pub fn from_dispatcher(&mut self, mut data: &[u8]) -> Result<ExportInput, HandoffError> {
         let mut out = ExportInput::default();

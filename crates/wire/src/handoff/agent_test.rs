@@ -162,3 +162,58 @@ fn importer_refuses_client_bytes_before_commit() {
     assert!(m.from_dispatcher(&record(5, 1)).is_err());
     assert!(m.ready(now).is_err());
 }
+
+#[test]
+fn exporter_continues_where_the_tls_engine_stopped_reading() {
+    // The engine read the first record and 1000 bytes of the second during the handshake;
+    // the rest of the second, a third record and Frozen follow on the stream.
+    let now = Instant::now();
+    let mut stream = record(40, 1);
+    stream.extend(record(5000, 2));
+    let cut = 40 + 5 + 5 + 1000;
+    let mut rest = stream[cut..].to_vec();
+    rest.extend(record(7, 3));
+    rest.extend(Frame::Frozen.to_bytes());
+    for split_header in [false, true] {
+        // also: the engine stopped three bytes into a header
+        let (read_len, tail) = if split_header {
+            let mut s = stream.clone();
+            s.extend(&record(7, 3)[..3]);
+            let mut t = record(7, 3)[3..].to_vec();
+            t.extend(Frame::Frozen.to_bytes());
+            (s, t)
+        } else {
+            (stream[..cut].to_vec(), rest.clone())
+        };
+        let mut read = Splitter::new();
+        read.track(&read_len).unwrap();
+        let (mut x, _) = Exporter::freeze(100_000, T, now);
+        x.continue_from(read);
+        let got = x.from_dispatcher(&tail).unwrap();
+        assert_eq!(got.event, Some(ExportEvent::Frozen));
+        assert_eq!(got.decrypt, tail[..tail.len() - 6]);
+    }
+    // whatever came from the client is records only
+    assert_eq!(
+        Splitter::new().track(&Frame::Frozen.to_bytes()),
+        Err(HandoffError::FrameFromClient)
+    );
+}
+
+proptest::proptest! {
+    /// Wherever the TLS engine stopped reading, a splitter that takes over from the tracker
+    /// passes on exactly the bytes the engine did not take.
+    #[test]
+    fn takeover_from_a_tracker_anywhere(
+        lens in proptest::collection::vec(0usize..3000, 1..6),
+        cut in 0.0f64..1.0,
+    ) {
+        let stream: Vec<u8> = lens.iter().enumerate().flat_map(|(i, &n)| record(n, i as u8)).collect();
+        let k = (stream.len() as f64 * cut) as usize;
+        let mut read = Splitter::new();
+        read.track(&stream[..k]).unwrap();
+        let out = read.split(&stream[k..]).unwrap();
+        proptest::prop_assert_eq!(&out.tls[..], &stream[k..]);
+        proptest::prop_assert!(read.at_boundary());
+    }
+}

@@ -307,6 +307,9 @@ pub struct Splitter {
     head: Vec<u8>,
     /// Body bytes still to pass of the record in progress.
     body_left: usize,
+    /// How many bytes at the front of `head` were [tracked](Self::track) (passed on by
+    /// someone else) and must not be passed again.
+    head_passed: usize,
 }
 
 /// The result of one [`Splitter::split`] call.
@@ -329,6 +332,38 @@ impl Splitter {
     /// Whether the stream so far ends exactly between two units.
     pub fn at_boundary(&self) -> bool {
         self.head.is_empty() && self.body_left == 0
+    }
+
+    /// Follows a stream of TLS records only, keeping none of their bytes: afterwards the
+    /// splitter knows where the stream stands (in which record, how far), so another reader can
+    /// take over mid-record. A frame is [`HandoffError::FrameFromClient`].
+    pub fn track(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+        let mut i = 0;
+        while i < data.len() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len() - i);
+                self.body_left -= n;
+                i += n;
+                continue;
+            }
+            let n = (HEADER_LEN - self.head.len()).min(data.len() - i);
+            self.head.extend_from_slice(&data[i..i + n]);
+            i += n;
+            self.head_passed = self.head.len();
+            if classify(&self.head)? {
+                return Err(HandoffError::FrameFromClient);
+            }
+            if self.head.len() == HEADER_LEN {
+                let len = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+                if len > MAX_CIPHERTEXT_LEN {
+                    return Err(HandoffError::RecordTooLarge(len));
+                }
+                self.head.clear();
+                self.head_passed = 0;
+                self.body_left = len;
+            }
+        }
+        Ok(())
     }
 
     /// Consumes `data` up to and including the first complete frame.
@@ -363,7 +398,9 @@ impl Splitter {
                 if len > MAX_CIPHERTEXT_LEN {
                     return Err(HandoffError::RecordTooLarge(len));
                 }
-                out.tls.append(&mut self.head);
+                out.tls.extend_from_slice(&self.head[self.head_passed..]);
+                self.head.clear();
+                self.head_passed = 0;
                 self.body_left = len;
                 continue;
             }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Frame, HandoffError, RefuseReason, Splitter, FRAME_TYPE, MAX_HELD};
+use super::{Frame, HandoffError, RefuseReason, Splitter, MAX_HELD};
 
 /// Tracks the boundaries between the client's records, refusing anything but TLS records.
 #[derive(Debug, Default)]
@@ -33,11 +33,7 @@ impl ClientRecords {
     }
 
     fn feed(&mut self, data: &[u8]) -> Result<(), HandoffError> {
-        let s = self.inner.split(data)?;
-        if s.frame.is_some() || !self.inner.head.is_empty() && self.inner.head[0] == FRAME_TYPE {
-            return Err(HandoffError::FrameFromClient);
-        }
-        Ok(())
+        self.inner.track(data)
     }
 }
 

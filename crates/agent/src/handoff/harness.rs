@@ -1,0 +1,1268 @@
+//! An in-memory harness for session migration, after quinn-proto's tests: a rustls client, the
+//! dispatcher's `Relay`, the handshake agent (rustls, `Exporter`, [`super::session`]) and the
+//! home agent (`Importer`, the session object, the record layer), wired by in-memory pipes on
+//! virtual time. Nothing opens a socket or sleeps: a migration with a fault in it runs in a
+//! millisecond or two, so a property test can try thousands of schedules.
+//!
+//! Each actor does what its tokio shell does, step for step (`crates/dispatch/src/handoff.rs`,
+//! [`super::export`], [`super::import`]), with the same state machines and TLS functions, so what
+//! the harness finds about the protocol holds for the shells. Like the shells, the handshake
+//! agent lets rustls read the link stream in reads of up to 4 KiB while the handshake runs
+//! (tokio-rustls does), so the first bytes after the handshake may fall in the middle of a
+//! record. Not modelled: flow control (the data is small) and the link's h2 framing: a link
+//! stream is a FIFO pipe, and its END, reset and release are messages in it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use baton_record::RecordLayer;
+use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
+use baton_session::{KeyRing, TicketKey};
+use baton_wire::handoff::{
+    Action, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, RefuseReason, Relay,
+    Splitter, Target, BINDING_LEN,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
+
+use super::secrets::{self, Expected, SecretLog};
+use super::session::{self, Extras};
+use crate::http::ConnInfo;
+
+/// The agents' ids: A runs the handshake, H is the client's home agent.
+const AGENT_A: u16 = 1;
+const AGENT_H: u16 = 2;
+
+/// What goes wrong, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// The dispatcher has no link to the home agent: the stream cannot be opened.
+    HomeDead,
+    /// The home agent reads nothing for this long from the moment the import stream opens
+    /// (SIGSTOP, then SIGCONT); `None`: never again.
+    HomeHung(Option<Duration>),
+    /// The home agent has another cluster key: the object does not open.
+    HomeWrongKey,
+    /// The home agent restarted after the object was sealed.
+    HomeRestarted,
+    /// The home agent opens the object but answers Ready only this long after.
+    HomeLate(Duration),
+    /// The home agent's process dies right after it sends Ready.
+    HomeCrashAfterReady,
+    /// The handshake agent's process dies right after it sends Switch.
+    AgentCrashAfterSwitch,
+}
+
+impl Fault {
+    /// Whether the fault may cost the client its connection (a process that held it died).
+    pub fn may_lose_connection(self) -> bool {
+        matches!(
+            self,
+            Fault::HomeCrashAfterReady | Fault::AgentCrashAfterSwitch
+        )
+    }
+}
+
+/// What the client does once its handshake is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientStep {
+    /// Send this many bytes of application data.
+    Send(usize),
+    /// Send a KeyUpdate asking for one back (TLS 1.3; nothing in TLS 1.2).
+    KeyUpdate,
+}
+
+/// One run's script.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub tls13: bool,
+    pub fault: Fault,
+    /// The client's steps after its handshake, each after a pause (zero: in the same flight).
+    pub client: Vec<(Duration, ClientStep)>,
+    /// One-way delays of the messages, used in turn; every pipe stays FIFO.
+    pub delays: Vec<Duration>,
+    /// `--handoff-timeout`, for every actor.
+    pub timeout: Duration,
+}
+
+impl Schedule {
+    pub fn new(tls13: bool, fault: Fault, client: Vec<(Duration, ClientStep)>) -> Self {
+        Self {
+            tls13,
+            fault,
+            client,
+            delays: vec![Duration::from_micros(100)],
+            timeout: Duration::from_millis(50),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub outcome: Option<Outcome>,
+    /// Application data the client sent and got back (the agents echo it).
+    pub sent: Vec<u8>,
+    pub received: Vec<u8>,
+    /// A TLS error the client saw (a bad record, an alert): never expected.
+    pub client_error: Option<String>,
+    /// The client's connection was closed under it.
+    pub client_closed: bool,
+    /// Application data each agent acted on (echoed), in order.
+    pub executed_a: Vec<u8>,
+    pub executed_h: Vec<u8>,
+    /// Whether a session object was extracted from the handshake agent's rustls.
+    pub extracted: bool,
+    /// Records each agent sent from the extracted session state (the record layer): both
+    /// start at the extracted key and sequence number, so both non-zero means a nonce reused.
+    pub layer_records_a: usize,
+    pub layer_records_h: usize,
+    /// Protocol errors, by actor, for the record.
+    pub errors: Vec<String>,
+    /// Virtual time from the client's first byte to quiescence, and events run.
+    pub elapsed: Duration,
+    pub events: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Pipe {
+    ClientToDisp,
+    DispToClient,
+    DispToA,
+    AToDisp,
+    DispToHome,
+    HomeToDisp,
+}
+
+#[derive(Debug)]
+enum Msg {
+    Data(Vec<u8>),
+    /// A clean end (TCP FIN, h2 END_STREAM).
+    Eof,
+    /// The stream was reset (or its connection died).
+    Reset,
+    /// The dispatcher's release of the handshake agent's stream: Done (`LinkStream::release`).
+    Release,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Who {
+    Client,
+    Disp,
+    A,
+    Home,
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver(Pipe, Msg),
+    Timer(Who),
+}
+
+/// The pipes and the clock.
+struct Net {
+    now: Instant,
+    queue: BTreeMap<(Instant, u64), Event>,
+    seq: u64,
+    delays: Vec<Duration>,
+    next_delay: usize,
+    last: BTreeMap<Pipe, Instant>,
+    /// Pipes whose sender has ended them.
+    ended: Vec<Pipe>,
+}
+
+impl Net {
+    fn push(&mut self, at: Instant, e: Event) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), e);
+    }
+
+    fn send(&mut self, p: Pipe, m: Msg) {
+        if self.ended.contains(&p) {
+            return;
+        }
+        if !matches!(m, Msg::Data(_)) {
+            self.ended.push(p);
+        }
+        if matches!(&m, Msg::Data(d) if d.is_empty()) {
+            return;
+        }
+        let d = self.delays[self.next_delay % self.delays.len()];
+        self.next_delay += 1;
+        let at = (self.now + d).max(self.last.get(&p).copied().unwrap_or(self.now));
+        self.last.insert(p, at);
+        self.push(at, Event::Deliver(p, m));
+    }
+
+    fn timer(&mut self, at: Instant, who: Who) {
+        self.push(at.max(self.now), Event::Timer(who));
+    }
+}
+
+/// Runs a schedule to quiescence (every actor idle, no message or timer left).
+pub fn run(s: &Schedule) -> Report {
+    let t0 = Instant::now();
+    let mut net = Net {
+        now: t0,
+        queue: BTreeMap::new(),
+        seq: 0,
+        delays: if s.delays.is_empty() {
+            vec![Duration::ZERO]
+        } else {
+            s.delays.clone()
+        },
+        next_delay: 0,
+        last: BTreeMap::new(),
+        ended: Vec::new(),
+    };
+    let mut report = Report::default();
+    let mut client = Client::new(s);
+    let mut disp = Disp::new(s);
+    let mut a = HandshakeAgent::new(s);
+    let mut home = HomeAgent::new(s);
+    client.start(&mut net);
+    while let Some(((at, _), event)) = net.queue.pop_first() {
+        net.now = at;
+        report.events += 1;
+        assert!(report.events < 200_000, "no quiescence after 200k events");
+        assert!(
+            at - t0 < Duration::from_secs(600),
+            "virtual time ran past 600 s"
+        );
+        match event {
+            Event::Deliver(Pipe::DispToClient, m) => client.input(&mut net, m),
+            Event::Deliver(Pipe::ClientToDisp, m) => disp.on_client(&mut net, m),
+            Event::Deliver(Pipe::AToDisp, m) => disp.on_agent(&mut net, m),
+            Event::Deliver(Pipe::HomeToDisp, m) => disp.on_home(&mut net, m),
+            Event::Deliver(Pipe::DispToA, m) => a.input(&mut net, m),
+            Event::Deliver(Pipe::DispToHome, m) => home.input(&mut net, m),
+            Event::Timer(Who::Client) => client.steps_due(&mut net),
+            Event::Timer(Who::Disp) => disp.timer(&mut net),
+            Event::Timer(Who::A) => a.timer(&mut net),
+            Event::Timer(Who::Home) => home.timer(&mut net),
+        }
+        report.elapsed = at - t0;
+    }
+    report.outcome = disp.relay.outcome();
+    report.sent = client.sent;
+    report.received = client.received;
+    report.client_error = client.error;
+    report.client_closed = client.closed;
+    report.executed_a = a.executed;
+    report.executed_h = home.executed;
+    report.extracted = a.extracted;
+    report.layer_records_a = a.layer_records;
+    report.layer_records_h = home.layer_records;
+    report.errors = [disp.errors, a.errors, home.errors].concat();
+    report
+}
+
+// --- certificates and configs -------------------------------------------------------------
+
+struct Pki {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivatePkcs8KeyDer<'static>,
+}
+
+fn pki() -> &'static Pki {
+    static PKI: OnceLock<Pki> = OnceLock::new();
+    PKI.get_or_init(|| {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("name");
+        let cert = params.self_signed(&key).expect("certificate");
+        Pki {
+            chain: vec![cert.der().clone()],
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+        }
+    })
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn server_config(log: Arc<SecretLog>) -> Arc<ServerConfig> {
+    let pki = pki();
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(pki.chain.clone(), PrivateKeyDer::Pkcs8(pki.key.clone_key()))
+        .expect("server config");
+    cfg.enable_secret_extraction = true;
+    cfg.key_log = log;
+    Arc::new(cfg)
+}
+
+fn client_config(tls13: bool) -> Arc<ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pki().chain[0].clone()).expect("root");
+    let versions: &[&rustls::SupportedProtocolVersion] = if tls13 {
+        &[&rustls::version::TLS13]
+    } else {
+        &[&rustls::version::TLS12]
+    };
+    Arc::new(
+        ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(versions)
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+fn cluster_ring(secret: u8) -> KeyRing {
+    KeyRing::new(vec![TicketKey::new(7, &[secret; 32], Instant::now())])
+}
+
+/// The client's application data: position-dependent, so a byte out of place shows.
+fn pattern(from: usize, n: usize) -> Vec<u8> {
+    (from..from + n).map(|i| (i % 251) as u8).collect()
+}
+
+/// Whole TLS records in `bytes` (the record layer emits only whole records).
+fn records(mut bytes: &[u8]) -> usize {
+    let mut n = 0;
+    while bytes.len() >= 5 {
+        let len = usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
+        bytes = &bytes[(5 + len).min(bytes.len())..];
+        n += 1;
+    }
+    n
+}
+
+/// rustls' pending output, all of it.
+fn drain_tls(conn: &mut rustls::ConnectionCommon<impl rustls::SideData>) -> Vec<u8> {
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        if conn.write_tls(&mut out).is_err() {
+            break;
+        }
+    }
+    out
+}
+
+// --- the client ----------------------------------------------------------------------------
+
+struct Client {
+    conn: ClientConnection,
+    steps: VecDeque<(Duration, ClientStep)>,
+    next_step_at: Option<Instant>,
+    handshaking: bool,
+    sent: Vec<u8>,
+    received: Vec<u8>,
+    error: Option<String>,
+    closed: bool,
+}
+
+impl Client {
+    fn new(s: &Schedule) -> Self {
+        let name = ServerName::try_from("localhost").expect("name");
+        Self {
+            conn: ClientConnection::new(client_config(s.tls13), name).expect("client"),
+            steps: s.client.iter().copied().collect(),
+            next_step_at: None,
+            handshaking: true,
+            sent: Vec::new(),
+            received: Vec::new(),
+            error: None,
+            closed: false,
+        }
+    }
+
+    fn start(&mut self, net: &mut Net) {
+        self.flush(net);
+    }
+
+    fn flush(&mut self, net: &mut Net) {
+        let out = drain_tls(&mut self.conn);
+        net.send(Pipe::ClientToDisp, Msg::Data(out));
+    }
+
+    fn input(&mut self, net: &mut Net, m: Msg) {
+        let Msg::Data(data) = m else {
+            self.closed = true;
+            return;
+        };
+        if self.error.is_some() {
+            return;
+        }
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            if self.conn.read_tls(&mut rest).is_err() {
+                self.error = Some("read_tls".into());
+                return;
+            }
+            if let Err(e) = self.conn.process_new_packets() {
+                self.error = Some(e.to_string());
+                self.flush(net);
+                return;
+            }
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = self.conn.reader().read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                self.received.extend_from_slice(&buf[..n]);
+            }
+        }
+        if self.handshaking && !self.conn.is_handshaking() {
+            self.handshaking = false;
+            if let Some((pause, _)) = self.steps.front() {
+                self.next_step_at = Some(net.now + *pause);
+            }
+            // a step due at once goes out with the client's last handshake flight
+            self.run_steps(net);
+        }
+        self.flush(net);
+    }
+
+    fn steps_due(&mut self, net: &mut Net) {
+        self.run_steps(net);
+        self.flush(net);
+    }
+
+    fn run_steps(&mut self, net: &mut Net) {
+        while let Some(at) = self.next_step_at {
+            if at > net.now {
+                net.timer(at, Who::Client);
+                return;
+            }
+            if self.closed || self.error.is_some() {
+                return;
+            }
+            let Some((_, step)) = self.steps.pop_front() else {
+                self.next_step_at = None;
+                return;
+            };
+            match step {
+                ClientStep::Send(n) => {
+                    let data = pattern(self.sent.len(), n);
+                    self.conn.writer().write_all(&data).expect("buffered");
+                    self.sent.extend_from_slice(&data);
+                }
+                ClientStep::KeyUpdate => {
+                    // TLS 1.2 has none: rustls refuses, and nothing is sent
+                    let _ = self.conn.refresh_traffic_keys();
+                }
+            }
+            self.next_step_at = self.steps.front().map(|(pause, _)| net.now + *pause);
+        }
+    }
+}
+
+// --- the dispatcher ------------------------------------------------------------------------
+
+/// The dispatcher's shell (`crates/dispatch/src/handoff.rs`) around the `Relay`.
+struct Disp {
+    relay: Relay,
+    fault: Fault,
+    timeout: Duration,
+    started: bool,
+    home_open: bool,
+    released: bool,
+    spliced: Option<Target>,
+    client_eof: bool,
+    ended: bool,
+    home_deadline: Option<Instant>,
+    freeze_deadline: Option<Instant>,
+    errors: Vec<String>,
+}
+
+/// The binding the dispatcher puts in its Offer: the home link's id and a fresh token.
+fn binding() -> [u8; BINDING_LEN] {
+    let mut b = [0u8; BINDING_LEN];
+    b[..16].copy_from_slice(&[0x11; 16]);
+    b[16..].copy_from_slice(&[0x22; 16]);
+    b
+}
+
+impl Disp {
+    fn new(s: &Schedule) -> Self {
+        Self {
+            relay: Relay::new(),
+            fault: s.fault,
+            timeout: s.timeout,
+            started: false,
+            home_open: false,
+            released: false,
+            spliced: None,
+            client_eof: false,
+            ended: false,
+            home_deadline: None,
+            freeze_deadline: None,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The shell returns: every stream and the client socket are dropped.
+    fn end(&mut self, net: &mut Net) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        net.send(Pipe::DispToClient, Msg::Eof);
+        net.send(Pipe::DispToA, Msg::Reset);
+        if self.home_open {
+            net.send(Pipe::DispToHome, Msg::Reset);
+        }
+    }
+
+    fn check(&mut self, net: &mut Net, r: Result<(), baton_wire::handoff::HandoffError>) {
+        match r {
+            Ok(()) => self.pump(net),
+            Err(e) => {
+                self.errors.push(format!("dispatcher: {e}"));
+                self.pump(net);
+                self.end(net);
+            }
+        }
+    }
+
+    fn on_client(&mut self, net: &mut Net, m: Msg) {
+        if self.ended {
+            return;
+        }
+        match (m, self.spliced) {
+            (Msg::Data(d), Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Data(d)),
+            (Msg::Data(d), Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Data(d)),
+            (Msg::Data(d), None) if !self.started => {
+                self.started = true;
+                let mut first = Relay::offer(AGENT_H, binding());
+                first.extend_from_slice(&d);
+                net.send(Pipe::DispToA, Msg::Data(first));
+                let r = self.relay.from_client(&d);
+                while self.relay.poll_action().is_some() {}
+                self.check(net, r);
+            }
+            (Msg::Data(d), None) => {
+                let r = self.relay.from_client(&d);
+                self.check(net, r);
+            }
+            (_, Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Eof),
+            (_, Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Eof),
+            (_, None) if self.relay.awaiting_freeze() => self.client_eof = true,
+            (_, None) => self.end(net),
+        }
+    }
+
+    fn on_agent(&mut self, net: &mut Net, m: Msg) {
+        if self.ended || self.spliced == Some(Target::HomeAgent) {
+            return;
+        }
+        match (m, self.spliced) {
+            (Msg::Data(d), Some(_)) => net.send(Pipe::DispToClient, Msg::Data(d)),
+            (Msg::Data(d), None) => {
+                let r = self.relay.from_agent(&d);
+                self.check(net, r);
+            }
+            (Msg::Eof, Some(_)) => net.send(Pipe::DispToClient, Msg::Eof),
+            (_, _) => self.end(net),
+        }
+    }
+
+    fn on_home(&mut self, net: &mut Net, m: Msg) {
+        if self.ended || !self.home_open {
+            return;
+        }
+        match (m, self.spliced) {
+            (Msg::Data(d), Some(_)) => net.send(Pipe::DispToClient, Msg::Data(d)),
+            (Msg::Data(d), None) => {
+                let r = self.relay.from_home(&d);
+                self.check(net, r);
+            }
+            (Msg::Eof, Some(_)) => net.send(Pipe::DispToClient, Msg::Eof),
+            (_, Some(_)) => self.end(net),
+            (_, None) => {
+                self.home_open = false;
+                self.relay.home_failed();
+                self.pump(net);
+            }
+        }
+    }
+
+    fn timer(&mut self, net: &mut Net) {
+        if self.ended || self.spliced.is_some() {
+            return;
+        }
+        if self.relay.awaiting_home() && self.home_deadline.is_some_and(|d| net.now >= d) {
+            self.relay.home_failed();
+            self.pump(net);
+        } else if self.relay.awaiting_freeze() && self.freeze_deadline.is_some_and(|d| net.now >= d)
+        {
+            self.errors.push("dispatcher: freeze timed out".into());
+            self.end(net);
+        }
+    }
+
+    fn pump(&mut self, net: &mut Net) {
+        if self.ended {
+            return;
+        }
+        let done = Frame::Done.to_bytes();
+        while let Some(action) = self.relay.poll_action() {
+            match action {
+                Action::ToClient(b) => net.send(Pipe::DispToClient, Msg::Data(b)),
+                Action::ToAgent(b) if b == done => self.released = true,
+                Action::ToAgent(b) => net.send(Pipe::DispToA, Msg::Data(b)),
+                Action::ToHome(b) => {
+                    if self.home_open {
+                        net.send(Pipe::DispToHome, Msg::Data(b));
+                    }
+                }
+                Action::ConnectHome => {
+                    let deadline = net.now + self.timeout;
+                    self.home_deadline = Some(deadline);
+                    net.timer(deadline, Who::Disp);
+                    if self.fault == Fault::HomeDead {
+                        self.relay.home_failed();
+                    } else {
+                        self.home_open = true;
+                        self.relay.home_connected();
+                    }
+                }
+                Action::CloseAgent if self.released => {}
+                Action::CloseAgent => net.send(Pipe::DispToA, Msg::Eof),
+                Action::CloseHome => {
+                    if std::mem::take(&mut self.home_open) {
+                        net.send(Pipe::DispToHome, Msg::Reset);
+                    }
+                }
+                Action::Splice(t) => self.spliced = Some(t),
+            }
+        }
+        match self.spliced {
+            Some(Target::HomeAgent) if !self.home_open => self.end(net),
+            Some(Target::HomeAgent) => {
+                net.send(Pipe::DispToA, Msg::Release);
+                if self.client_eof {
+                    net.send(Pipe::DispToHome, Msg::Eof);
+                }
+            }
+            Some(Target::HandshakeAgent) => {
+                if self.client_eof {
+                    net.send(Pipe::DispToA, Msg::Eof);
+                }
+            }
+            None => {
+                if self.relay.awaiting_freeze() && self.freeze_deadline.is_none() {
+                    let deadline = net.now + self.timeout * 2;
+                    self.freeze_deadline = Some(deadline);
+                    net.timer(deadline, Who::Disp);
+                }
+            }
+        }
+    }
+}
+
+// --- the agents ----------------------------------------------------------------------------
+
+/// An agent serving a connection: it echoes what the client sends, and counts what it did.
+enum Serving {
+    Rustls(Box<ServerConnection>),
+    Layer(Box<RecordLayer>),
+}
+
+#[derive(Default)]
+struct Served {
+    executed: Vec<u8>,
+    layer_records: usize,
+    errors: Vec<String>,
+}
+
+impl Serving {
+    /// Acts on `plain` (the request bytes already decrypted), then on `ciphertext`.
+    fn serve(&mut self, net: &mut Net, pipe: Pipe, out: &mut Served, plain: &[u8], tls: &[u8]) {
+        let mut echo = plain.to_vec();
+        out.executed.extend_from_slice(plain);
+        match self {
+            Serving::Rustls(conn) => {
+                let mut rest = tls;
+                loop {
+                    if !rest.is_empty() && conn.read_tls(&mut rest).is_err() {
+                        out.errors.push("agent: read_tls".into());
+                        return;
+                    }
+                    let processed = conn.process_new_packets();
+                    let mut buf = [0u8; 8192];
+                    while let Ok(n) = conn.reader().read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        out.executed.extend_from_slice(&buf[..n]);
+                        echo.extend_from_slice(&buf[..n]);
+                    }
+                    if let Err(e) = processed {
+                        out.errors.push(format!("agent (rustls): {e}"));
+                        break;
+                    }
+                    if rest.is_empty() {
+                        break;
+                    }
+                }
+                let _ = conn.writer().write_all(&echo);
+                net.send(pipe, Msg::Data(drain_tls(&mut **conn)));
+            }
+            Serving::Layer(layer) => {
+                let mut rest = tls;
+                loop {
+                    let n = layer.read_tls(rest);
+                    rest = &rest[n..];
+                    let processed = layer.process();
+                    let plain = layer.plaintext().to_vec();
+                    layer.consume_plaintext(plain.len());
+                    out.executed.extend_from_slice(&plain);
+                    echo.extend_from_slice(&plain);
+                    if let Err(e) = processed {
+                        out.errors.push(format!("agent (record layer): {e}"));
+                        break;
+                    }
+                    if rest.is_empty() || n == 0 && plain.is_empty() {
+                        break;
+                    }
+                }
+                let mut echo = &echo[..];
+                while !echo.is_empty() {
+                    match layer.write_plaintext(echo) {
+                        Ok(n) if n > 0 => echo = &echo[n..],
+                        _ => break,
+                    }
+                }
+                let pending = layer.pending_tls().to_vec();
+                layer.consume_tls(pending.len());
+                out.layer_records += records(&pending);
+                net.send(pipe, Msg::Data(pending));
+            }
+        }
+    }
+}
+
+fn conn_info() -> ConnInfo {
+    ConnInfo {
+        peer: SocketAddr::from(([127, 0, 0, 1], 40000)),
+        version: "TLSv1.3",
+        suite: String::new(),
+        alpn: None,
+        sni: None,
+        resumed: false,
+        client_subject: None,
+    }
+}
+
+enum AState {
+    /// Waiting for the Offer and the ClientHello.
+    Hello(Vec<u8>),
+    Handshake(Box<ServerConnection>),
+    /// Freeze sent: decrypting up to Frozen.
+    Exporting(Box<ServerConnection>),
+    /// Switch sent: waiting for the verdict, holding the object (for a Resume).
+    Switched(Box<SessionObject>),
+    Serving(Serving),
+    Closed,
+}
+
+/// The handshake agent: `export.rs` and the handshake part of `conn.rs`.
+struct HandshakeAgent {
+    state: AState,
+    log: Arc<SecretLog>,
+    config: Arc<ServerConfig>,
+    ring: KeyRing,
+    timeout: Duration,
+    crash_after_switch: bool,
+    expected: Option<Expected>,
+    offer: Option<(u16, [u8; BINDING_LEN])>,
+    exporter: Option<Exporter>,
+    /// Where the client's records stand in what rustls has read.
+    read: Splitter,
+    plain: Vec<u8>,
+    extracted: bool,
+    executed: Vec<u8>,
+    layer_records: usize,
+    errors: Vec<String>,
+}
+
+impl HandshakeAgent {
+    fn new(s: &Schedule) -> Self {
+        let log = Arc::new(SecretLog::default());
+        Self {
+            state: AState::Hello(Vec::new()),
+            config: server_config(log.clone()),
+            log,
+            ring: cluster_ring(1),
+            timeout: s.timeout,
+            crash_after_switch: s.fault == Fault::AgentCrashAfterSwitch,
+            expected: None,
+            offer: None,
+            exporter: None,
+            read: Splitter::new(),
+            plain: Vec::new(),
+            extracted: false,
+            executed: Vec::new(),
+            layer_records: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    fn close(&mut self, net: &mut Net, why: &str) {
+        self.errors.push(format!("handshake agent: {why}"));
+        self.state = AState::Closed;
+        net.send(Pipe::AToDisp, Msg::Reset);
+    }
+
+    fn input(&mut self, net: &mut Net, m: Msg) {
+        let data = match m {
+            Msg::Data(d) => d,
+            // The dispatcher's release is Done (`read_until` in export.rs).
+            Msg::Release if matches!(self.state, AState::Switched(_)) => Frame::Done.to_bytes(),
+            Msg::Eof if matches!(self.state, AState::Serving(_)) => return,
+            Msg::Release | Msg::Eof | Msg::Reset => {
+                if !matches!(self.state, AState::Serving(_) | AState::Closed) {
+                    self.close(net, "stream ended mid-migration");
+                }
+                self.state = AState::Closed;
+                return;
+            }
+        };
+        match std::mem::replace(&mut self.state, AState::Closed) {
+            AState::Hello(mut head) => {
+                head.extend_from_slice(&data);
+                self.hello(net, head);
+            }
+            AState::Handshake(conn) => self.handshake(net, conn, &data),
+            AState::Exporting(conn) => self.export(net, conn, &data),
+            AState::Switched(obj) => self.verdict(net, obj, &data),
+            AState::Serving(mut s) => {
+                let mut out = Served::default();
+                s.serve(net, Pipe::AToDisp, &mut out, &[], &data);
+                self.absorb(out);
+                self.state = AState::Serving(s);
+            }
+            AState::Closed => {}
+        }
+    }
+
+    fn absorb(&mut self, out: Served) {
+        self.executed.extend_from_slice(&out.executed);
+        self.layer_records += out.layer_records;
+        self.errors.extend(out.errors);
+    }
+
+    fn hello(&mut self, net: &mut Net, head: Vec<u8>) {
+        let mut splitter = Splitter::new();
+        let split = match splitter.split(&head) {
+            Ok(s) => s,
+            Err(e) => return self.close(net, &e.to_string()),
+        };
+        let Some(Frame::Offer { home, binding }) = split.frame else {
+            self.state = AState::Hello(head);
+            return;
+        };
+        self.offer = Some((home, binding));
+        let rest = &head[split.consumed..];
+        // conn.rs peeks the ClientHello's random to keep this connection's traffic secrets
+        self.expected = secrets::client_random(rest).and_then(|r| self.log.expect(r));
+        let conn = ServerConnection::new(self.config.clone()).expect("server connection");
+        self.handshake(net, Box::new(conn), rest);
+    }
+
+    fn handshake(&mut self, net: &mut Net, mut conn: Box<ServerConnection>, data: &[u8]) {
+        let mut rest = data;
+        // tokio-rustls: read (at most 4 KiB a time) and process while the handshake runs; the
+        // stream (`ConnIo`) tracks the records rustls takes
+        while conn.is_handshaking() && !rest.is_empty() {
+            let before = rest;
+            if conn.read_tls(&mut rest).is_err() {
+                return self.close(net, "read_tls in the handshake");
+            }
+            let taken = &before[..before.len() - rest.len()];
+            if let Err(e) = self.read.track(taken) {
+                return self.close(net, &e.to_string());
+            }
+            if let Err(e) = conn.process_new_packets() {
+                net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
+                return self.close(net, &format!("handshake: {e}"));
+            }
+            net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
+        }
+        if conn.is_handshaking() {
+            self.state = AState::Handshake(conn);
+            return;
+        }
+        // hand_off: the tickets are on the wire (drained above); freeze
+        let (mut x, freeze) = Exporter::freeze(MAX_CARRIED_PLAINTEXT, self.timeout, net.now);
+        x.continue_from(std::mem::take(&mut self.read));
+        net.send(Pipe::AToDisp, Msg::Data(freeze));
+        if let Some(d) = x.deadline() {
+            net.timer(d, Who::A);
+        }
+        self.exporter = Some(x);
+        self.export(net, conn, rest);
+    }
+
+    fn export(&mut self, net: &mut Net, mut conn: Box<ServerConnection>, data: &[u8]) {
+        let Some(x) = self.exporter.as_mut() else {
+            return self.close(net, "no exporter");
+        };
+        let input = match x.from_dispatcher(data) {
+            Ok(i) => i,
+            Err(e) => return self.close(net, &e.to_string()),
+        };
+        let n = match session::decrypt(&mut conn, &input.decrypt, &mut self.plain) {
+            Ok(n) => n,
+            Err(e) => {
+                net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
+                return self.close(net, &format!("decrypt: {e}"));
+            }
+        };
+        if let Some(abort) = x.decrypted(n) {
+            net.send(Pipe::AToDisp, Msg::Data(abort));
+        }
+        match input.event {
+            None => self.state = AState::Exporting(conn),
+            Some(ExportEvent::Frozen) => self.switch(net, conn),
+            Some(ExportEvent::Keep { ciphertext }) => {
+                if session::decrypt(&mut conn, &ciphertext, &mut self.plain).is_err() {
+                    return self.close(net, "decrypt the kept records");
+                }
+                self.keep(net, conn);
+            }
+            Some(e) => self.close(net, &format!("unexpected {e:?}")),
+        }
+    }
+
+    /// Not extracted: carry on with rustls, acting first on what was already decrypted.
+    fn keep(&mut self, net: &mut Net, conn: Box<ServerConnection>) {
+        let mut s = Serving::Rustls(conn);
+        let mut out = Served::default();
+        let plain = std::mem::take(&mut self.plain);
+        s.serve(net, Pipe::AToDisp, &mut out, &plain, &[]);
+        self.absorb(out);
+        self.state = AState::Serving(s);
+    }
+
+    fn switch(&mut self, net: &mut Net, mut conn: Box<ServerConnection>) {
+        let Some(x) = self.exporter.as_mut() else {
+            return self.close(net, "no exporter");
+        };
+        if !session::extractable(&mut conn) {
+            let Ok(abort) = x.abort() else {
+                return self.close(net, "abort");
+            };
+            net.send(Pipe::AToDisp, Msg::Data(abort));
+            return self.keep(net, conn);
+        }
+        let (home, binding) = self.offer.expect("offered");
+        let extras = Extras {
+            home,
+            secrets: self.expected.take().map(|e| e.take()).unwrap_or_default(),
+            info: &conn_info(),
+            plaintext: std::mem::take(&mut self.plain),
+        };
+        let Ok(obj) = session::extract(*conn, extras) else {
+            return self.close(net, "extract");
+        };
+        self.extracted = true;
+        let Some(sealed) = obj.seal(&self.ring, AGENT_A, &binding) else {
+            return self.close(net, "seal");
+        };
+        let Ok(switch) = x.switch(sealed, net.now) else {
+            return self.close(net, "switch");
+        };
+        net.send(Pipe::AToDisp, Msg::Data(switch));
+        if self.crash_after_switch {
+            self.state = AState::Closed;
+            net.send(Pipe::AToDisp, Msg::Reset);
+            return;
+        }
+        if let Some(d) = x.deadline() {
+            net.timer(d, Who::A);
+        }
+        self.state = AState::Switched(Box::new(obj));
+    }
+
+    fn verdict(&mut self, net: &mut Net, obj: Box<SessionObject>, data: &[u8]) {
+        let Some(x) = self.exporter.as_mut() else {
+            return self.close(net, "no exporter");
+        };
+        match x.from_dispatcher(data).map(|i| i.event) {
+            Ok(None) => self.state = AState::Switched(obj),
+            // the keys are dropped with the object
+            Ok(Some(ExportEvent::Migrated)) => self.state = AState::Closed,
+            Ok(Some(ExportEvent::ServeHere { ciphertext })) => {
+                let Some(layer) = super::record_layer(&obj) else {
+                    return self.close(net, "record layer");
+                };
+                let mut s = Serving::Layer(Box::new(layer));
+                let mut out = Served::default();
+                s.serve(net, Pipe::AToDisp, &mut out, &obj.plaintext, &ciphertext);
+                self.absorb(out);
+                self.state = AState::Serving(s);
+            }
+            Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
+            Err(e) => self.close(net, &e.to_string()),
+        }
+    }
+
+    fn timer(&mut self, net: &mut Net) {
+        let waiting = matches!(self.state, AState::Exporting(_) | AState::Switched(_));
+        if waiting && self.exporter.as_ref().is_some_and(|x| x.timed_out(net.now)) {
+            // give up by closing, never by using the keys
+            self.close(net, "the dispatcher never answered");
+        }
+    }
+}
+
+enum HState {
+    Idle,
+    Importing(Importer),
+    /// Opened; the answer is due at the instant (a late home agent).
+    Answering(Importer, Box<(SessionObject, RecordLayer)>, Instant),
+    Ready(Importer, Box<(SessionObject, RecordLayer)>),
+    Serving(Serving),
+    Closed,
+}
+
+/// The home agent: `import.rs`.
+struct HomeAgent {
+    state: HState,
+    ring: KeyRing,
+    guard: ReplayGuard,
+    started: SystemTime,
+    timeout: Duration,
+    fault: Fault,
+    /// Stopped (SIGSTOP) until this instant; messages wait.
+    stopped_until: Option<Option<Instant>>,
+    backlog: VecDeque<Msg>,
+    dead: bool,
+    executed: Vec<u8>,
+    layer_records: usize,
+    errors: Vec<String>,
+}
+
+impl HomeAgent {
+    fn new(s: &Schedule) -> Self {
+        let ring = match s.fault {
+            Fault::HomeWrongKey => cluster_ring(2),
+            _ => cluster_ring(1),
+        };
+        let started = match s.fault {
+            Fault::HomeRestarted => SystemTime::now() + Duration::from_secs(1),
+            _ => SystemTime::now() - Duration::from_secs(1),
+        };
+        Self {
+            state: HState::Idle,
+            ring,
+            guard: ReplayGuard::new(1024),
+            started,
+            timeout: s.timeout,
+            fault: s.fault,
+            stopped_until: None,
+            backlog: VecDeque::new(),
+            dead: false,
+            executed: Vec::new(),
+            layer_records: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    fn close(&mut self, net: &mut Net, why: &str) {
+        self.errors.push(format!("home agent: {why}"));
+        self.state = HState::Closed;
+        net.send(Pipe::HomeToDisp, Msg::Reset);
+    }
+
+    fn input(&mut self, net: &mut Net, m: Msg) {
+        if self.dead {
+            return;
+        }
+        if matches!(self.state, HState::Idle) && self.stopped_until.is_none() {
+            if let Fault::HomeHung(until) = self.fault {
+                self.stopped_until = Some(until.map(|d| net.now + d));
+                if let Some(Some(at)) = self.stopped_until {
+                    net.timer(at, Who::Home);
+                }
+            }
+        }
+        let stopped = match self.stopped_until {
+            Some(None) => true,
+            Some(Some(at)) => net.now < at,
+            None => false,
+        };
+        if stopped || matches!(self.state, HState::Answering(..)) {
+            self.backlog.push_back(m);
+            return;
+        }
+        self.backlog.push_back(m);
+        self.run_backlog(net);
+    }
+
+    fn process(&mut self, net: &mut Net, m: Msg) {
+        let data = match m {
+            Msg::Data(d) => d,
+            Msg::Eof if matches!(self.state, HState::Serving(_)) => return,
+            _ => {
+                // EOF or reset before Commit: drop the keys unused
+                self.state = HState::Closed;
+                return;
+            }
+        };
+        match std::mem::replace(&mut self.state, HState::Closed) {
+            HState::Idle => {
+                let importer = Importer::new(self.timeout, net.now);
+                if let Some(d) = importer.deadline() {
+                    net.timer(d, Who::Home);
+                }
+                self.importing(net, importer, &data);
+            }
+            HState::Importing(importer) => self.importing(net, importer, &data),
+            HState::Ready(importer, opened) => self.committing(net, importer, opened, &data),
+            HState::Serving(mut s) => {
+                let mut out = Served::default();
+                s.serve(net, Pipe::HomeToDisp, &mut out, &[], &data);
+                self.absorb(out);
+                self.state = HState::Serving(s);
+            }
+            HState::Answering(..) => unreachable!("backlogged"),
+            HState::Closed => {}
+        }
+    }
+
+    fn absorb(&mut self, out: Served) {
+        self.executed.extend_from_slice(&out.executed);
+        self.layer_records += out.layer_records;
+        self.errors.extend(out.errors);
+    }
+
+    fn importing(&mut self, net: &mut Net, mut importer: Importer, data: &[u8]) {
+        match importer.from_dispatcher(data) {
+            Ok(None) => self.state = HState::Importing(importer),
+            Ok(Some(ImportEvent::Open(sealed))) => {
+                let opened = SessionObject::open(
+                    &sealed,
+                    &self.ring,
+                    AGENT_H,
+                    &binding(),
+                    SystemTime::now(),
+                    self.started,
+                    &mut self.guard,
+                )
+                .map_err(|e| super::import::refusal(e).1)
+                .and_then(|obj| match super::record_layer(&obj) {
+                    Some(layer) => Ok((obj, layer)),
+                    None => Err(RefuseReason::Invalid),
+                });
+                let opened = match opened {
+                    Ok(o) => o,
+                    Err(reason) => {
+                        let Ok(refused) = importer.refuse(reason) else {
+                            return self.close(net, "refuse");
+                        };
+                        net.send(Pipe::HomeToDisp, Msg::Data(refused));
+                        return self.close(net, "refused the object");
+                    }
+                };
+                let due = match self.fault {
+                    Fault::HomeLate(d) => net.now + d,
+                    _ => net.now,
+                };
+                self.state = HState::Answering(importer, Box::new(opened), due);
+                if due > net.now {
+                    net.timer(due, Who::Home);
+                } else {
+                    self.answer(net);
+                }
+            }
+            Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
+            Err(e) => self.close(net, &e.to_string()),
+        }
+    }
+
+    fn answer(&mut self, net: &mut Net) {
+        let HState::Answering(mut importer, opened, _) =
+            std::mem::replace(&mut self.state, HState::Closed)
+        else {
+            return;
+        };
+        let Ok(ready) = importer.ready(net.now) else {
+            return self.close(net, "ready");
+        };
+        net.send(Pipe::HomeToDisp, Msg::Data(ready));
+        if self.fault == Fault::HomeCrashAfterReady {
+            self.dead = true;
+            net.send(Pipe::HomeToDisp, Msg::Reset);
+            return;
+        }
+        if let Some(d) = importer.deadline() {
+            net.timer(d, Who::Home);
+        }
+        self.state = HState::Ready(importer, opened);
+        self.run_backlog(net);
+    }
+
+    fn committing(
+        &mut self,
+        net: &mut Net,
+        mut importer: Importer,
+        opened: Box<(SessionObject, RecordLayer)>,
+        data: &[u8],
+    ) {
+        match importer.from_dispatcher(data) {
+            Ok(None) => self.state = HState::Ready(importer, opened),
+            Ok(Some(ImportEvent::Commit { ciphertext })) => {
+                let (obj, layer) = *opened;
+                let mut s = Serving::Layer(Box::new(layer));
+                let mut out = Served::default();
+                s.serve(net, Pipe::HomeToDisp, &mut out, &obj.plaintext, &ciphertext);
+                self.absorb(out);
+                self.state = HState::Serving(s);
+            }
+            // the keys are dropped unused
+            Ok(Some(ImportEvent::Aborted)) => self.close(net, "aborted"),
+            Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
+            Err(e) => self.close(net, &e.to_string()),
+        }
+    }
+
+    fn run_backlog(&mut self, net: &mut Net) {
+        while !matches!(self.state, HState::Answering(..)) {
+            let Some(m) = self.backlog.pop_front() else {
+                return;
+            };
+            self.process(net, m);
+        }
+    }
+
+    fn timer(&mut self, net: &mut Net) {
+        if self.dead {
+            return;
+        }
+        match self.stopped_until {
+            Some(None) => return,
+            Some(Some(at)) if net.now < at => return,
+            // SIGCONT: what arrived meanwhile, in order
+            Some(Some(_)) if !matches!(self.state, HState::Answering(..)) => self.run_backlog(net),
+            _ => {}
+        }
+        if let HState::Answering(_, _, due) = &self.state {
+            if net.now >= *due {
+                self.answer(net);
+            }
+            return;
+        }
+        let timed_out = match &self.state {
+            HState::Importing(i) | HState::Ready(i, _) => i.timed_out(net.now),
+            _ => false,
+        };
+        if timed_out {
+            self.close(net, "the dispatcher never decided");
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "harness_test.rs"]
+mod harness_test;
