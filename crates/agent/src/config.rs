@@ -326,7 +326,7 @@ impl<'de> Deserialize<'de> for HumanDuration {
 }
 
 /// Where sessions live.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreKind {
     Memory,
     Peers {
@@ -336,6 +336,24 @@ pub enum StoreKind {
     Redis {
         url: String,
     },
+}
+
+impl std::fmt::Debug for StoreKind {
+    // The Redis URL may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreKind::Memory => f.write_str("Memory"),
+            StoreKind::Peers { listen, peers } => f
+                .debug_struct("Peers")
+                .field("listen", listen)
+                .field("peers", peers)
+                .finish(),
+            StoreKind::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &baton_session::redis::redact(url))
+                .finish(),
+        }
+    }
 }
 
 fn store_kind(
@@ -356,7 +374,10 @@ fn store_kind(
         other => match other.strip_prefix("redis=") {
             Some(url) if url.starts_with("redis://") => StoreKind::Redis { url: url.into() },
             _ => {
-                bail!("--store: `{other}` is not memory, peers, redis or redis=redis://HOST:PORT/")
+                bail!(
+                    "--store: `{}` is not memory, peers, redis or redis=redis://HOST:PORT/",
+                    baton_session::redis::redact(other)
+                )
             }
         },
     };

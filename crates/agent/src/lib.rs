@@ -67,6 +67,13 @@ pub fn ticket_key_command(args: TicketKeyArgs) -> anyhow::Result<()> {
         println!("{line}");
         return Ok(());
     };
+    // A symlink could point the new keys (or the read of the old ones) anywhere.
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        anyhow::bail!(
+            "{} is a symbolic link; refusing to write keys through it",
+            path.display()
+        );
+    }
     let old = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -87,10 +94,17 @@ pub fn ticket_key_command(args: TicketKeyArgs) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     {
         use std::os::unix::fs::OpenOptionsExt;
+        // A fresh file, always: one left over (or planted, or a symlink) keeps its own mode
+        // and target, and create_new neither reuses nor follows it.
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", tmp.display()));
+            }
+            _ => {}
+        }
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)
             .with_context(|| format!("writing {}", tmp.display()))?;

@@ -62,7 +62,5 @@ pub async fn open(cfg: &AgentConfig) -> anyhow::Result<Opened> {
 
 /// Reads a cluster (or ticket) key file.
 pub fn read_ring(path: &std::path::Path) -> anyhow::Result<KeyRing> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading key file {}", path.display()))?;
-    KeyRing::parse_key_file(&text, Instant::now()).with_context(|| path.display().to_string())
+    Ok(KeyRing::read_key_file(path, Instant::now())?)
 }

@@ -373,6 +373,9 @@ const K_AGENT0: &str = "00000022 22222222222222222222222222222222222222222222222
 fn write_key(dir: &TempDir, name: &str, lines: &[&str]) -> String {
     let path = dir.arg(name);
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    // key files must be private
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path
 }
 

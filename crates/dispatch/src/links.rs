@@ -19,9 +19,7 @@ pub fn pools(config: &DispatchConfig) -> anyhow::Result<Vec<LinkPool>> {
         .cluster_key_file
         .as_ref()
         .context("--agent-link needs --cluster-key-file")?;
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading cluster key file {}", path.display()))?;
-    let ring = KeyRing::parse_key_file(&text, Instant::now())
+    let ring = KeyRing::read_key_file(path, Instant::now())
         .with_context(|| format!("cluster key file {}", path.display()))?;
     let ring = Arc::new(RwLock::new(ring));
     Ok(config

@@ -17,7 +17,7 @@ use crate::pki::{self, KeyKind, Pki};
 use crate::rig::cap::Confine;
 
 /// Where the agents keep sessions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Store {
     /// Each agent its own sessions and ticket keys: the paper's LB-RR baseline.
     Memory,
@@ -25,6 +25,17 @@ pub enum Store {
     Peers,
     /// Sessions in a shared Redis; one ticket key for all.
     Redis(String),
+}
+
+impl std::fmt::Debug for Store {
+    // The Redis URL may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Memory => f.write_str("Memory"),
+            Store::Peers => f.write_str("Peers"),
+            Store::Redis(url) => write!(f, "Redis({:?})", baton_session::redis::redact(url)),
+        }
+    }
 }
 
 impl std::str::FromStr for Store {

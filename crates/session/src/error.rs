@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A ticket key file could not be read or parsed (the operator's input).
-    #[error("ticket key file: {0}")]
+    #[error("key file: {0}")]
     KeyFile(String),
     /// The system's random number generator failed (local fault).
     #[error("random number generator failed")]

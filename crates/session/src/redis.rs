@@ -26,7 +26,7 @@ const QUEUE_LEN: usize = 8192;
 const KEY_PREFIX: &[u8] = b"baton:session:";
 const SEAL_CONTEXT: &[u8] = b"baton redis session v1";
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisConfig {
     pub url: String,
     pub agent_id: u16,
@@ -35,6 +35,15 @@ pub struct RedisConfig {
     pub ttl: Duration,
     /// Longest a handshake waits for Redis on a local miss.
     pub wait: Duration,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("agent_id", &self.agent_id)
+            .finish_non_exhaustive()
+    }
 }
 
 enum Op {
@@ -78,12 +87,30 @@ impl std::fmt::Debug for Op {
     }
 }
 
+/// `url` with its password (or a credential without a user) replaced by `***`: for messages
+/// and logs, which must not carry the Redis password.
+pub fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let user = match authority[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{}{user}{}", &url[..start], &rest[at..])
+}
+
 impl RedisStore {
     /// Checks the URL and starts the worker thread (which connects, and reconnects, by itself:
     /// an agent starts even while Redis is down).
     pub fn start(config: RedisConfig, ring: SharedRing) -> Result<Arc<Self>, String> {
         let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| format!("--store redis={}: {e}", config.url))?;
+            .map_err(|e| format!("--store redis={}: {e}", redact(&config.url)))?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_LEN);
         let counters = Arc::new(Counters::default());
         let worker_counters = counters.clone();
@@ -281,5 +308,21 @@ fn serve(con: &mut redis::Connection, op: Op, counters: &Counters) -> redis::Red
             };
             r
         }
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn redacts_the_password() {
+        use super::redact;
+        assert_eq!(
+            redact("redis://u:secret@h:6379/0"),
+            "redis://u:***@h:6379/0"
+        );
+        assert_eq!(redact("redis://:secret@h/"), "redis://:***@h/");
+        assert_eq!(redact("rediss://secret@h"), "rediss://***@h");
+        assert_eq!(redact("redis://h:6379/?a=b@c"), "redis://h:6379/?a=b@c");
+        assert_eq!(redact("redis://u:p@ss@h/"), "redis://u:***@h/");
     }
 }

@@ -111,6 +111,24 @@ impl KeyRing {
         self.keys.iter().map(|k| k.id).collect()
     }
 
+    /// Reads a key file (cluster or ticket keys, [`Self::parse_key_file`]). Refused when group
+    /// or others may read it: whoever reads it can open every ticket and session object.
+    pub fn read_key_file(path: &std::path::Path, now: Instant) -> Result<Self, Error> {
+        use std::os::unix::fs::PermissionsExt;
+        let at = |e: std::io::Error| Error::KeyFile(format!("{}: {e}", path.display()));
+        let meta = std::fs::metadata(path).map_err(at)?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(Error::KeyFile(format!(
+                "{}: readable by group or others (mode {mode:o}); chmod 600 it",
+                path.display()
+            )));
+        }
+        let text = Zeroizing::new(std::fs::read_to_string(path).map_err(at)?);
+        Self::parse_key_file(&text, now)
+            .map_err(|e| Error::KeyFile(format!("{}: {e}", path.display())))
+    }
+
     /// Parses a ticket key file: one key a line, `<8 hex digits id> <64 hex digits key>`, the
     /// first line seals new tickets, the others still open old ones. `#` starts a comment.
     pub fn parse_key_file(text: &str, now: Instant) -> Result<Self, Error> {
@@ -393,6 +411,18 @@ mod tests {
         assert_eq!(ring.key_ids().len(), 2);
         assert_eq!(format!("{:08x}", ring.key_ids()[0]), line1[..8]);
         assert!(KeyRing::parse_key_file("", t).is_err());
+        // a key file others can read is refused; a private one is read
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let path = std::env::temp_dir().join(format!("baton-keyfile-{}", std::process::id()));
+            std::fs::write(&path, format!("{line1}\n")).unwrap();
+            for (mode, ok) in [(0o644, false), (0o640, false), (0o600, true), (0o400, true)] {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+                let got = KeyRing::read_key_file(&path, t);
+                assert_eq!(got.is_ok(), ok, "mode {mode:o}: {got:?}");
+            }
+            std::fs::remove_file(&path).unwrap();
+        }
         assert!(KeyRing::parse_key_file("0011 22", t).is_err());
         assert!(
             KeyRing::parse_key_file(&format!("{line1}\n{line1}"), t).is_err(),

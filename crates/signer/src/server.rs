@@ -75,7 +75,15 @@ struct Shared {
 /// one is an error) and starts the signing threads.
 pub fn bind(settings: &Settings) -> anyhow::Result<UnixListener> {
     let path = &settings.path;
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        // Only a socket is ours to replace: a mistyped path must not cost someone a file.
+        if !meta.file_type().is_socket() {
+            bail!(
+                "{}: exists and is not a socket; refusing to replace it",
+                path.display()
+            );
+        }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             bail!("{}: another signer is listening there", path.display());
         }
