@@ -10,6 +10,8 @@
 //!   sealed session object, answer Ready, carry on the connection only after Commit.
 //! - [`stream`]: a migrated connection (record layer over the socket) as a tokio stream.
 //! - [`secrets`]: TLS 1.3 traffic secrets captured for KeyUpdate after the move.
+//! - `harness` (tests only): a rustls client, the dispatcher's relay and both agents' sides in
+//!   memory on virtual time, with faults, and a property test of the migration's invariants.
 
 pub mod export;
 pub mod import;
