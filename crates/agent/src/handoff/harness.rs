@@ -252,12 +252,12 @@ pub fn run(s: &Schedule) -> Report {
     report.received = client.received;
     report.client_error = client.error;
     report.client_closed = client.closed;
-    report.executed_a = a.executed;
-    report.executed_h = home.executed;
+    report.executed_a = a.served.executed;
+    report.executed_h = home.served.executed;
     report.extracted = a.extracted;
-    report.layer_records_a = a.layer_records;
-    report.layer_records_h = home.layer_records;
-    report.errors = [disp.errors, a.errors, home.errors].concat();
+    report.layer_records_a = a.served.layer_records;
+    report.layer_records_h = home.served.layer_records;
+    report.errors = [disp.errors, a.served.errors, home.served.errors].concat();
     report
 }
 
@@ -667,6 +667,8 @@ enum Serving {
     Layer(Box<RecordLayer>),
 }
 
+/// What an agent did for the client: what it acted on, the records it sent from an extracted
+/// session, and what went wrong.
 #[derive(Default)]
 struct Served {
     executed: Vec<u8>,
@@ -780,9 +782,8 @@ struct HandshakeAgent {
     read: Splitter,
     plain: Vec<u8>,
     extracted: bool,
-    executed: Vec<u8>,
-    layer_records: usize,
-    errors: Vec<String>,
+    /// What this agent did for the client.
+    served: Served,
 }
 
 impl HandshakeAgent {
@@ -801,14 +802,12 @@ impl HandshakeAgent {
             read: Splitter::new(),
             plain: Vec::new(),
             extracted: false,
-            executed: Vec::new(),
-            layer_records: 0,
-            errors: Vec::new(),
+            served: Served::default(),
         }
     }
 
     fn close(&mut self, net: &mut Net, why: &str) {
-        self.errors.push(format!("handshake agent: {why}"));
+        self.served.errors.push(format!("handshake agent: {why}"));
         self.state = AState::Closed;
         net.send(Pipe::AToDisp, Msg::Reset);
     }
@@ -836,19 +835,11 @@ impl HandshakeAgent {
             AState::Exporting(conn) => self.export(net, conn, &data),
             AState::Switched(obj) => self.verdict(net, obj, &data),
             AState::Serving(mut s) => {
-                let mut out = Served::default();
-                s.serve(net, Pipe::AToDisp, &mut out, &[], &data);
-                self.absorb(out);
+                s.serve(net, Pipe::AToDisp, &mut self.served, &[], &data);
                 self.state = AState::Serving(s);
             }
             AState::Closed => {}
         }
-    }
-
-    fn absorb(&mut self, out: Served) {
-        self.executed.extend_from_slice(&out.executed);
-        self.layer_records += out.layer_records;
-        self.errors.extend(out.errors);
     }
 
     fn hello(&mut self, net: &mut Net, head: Vec<u8>) {
@@ -937,10 +928,8 @@ impl HandshakeAgent {
     /// Not extracted: carry on with rustls, acting first on what was already decrypted.
     fn keep(&mut self, net: &mut Net, conn: Box<ServerConnection>) {
         let mut s = Serving::Rustls(conn);
-        let mut out = Served::default();
         let plain = std::mem::take(&mut self.plain);
-        s.serve(net, Pipe::AToDisp, &mut out, &plain, &[]);
-        self.absorb(out);
+        s.serve(net, Pipe::AToDisp, &mut self.served, &plain, &[]);
         self.state = AState::Serving(s);
     }
 
@@ -997,9 +986,13 @@ impl HandshakeAgent {
                     return self.close(net, "record layer");
                 };
                 let mut s = Serving::Layer(Box::new(layer));
-                let mut out = Served::default();
-                s.serve(net, Pipe::AToDisp, &mut out, &obj.plaintext, &ciphertext);
-                self.absorb(out);
+                s.serve(
+                    net,
+                    Pipe::AToDisp,
+                    &mut self.served,
+                    &obj.plaintext,
+                    &ciphertext,
+                );
                 self.state = AState::Serving(s);
             }
             Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
@@ -1038,9 +1031,8 @@ struct HomeAgent {
     stopped_until: Option<Option<Instant>>,
     backlog: VecDeque<Msg>,
     dead: bool,
-    executed: Vec<u8>,
-    layer_records: usize,
-    errors: Vec<String>,
+    /// What this agent did for the client.
+    served: Served,
 }
 
 impl HomeAgent {
@@ -1063,14 +1055,12 @@ impl HomeAgent {
             stopped_until: None,
             backlog: VecDeque::new(),
             dead: false,
-            executed: Vec::new(),
-            layer_records: 0,
-            errors: Vec::new(),
+            served: Served::default(),
         }
     }
 
     fn close(&mut self, net: &mut Net, why: &str) {
-        self.errors.push(format!("home agent: {why}"));
+        self.served.errors.push(format!("home agent: {why}"));
         self.state = HState::Closed;
         net.send(Pipe::HomeToDisp, Msg::Reset);
     }
@@ -1121,20 +1111,12 @@ impl HomeAgent {
             HState::Importing(importer) => self.importing(net, importer, &data),
             HState::Ready(importer, opened) => self.committing(net, importer, opened, &data),
             HState::Serving(mut s) => {
-                let mut out = Served::default();
-                s.serve(net, Pipe::HomeToDisp, &mut out, &[], &data);
-                self.absorb(out);
+                s.serve(net, Pipe::HomeToDisp, &mut self.served, &[], &data);
                 self.state = HState::Serving(s);
             }
             HState::Answering(..) => unreachable!("backlogged"),
             HState::Closed => {}
         }
-    }
-
-    fn absorb(&mut self, out: Served) {
-        self.executed.extend_from_slice(&out.executed);
-        self.layer_records += out.layer_records;
-        self.errors.extend(out.errors);
     }
 
     fn importing(&mut self, net: &mut Net, mut importer: Importer, data: &[u8]) {
@@ -1215,9 +1197,13 @@ impl HomeAgent {
             Ok(Some(ImportEvent::Commit { ciphertext })) => {
                 let (obj, layer) = *opened;
                 let mut s = Serving::Layer(Box::new(layer));
-                let mut out = Served::default();
-                s.serve(net, Pipe::HomeToDisp, &mut out, &obj.plaintext, &ciphertext);
-                self.absorb(out);
+                s.serve(
+                    net,
+                    Pipe::HomeToDisp,
+                    &mut self.served,
+                    &obj.plaintext,
+                    &ciphertext,
+                );
                 self.state = HState::Serving(s);
             }
             // the keys are dropped unused

@@ -26,14 +26,10 @@ impl ClientRecords {
             } else {
                 1
             };
-            self.feed(&data[i..i + step])?;
+            self.inner.track(&data[i..i + step])?;
             i += step;
         }
         Ok(i)
-    }
-
-    fn feed(&mut self, data: &[u8]) -> Result<(), HandoffError> {
-        self.inner.track(data)
     }
 }
 
@@ -182,7 +178,7 @@ impl Relay {
     pub fn from_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
         match self.state {
             State::Relaying => {
-                self.client.feed(data)?;
+                self.client.inner.track(data)?;
                 self.push(Action::ToAgent(data.to_vec()));
             }
             State::Freezing { aborted } => {
