@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+use baton_ops::cidr::Cidr;
+
 use crate::route::Policy;
 
 /// `baton dispatch`: spread TLS connections over agents.
@@ -48,6 +50,11 @@ pub struct DispatchArgs {
     /// address it carries.
     #[arg(long, value_name = "BOOL")]
     pub accept_proxy_protocol: Option<bool>,
+    /// With --accept-proxy-protocol: a network the balancers connect from (ADDR/PREFIX or an
+    /// address; repeatable). Connections from anywhere else are refused: a PROXY header names
+    /// the client to route as, so only the balancers may send one. Default: loopback only.
+    #[arg(long, value_name = "CIDR")]
+    pub proxy_protocol_from: Vec<Cidr>,
     /// Address for Prometheus metrics (plain HTTP, /metrics).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -66,6 +73,18 @@ pub struct DispatchArgs {
     /// agent out, one success brings it back.
     #[arg(long, value_name = "SECONDS")]
     pub health_interval: Option<f64>,
+    /// A spliced connection on which neither side sends a byte for this long is closed.
+    /// Default 120s (above an agent's idle timeout, which normally ends it first).
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_timeout: Option<f64>,
+    /// Once either side of a spliced connection has ended its half, the other may stay
+    /// silent only this long before the connection is closed. Default 10s.
+    #[arg(long, value_name = "SECONDS")]
+    pub half_close_timeout: Option<f64>,
+    /// TCP keepalive on client sockets: the first probe after this long without traffic
+    /// (then every 10s, 3 probes), so clients that vanished free their slot. Default 60s.
+    #[arg(long, value_name = "SECONDS")]
+    pub tcp_keepalive: Option<f64>,
     /// Connections relayed at once; more are closed at accept. Default 20000.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
@@ -85,11 +104,16 @@ pub struct DispatchConfig {
     pub policy: Policy,
     pub proxy_protocol: bool,
     pub accept_proxy_protocol: bool,
+    /// Who may send a PROXY header (`--proxy-protocol-from`).
+    pub proxy_protocol_from: Vec<Cidr>,
     pub metrics: Option<SocketAddr>,
     pub hello_timeout: Duration,
     pub connect_timeout: Duration,
     pub handoff_timeout: Duration,
     pub health_interval: Duration,
+    pub idle_timeout: Duration,
+    pub half_close_timeout: Duration,
+    pub tcp_keepalive: Duration,
     pub max_connections: usize,
     pub workers: usize,
 }
@@ -143,11 +167,19 @@ impl DispatchArgs {
             policy,
             proxy_protocol: args.proxy_protocol.unwrap_or(false),
             accept_proxy_protocol: args.accept_proxy_protocol.unwrap_or(false),
+            proxy_protocol_from: if args.proxy_protocol_from.is_empty() {
+                Cidr::loopback()
+            } else {
+                args.proxy_protocol_from
+            },
             metrics: args.metrics,
             hello_timeout: secs(args.hello_timeout, 10.0, "hello-timeout")?,
             connect_timeout: secs(args.connect_timeout, 2.0, "connect-timeout")?,
             handoff_timeout: secs(args.handoff_timeout, 1.0, "handoff-timeout")?,
             health_interval: secs(args.health_interval, 0.5, "health-interval")?,
+            idle_timeout: secs(args.idle_timeout, 120.0, "idle-timeout")?,
+            half_close_timeout: secs(args.half_close_timeout, 10.0, "half-close-timeout")?,
+            tcp_keepalive: secs(args.tcp_keepalive, 60.0, "tcp-keepalive")?,
             max_connections: args.max_connections.unwrap_or(20_000).max(1),
             workers: args
                 .workers
@@ -168,11 +200,19 @@ impl DispatchArgs {
             policy: self.policy.or(file.policy),
             proxy_protocol: self.proxy_protocol.or(file.proxy_protocol),
             accept_proxy_protocol: self.accept_proxy_protocol.or(file.accept_proxy_protocol),
+            proxy_protocol_from: if self.proxy_protocol_from.is_empty() {
+                file.proxy_protocol_from
+            } else {
+                self.proxy_protocol_from
+            },
             metrics: self.metrics.or(file.metrics),
             hello_timeout: self.hello_timeout.or(file.hello_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
             handoff_timeout: self.handoff_timeout.or(file.handoff_timeout),
             health_interval: self.health_interval.or(file.health_interval),
+            idle_timeout: self.idle_timeout.or(file.idle_timeout),
+            half_close_timeout: self.half_close_timeout.or(file.half_close_timeout),
+            tcp_keepalive: self.tcp_keepalive.or(file.tcp_keepalive),
             max_connections: self.max_connections.or(file.max_connections),
             workers: self.workers.or(file.workers),
         }
@@ -186,7 +226,8 @@ mod tests {
     #[test]
     fn file_and_flags() {
         let file: DispatchArgs = toml::from_str(
-            "agent = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\npolicy = \"session\"\nhello-timeout = 3\n",
+            "agent = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\npolicy = \"session\"\nhello-timeout = 3\n\
+             proxy-protocol-from = [\"10.0.0.0/8\"]\n",
         )
         .unwrap();
         let flags = DispatchArgs {
@@ -197,6 +238,8 @@ mod tests {
         assert_eq!(c.agents.len(), 2);
         assert_eq!(c.policy, Policy::LeastConn);
         assert_eq!(c.hello_timeout, Duration::from_secs(3));
+        assert_eq!(c.proxy_protocol_from, vec!["10.0.0.0/8".parse().unwrap()]);
+        assert_eq!(c.half_close_timeout, Duration::from_secs(10));
         assert!(DispatchArgs::default().resolve().is_err());
         assert!(toml::from_str::<DispatchArgs>("agents = []").is_err());
     }

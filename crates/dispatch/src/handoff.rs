@@ -31,12 +31,12 @@ pub struct Ends {
 /// Relays one connection whose handshake runs on `agent` and whose session should move to the
 /// home agent. The Offer and the client's first bytes are already written to `agent`. Returns
 /// the agent the connection ended on (for the router's connection counts) and the bytes each
-/// way.
+/// way. `first` is taken, to be freed as soon as the relay has it.
 pub async fn relay(
     client: &mut TcpStream,
     mut agent: LinkStream,
     ends: Ends,
-    first: &[u8],
+    first: Vec<u8>,
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
     let cfg = &shared.config;
@@ -48,7 +48,7 @@ pub async fn relay(
     };
     let mut relay = Relay::new();
     relay
-        .from_client(first)
+        .from_client(&first)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     // the first bytes are written already
     while relay.poll_action().is_some() {}
@@ -57,6 +57,7 @@ pub async fn relay(
     let mut abuf = vec![0u8; 16 * 1024];
     let mut hbuf = vec![0u8; 4 * 1024];
     let (mut up, mut down) = (first.len() as u64, 0u64);
+    drop(first);
     let far = Instant::now() + Duration::from_secs(86_400);
     let mut home_deadline = far;
     let mut freeze_deadline = far;
@@ -160,6 +161,8 @@ pub async fn relay(
     if let Some(outcome) = relay.outcome() {
         shared.metrics.handoff(outcome);
     }
+    // The protocol is over: its state and buffers are not held for the connection's life.
+    drop((relay, cbuf, abuf, hbuf));
     let (idx, mut stream) = match (target, home) {
         (Target::HomeAgent, Some(h)) => {
             shared.router().moved(agent_idx, ends.home_idx);
@@ -170,7 +173,7 @@ pub async fn relay(
         (Target::HomeAgent, None) => return Ok((agent_idx, up, down)),
         (Target::HandshakeAgent, _) => (agent_idx, agent),
     };
-    let (u, d) = crate::splice::splice(client, &mut stream)
+    let (u, d) = crate::splice::splice(client, &mut stream, shared.splice_limits())
         .await
         .unwrap_or((0, 0));
     Ok((idx, up + u, down + d))
@@ -186,7 +189,7 @@ pub async fn at_home(
     client: &mut TcpStream,
     agent: &mut LinkStream,
     agent_idx: usize,
-    first: &[u8],
+    first: Vec<u8>,
     shared: &Shared,
 ) -> std::io::Result<(u64, u64)> {
     let mut handshaking = HandshakeGuard {
@@ -195,42 +198,46 @@ pub async fn at_home(
         done: false,
     };
     shared.metrics.handoff(Outcome::Declined);
-    agent.write_all(first).await?;
+    agent.write_all(&first).await?;
     let (mut up, mut down) = (first.len() as u64, 0u64);
+    drop(first);
     let deadline = Instant::now() + shared.config.hello_timeout;
-    let mut cbuf = [0u8; 4096];
-    let mut abuf = [0u8; 4096];
-    let (mut agent_spoke, mut client_answered) = (false, false);
-    while !handshaking.done {
-        tokio::select! {
-            r = agent.read(&mut abuf) => {
-                let n = r?;
-                if n == 0 {
-                    return Ok((up, down));
+    // In a block: the buffers end with the handshake, not with the connection.
+    {
+        let mut cbuf = [0u8; 4096];
+        let mut abuf = [0u8; 4096];
+        let (mut agent_spoke, mut client_answered) = (false, false);
+        while !handshaking.done {
+            tokio::select! {
+                r = agent.read(&mut abuf) => {
+                    let n = r?;
+                    if n == 0 {
+                        return Ok((up, down));
+                    }
+                    client.write_all(&abuf[..n]).await?;
+                    down += n as u64;
+                    if client_answered {
+                        handshaking.finish();
+                    }
+                    agent_spoke = true;
                 }
-                client.write_all(&abuf[..n]).await?;
-                down += n as u64;
-                if client_answered {
-                    handshaking.finish();
+                r = client.read(&mut cbuf) => {
+                    let n = r?;
+                    if n == 0 {
+                        // the client ended its side: the splice carries that on
+                        handshaking.finish();
+                        let _ = agent.shutdown().await;
+                        break;
+                    }
+                    agent.write_all(&cbuf[..n]).await?;
+                    up += n as u64;
+                    client_answered |= agent_spoke;
                 }
-                agent_spoke = true;
+                _ = tokio::time::sleep_until(deadline) => handshaking.finish(),
             }
-            r = client.read(&mut cbuf) => {
-                let n = r?;
-                if n == 0 {
-                    // the client ended its side: the splice carries that on
-                    handshaking.finish();
-                    let _ = agent.shutdown().await;
-                    break;
-                }
-                agent.write_all(&cbuf[..n]).await?;
-                up += n as u64;
-                client_answered |= agent_spoke;
-            }
-            _ = tokio::time::sleep_until(deadline) => handshaking.finish(),
         }
     }
-    let (u, d) = crate::splice::splice(client, agent).await?;
+    let (u, d) = crate::splice::splice(client, agent, shared.splice_limits()).await?;
     Ok((up + u, down + d))
 }
 

@@ -52,6 +52,7 @@ pub struct Metrics {
     hello: [AtomicU64; 5],
     no_agent: AtomicU64,
     rejected: AtomicU64,
+    proxy_refused: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
 }
@@ -65,6 +66,7 @@ impl Metrics {
             handoffs: Default::default(),
             no_agent: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            proxy_refused: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
         }
@@ -97,6 +99,11 @@ impl Metrics {
 
     pub fn rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection refused because it came from outside `--proxy-protocol-from`.
+    pub fn proxy_refused(&self) {
+        self.proxy_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn bytes(&self, from_client: u64, to_client: u64) {
@@ -219,6 +226,17 @@ impl Metrics {
             out,
             "baton_dispatch_rejected_total {}",
             load(&self.rejected)
+        );
+        family(
+            &mut out,
+            "baton_dispatch_proxy_refused_total",
+            "counter",
+            "Connections refused at accept: a PROXY header was expected, but the peer is outside --proxy-protocol-from.",
+        );
+        let _ = writeln!(
+            out,
+            "baton_dispatch_proxy_refused_total {}",
+            load(&self.proxy_refused)
         );
         family(
             &mut out,

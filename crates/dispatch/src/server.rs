@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_link::{LinkPool, LinkStream, StreamMeta};
+use baton_ops::cidr::Cidr;
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{HelloReader, Progress, ServerHelloReader};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -44,6 +45,14 @@ impl Shared {
             );
         }
         head
+    }
+
+    /// How long a splice may stay silent (`--idle-timeout`, `--half-close-timeout`).
+    pub(crate) fn splice_limits(&self) -> crate::splice::Limits {
+        crate::splice::Limits {
+            idle: self.config.idle_timeout,
+            half_closed: self.config.half_close_timeout,
+        }
     }
 
     pub(crate) fn router(&self) -> std::sync::MutexGuard<'_, Router> {
@@ -135,7 +144,21 @@ async fn accept_loop(
             shared.metrics.rejected();
             continue;
         };
+        // A PROXY header names the client to route as: only the balancers may send one.
+        if shared.config.accept_proxy_protocol
+            && !Cidr::any_contains(&shared.config.proxy_protocol_from, peer.ip())
+        {
+            shared.metrics.proxy_refused();
+            tracing::debug!(%peer, "PROXY protocol expected, but not from this address: refused");
+            continue;
+        }
         let _ = client.set_nodelay(true);
+        // Finds clients that vanished without a FIN (a dead host, a dropped NAT entry).
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(shared.config.tcp_keepalive)
+            .with_interval(Duration::from_secs(10))
+            .with_retries(3);
+        let _ = socket2::SockRef::from(&client).set_tcp_keepalive(&keepalive);
         let shared = shared.clone();
         tracker.spawn(async move {
             if let Err(e) = handle(client, peer, bound, &shared).await {
@@ -221,7 +244,7 @@ async fn handle(
                 return handoff(client, agent, agent_idx, source, destination, first, shared).await;
             }
             let r =
-                crate::handoff::at_home(&mut client, &mut agent, agent_idx, &first.bytes, shared)
+                crate::handoff::at_home(&mut client, &mut agent, agent_idx, first.bytes, shared)
                     .await;
             if let Ok((up, down)) = r {
                 shared.metrics.bytes(up, down);
@@ -319,7 +342,7 @@ async fn handoff(
                 source,
                 destination,
             };
-            crate::handoff::relay(&mut client, agent, ends, &first.bytes, shared).await
+            crate::handoff::relay(&mut client, agent, ends, first.bytes, shared).await
         }
         Err(e) => Err(e),
     };
@@ -334,13 +357,24 @@ async fn handoff(
     result.map(|_| ())
 }
 
+/// Raw bytes buffered while looking for the ClientHello: the hello's own bound plus room for
+/// its record headers when sent in full-size records. The reader bounds the hello's payload;
+/// this bounds the bytes, which a hello sent as 1-byte records (5 header bytes each) would
+/// otherwise inflate six-fold.
+pub(crate) const HELLO_RAW_LIMIT: usize = baton_wire::DEFAULT_MESSAGE_LIMIT + 64;
+
 /// Reads until a ClientHello is complete (or proves not to be one, or exceeds the bound).
 async fn read_hello(client: &mut TcpStream) -> std::io::Result<FirstBytes> {
     let mut reader = HelloReader::new();
     let mut bytes = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        let n = client.read(&mut buf).await?;
+        let room = HELLO_RAW_LIMIT.saturating_sub(bytes.len()).min(buf.len());
+        if room == 0 {
+            // Too much for a hello: forward what we have and let the agent refuse it.
+            return Ok(FirstBytes { bytes, hello: None });
+        }
+        let n = client.read(&mut buf[..room]).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
@@ -371,15 +405,16 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     agent.write_all(&first.bytes).await?;
+    let first_len = first.bytes.len() as u64;
+    // the hello, its parse and its bytes are not needed for the rest of the connection
+    drop(first);
     let mut to_client = 0u64;
     if shared.config.policy == Policy::Session {
         to_client = learn_session_id(agent, client, agent_idx, shared).await?;
     }
-    let result = crate::splice::splice(client, agent).await;
+    let result = crate::splice::splice(client, agent, shared.splice_limits()).await;
     let (up, down) = result.as_ref().map_or((0, 0), |(u, d)| (*u, *d));
-    shared
-        .metrics
-        .bytes(first.bytes.len() as u64 + up, to_client + down);
+    shared.metrics.bytes(first_len + up, to_client + down);
     result.map(|_| ())
 }
 

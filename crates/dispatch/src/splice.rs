@@ -1,52 +1,155 @@
 //! Splicing a client to its agent once routing (and any handoff) is over: bytes both ways until
-//! both ends are done.
+//! both ends are done, or until the connection has been silent too long.
 //!
-//! tokio's `copy_bidirectional`, with one saving: once the client has ended its side and the
-//! agent ends too, the client socket is simply closed (a FIN all the same: everything it sent
-//! was read) instead of a `shutdown` first, which by then usually fails anyway (ENOTCONN) and
-//! costs a system call per connection.
+//! tokio's `copy_bidirectional`, with two additions:
+//! - Bounds. A splice neither side speaks on for `idle` is closed, and once either side has
+//!   ended its half, the other may stay silent only `half_closed`: otherwise a client that sends
+//!   a ClientHello and goes quiet holds its dispatcher slot (and socket) long after the agent
+//!   gave up on it, and enough of them lock everyone out. Reads count as activity in both
+//!   directions (a download the client is slow to take still reads from the agent).
+//! - One saving: once the client has ended its side and the agent ends too, the client socket
+//!   is simply closed (a FIN all the same: everything it sent was read) instead of a
+//!   `shutdown` first, which by then usually fails anyway (ENOTCONN) and costs a system call
+//!   per connection.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::time::Instant;
 
-/// Copies both ways; returns the bytes client -> agent and agent -> client.
-pub(crate) async fn splice<S>(client: &mut TcpStream, agent: &mut S) -> io::Result<(u64, u64)>
+/// How long a splice may be silent.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Neither side sent anything.
+    pub idle: Duration,
+    /// One side has ended its half; the other sent nothing.
+    pub half_closed: Duration,
+}
+
+/// Copies both ways; returns the bytes client -> agent and agent -> client. `TimedOut` when a
+/// limit ends it.
+pub(crate) async fn splice<C, S>(
+    client: &mut C,
+    agent: &mut S,
+    limits: Limits,
+) -> io::Result<(u64, u64)>
 where
+    C: AsyncRead + AsyncWrite + Unpin,
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let clock = Clock::new();
     let mut client = Client {
         tcp: client,
         read_eof: false,
+        clock: &clock,
     };
-    tokio::io::copy_bidirectional(&mut client, agent).await
+    let mut agent = Watched {
+        inner: agent,
+        clock: &clock,
+    };
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut agent);
+    tokio::pin!(copy);
+    loop {
+        let deadline = clock.deadline(limits);
+        tokio::select! {
+            r = &mut copy => return r,
+            // a side ended: the shorter bound applies from now on
+            _ = clock.ended.notified() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                // activity since the timer was set moves the deadline on
+                if clock.deadline(limits) <= Instant::now() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "splice silent too long"));
+                }
+            }
+        }
+    }
 }
 
-struct Client<'a> {
-    tcp: &'a mut TcpStream,
+/// When the splice last read a byte, and whether a side has ended. Atomics, not cells: the
+/// splice's future must stay `Send`, and both wrapped streams and the timer loop see it.
+struct Clock {
+    start: Instant,
+    last_read_ms: AtomicU64,
+    half_closed: AtomicBool,
+    ended: tokio::sync::Notify,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            half_closed: AtomicBool::new(false),
+            ended: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn read(&self, n: usize) {
+        if n == 0 {
+            if !self.half_closed.swap(true, Ordering::Relaxed) {
+                self.ended.notify_one();
+            }
+        } else {
+            let ms = self.start.elapsed().as_millis() as u64;
+            self.last_read_ms.store(ms, Ordering::Relaxed);
+        }
+    }
+
+    fn deadline(&self, limits: Limits) -> Instant {
+        let last = self.start + Duration::from_millis(self.last_read_ms.load(Ordering::Relaxed));
+        last + if self.half_closed.load(Ordering::Relaxed) {
+            limits.half_closed
+        } else {
+            limits.idle
+        }
+    }
+}
+
+/// Polls a read and tells the clock what it got.
+fn poll_watched_read<R: AsyncRead + Unpin>(
+    r: &mut R,
+    clock: &Clock,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<usize>> {
+    let before = buf.filled().len();
+    match Pin::new(r).poll_read(cx, buf) {
+        Poll::Ready(Ok(())) => {
+            let n = buf.filled().len() - before;
+            clock.read(n);
+            Poll::Ready(Ok(n))
+        }
+        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        Poll::Pending => Poll::Pending,
+    }
+}
+
+struct Client<'a, C> {
+    tcp: &'a mut C,
     read_eof: bool,
+    clock: &'a Clock,
 }
 
-impl AsyncRead for Client<'_> {
+impl<C: AsyncRead + Unpin> AsyncRead for Client<'_, C> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(&mut *this.tcp).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() == before {
+        let r = poll_watched_read(&mut *this.tcp, this.clock, cx, buf);
+        if matches!(r, Poll::Ready(Ok(0))) {
             this.read_eof = true;
         }
-        r
+        r.map_ok(drop)
     }
 }
 
-impl AsyncWrite for Client<'_> {
+impl<C: AsyncWrite + Unpin> AsyncWrite for Client<'_, C> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -78,5 +181,134 @@ impl AsyncWrite for Client<'_> {
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut *this.tcp).poll_shutdown(cx)
+    }
+}
+
+/// The agent's side, reads reported to the clock.
+struct Watched<'a, S> {
+    inner: &'a mut S,
+    clock: &'a Clock,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<'_, S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        poll_watched_read(&mut *this.inner, this.clock, cx, buf).map_ok(drop)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<'_, S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const LIMITS: Limits = Limits {
+        idle: Duration::from_secs(30),
+        half_closed: Duration::from_secs(5),
+    };
+
+    type Task = tokio::task::JoinHandle<io::Result<(u64, u64)>>;
+
+    /// An in-memory client and agent, spliced; returns the far end of each (in memory, so
+    /// paused time never runs ahead of bytes in a kernel buffer).
+    async fn spliced(limits: Limits) -> (DuplexStream, DuplexStream, Task) {
+        let (client, mut near) = tokio::io::duplex(1024);
+        let (mut agent, far) = tokio::io::duplex(1024);
+        let task = tokio::spawn(async move { splice(&mut near, &mut agent, limits).await });
+        (client, far, task)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_splice_is_closed_and_traffic_postpones_it() {
+        let (mut client, mut agent, task) = spliced(LIMITS).await;
+        let start = Instant::now();
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            client.write_all(b"x").await.unwrap();
+            let mut b = [0u8; 1];
+            agent.read_exact(&mut b).await.unwrap();
+        }
+        let r = task.await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        // 60 s of traffic every 20 s, then 30 s of silence
+        let held = start.elapsed();
+        assert!(
+            held >= Duration::from_secs(90) && held < Duration::from_secs(92),
+            "{held:?}"
+        );
+        // the dispatcher's end is gone: the client reads the end of the stream
+        let mut b = [0u8; 1];
+        assert_eq!(client.read(&mut b).await.unwrap_or(0), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_one_side_ends_the_other_has_only_the_short_bound() {
+        let (mut client, agent, task) = spliced(LIMITS).await;
+        let start = Instant::now();
+        // the agent gives up on the client (its handshake timeout), the client stays silent
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(agent);
+        let mut b = [0u8; 1];
+        // the agent's end reaches the client as EOF at once...
+        assert_eq!(client.read(&mut b).await.unwrap(), 0);
+        // ...and the dispatcher lets go of its socket the short bound after the last byte (none
+        // here), not the idle one
+        let r = task.await.unwrap();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        let held = start.elapsed();
+        assert!(
+            held >= Duration::from_secs(5) && held < Duration::from_secs(7),
+            "{held:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_splice_both_sides_end_finishes_with_its_byte_counts() {
+        let (mut client, mut agent, task) = spliced(LIMITS).await;
+        client.write_all(b"hello").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        agent.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"hello");
+        agent.write_all(b"bye!").await.unwrap();
+        drop(agent);
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).await.unwrap();
+        assert_eq!(back, b"bye!");
+        assert_eq!(task.await.unwrap().unwrap(), (5, 4));
     }
 }

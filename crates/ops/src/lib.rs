@@ -1,8 +1,10 @@
 //! Operations plumbing shared by the agent and the dispatcher: the plain-HTTP Prometheus
 //! endpoint, the text format's family header, the process's own CPU and memory, listening
-//! sockets with their start-up lines, reading PROXY v2 headers, and client-address affinity.
+//! sockets with their start-up lines, reading PROXY v2 headers (and who may send them), and
+//! client-address affinity.
 
 pub mod affinity;
+pub mod cidr;
 pub mod listen;
 pub mod process;
 pub mod proxy_header;
