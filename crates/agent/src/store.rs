@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use baton_session::{
-    KeyRing, MemoryStore, PeersConfig, RedisConfig, RedisStore, SessionStore, SharedRing,
+    AllowFrom, KeyRing, MemoryStore, PeersConfig, RedisConfig, RedisStore, SessionStore, SharedRing,
 };
 
 use crate::config::{AgentConfig, StoreKind};
@@ -30,13 +30,26 @@ pub async fn open(cfg: &AgentConfig) -> anyhow::Result<Opened> {
             cfg.session_cache_size,
             cfg.session_lifetime,
         )),
-        (StoreKind::Peers { listen, peers }, Some(ring)) => {
+        (
+            StoreKind::Peers {
+                listen,
+                peers,
+                allow,
+            },
+            Some(ring),
+        ) => {
+            let nets = allow.clone();
             let config = PeersConfig {
                 agent_id: cfg.agent_id,
                 listen: *listen,
                 peers: peers.clone(),
                 capacity: cfg.session_cache_size,
                 ttl: cfg.session_lifetime,
+                allow: if nets.is_empty() {
+                    AllowFrom::default()
+                } else {
+                    AllowFrom::new(move |ip| baton_ops::cidr::Cidr::any_contains(&nets, ip))
+                },
             };
             baton_session::peers::start(config, ring.clone())
                 .await

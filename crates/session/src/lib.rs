@@ -20,7 +20,7 @@ pub mod ticket;
 pub use error::Error;
 pub use memory::MemoryStore;
 pub use migration::{ImportError, ReplayGuard, SessionObject};
-pub use peers::{PeerStore, PeersConfig, SharedRing};
+pub use peers::{AllowFrom, PeerStore, PeersConfig, SharedRing};
 pub use redis::{RedisConfig, RedisStore};
 pub use store::{SessionStore, StoreStats};
 pub use ticket::{generate_key_line, KeyRing, Rotation, TicketHeader, TicketKey, TicketSealer};

@@ -3,23 +3,34 @@
 //! cluster key. Plain state machines; `peers.rs` runs them on sockets.
 //!
 //! ```text
-//! receiver -> sender, once:  "BTNP" 0x01 challenge[16]
+//! receiver -> sender, once:  "BTNP" version u8 (2) challenge[16]
 //! sender -> receiver, each:  len u32 | seq u64 | KeyRing::seal(sender id, message,
 //!                                                    context = challenge || seq)
 //! message:                   op u8 (1 put, 2 remove) | key_len u8 | key
 //!                            | put only: ttl_ms u32 | value
+//!                          | op u8 (3 ping)
 //! ```
 //!
 //! The challenge binds every frame to one connection and the sequence number to one place in
 //! it, so a recorded frame can be neither replayed on another connection nor repeated or
 //! reordered on the same one. A frame that fails any check ends the connection.
+//!
+//! The first frame that opens is the sender's answer to the challenge: it proves the cluster
+//! key and names the sender (the issuer in its clear header, which the seal authenticates);
+//! every later frame must name the same sender. A sender sends a ping first, so it answers at
+//! once, and then whenever it has had nothing to send for a while, so a receiver can tell a
+//! quiet peer from a dead connection. Version 1 receivers (no ping) are still served: a sender
+//! then sends them no pings. Version 1 senders cannot serve version 2 receivers (they refuse the
+//! hello), so while a cluster is upgraded, sessions flow only from upgraded agents.
 
 use zeroize::Zeroizing;
 
 use crate::ticket::KeyRing;
 
 pub const MAGIC: &[u8; 4] = b"BTNP";
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// The version before pings: a sender still serves receivers that greet with it.
+pub const VERSION_NO_PING: u8 = 1;
 pub const CHALLENGE_LEN: usize = 16;
 pub const HELLO_LEN: usize = MAGIC.len() + 1 + CHALLENGE_LEN;
 /// Largest sealed frame accepted: a session with a client certificate chain is a few KB.
@@ -38,6 +49,8 @@ pub enum Message {
     },
     /// A single-use session (TLS 1.3 stateful ticket) was consumed: forget it everywhere.
     Remove { key: Vec<u8> },
+    /// Nothing: the sender's first frame (its answer to the challenge) and its heartbeat.
+    Ping,
 }
 
 /// Why a replication channel was closed.
@@ -53,6 +66,8 @@ pub enum ReplicationError {
     Auth,
     #[error("message malformed")]
     Malformed,
+    #[error("frame from agent {got} on agent {expected}'s connection")]
+    Sender { expected: u16, got: u16 },
 }
 
 impl Message {
@@ -71,12 +86,19 @@ impl Message {
                 out.push(key.len() as u8);
                 out.extend_from_slice(key);
             }
+            Message::Ping => out.push(3),
         }
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, ReplicationError> {
         let (&op, rest) = bytes.split_first().ok_or(ReplicationError::Malformed)?;
+        if op == 3 {
+            return match rest {
+                [] => Ok(Message::Ping),
+                _ => Err(ReplicationError::Malformed),
+            };
+        }
         let (&klen, rest) = rest.split_first().ok_or(ReplicationError::Malformed)?;
         let key = rest
             .get(..klen as usize)
@@ -103,6 +125,7 @@ impl Message {
     pub fn is_valid(&self) -> bool {
         match self {
             Message::Put { key, .. } | Message::Remove { key } => key.len() <= u8::MAX as usize,
+            Message::Ping => true,
         }
     }
 }
@@ -113,6 +136,8 @@ pub struct Inbound {
     challenge: [u8; CHALLENGE_LEN],
     expected_seq: u64,
     buf: Vec<u8>,
+    /// The sender, once a frame has opened.
+    peer: Option<u16>,
 }
 
 impl Inbound {
@@ -121,7 +146,14 @@ impl Inbound {
             challenge,
             expected_seq: 0,
             buf: Vec::new(),
+            peer: None,
         }
+    }
+
+    /// The sender's agent id, once it has answered the challenge (a frame opened); `None`
+    /// before: the connection is not authenticated yet.
+    pub fn peer(&self) -> Option<u16> {
+        self.peer
     }
 
     /// The bytes to send to the peer first.
@@ -134,8 +166,8 @@ impl Inbound {
         self.buf.len()
     }
 
-    /// Feeds received bytes; returns the messages completed by them with their sender's id.
-    /// Buffers at most one frame.
+    /// Feeds received bytes; returns the messages completed by them with their sender's id
+    /// (pings included: each proves the sender alive). Buffers at most one frame.
     pub fn push(
         &mut self,
         ring: &KeyRing,
@@ -171,6 +203,15 @@ impl Inbound {
                 ring.open(sealed, &context(&self.challenge, seq))
                     .ok_or(ReplicationError::Auth)?,
             );
+            match self.peer {
+                Some(expected) if expected != sender => {
+                    return Err(ReplicationError::Sender {
+                        expected,
+                        got: sender,
+                    })
+                }
+                _ => self.peer = Some(sender),
+            }
             out.push((sender, Message::decode(&plain)?));
             self.expected_seq += 1;
             self.buf.drain(..FRAME_HEADER + len);
@@ -185,11 +226,16 @@ pub struct Outbound {
     sender: u16,
     challenge: [u8; CHALLENGE_LEN],
     next_seq: u64,
+    /// Whether the receiver knows pings (version 2 on).
+    pings: bool,
 }
 
 impl Outbound {
     pub fn new(sender: u16, hello: &[u8]) -> Result<Self, ReplicationError> {
-        if hello.len() != HELLO_LEN || &hello[..4] != MAGIC || hello[4] != VERSION {
+        if hello.len() != HELLO_LEN
+            || &hello[..4] != MAGIC
+            || !matches!(hello[4], VERSION | VERSION_NO_PING)
+        {
             return Err(ReplicationError::BadHello);
         }
         let mut challenge = [0u8; CHALLENGE_LEN];
@@ -198,12 +244,20 @@ impl Outbound {
             sender,
             challenge,
             next_seq: 0,
+            pings: hello[4] != VERSION_NO_PING,
         })
     }
 
-    /// One frame carrying `msg`; `None` if the ring has no key or the message is invalid.
+    /// Whether the receiver takes pings. One that does not (version 1) expects nothing until
+    /// the first session.
+    pub fn pings(&self) -> bool {
+        self.pings
+    }
+
+    /// One frame carrying `msg`; `None` if the ring has no key, the message is invalid, or it
+    /// is a ping and the receiver does not take them.
     pub fn frame(&mut self, ring: &KeyRing, msg: &Message) -> Option<Vec<u8>> {
-        if !msg.is_valid() {
+        if !msg.is_valid() || (*msg == Message::Ping && !self.pings) {
             return None;
         }
         let seq = self.next_seq;
@@ -302,17 +356,100 @@ mod tests {
             rx.push(&key, &u32::MAX.to_be_bytes()),
             Err(ReplicationError::TooLarge(u32::MAX as usize))
         );
-        assert!(Outbound::new(1, b"BTNP\x02xxxxxxxxxxxxxxxx").is_err());
+        assert!(Outbound::new(1, b"BTNP\x03xxxxxxxxxxxxxxxx").is_err());
+        assert!(Outbound::new(1, b"BTNP\x02xxxxxxxxxxxxxxx").is_err());
         assert!(Outbound::new(1, b"HTTP").is_err());
     }
 
+    #[test]
+    fn the_first_frame_that_opens_names_the_sender_for_the_whole_connection() {
+        let key = ring(&generate_key_line().unwrap());
+        let (mut rx, mut tx) = pair(1);
+        assert_eq!(rx.peer(), None);
+        // a frame that does not open authenticates nothing
+        let forged = pair(2).1.frame(&key, &Message::Ping).unwrap();
+        assert_eq!(pair(1).0.push(&key, &forged), Err(ReplicationError::Auth));
+        let ping = tx.frame(&key, &Message::Ping).unwrap();
+        // half a frame is not an answer yet
+        assert_eq!(rx.push(&key, &ping[..ping.len() - 1]), Ok(vec![]));
+        assert_eq!(rx.peer(), None);
+        assert_eq!(
+            rx.push(&key, &ping[ping.len() - 1..]),
+            Ok(vec![(7, Message::Ping)])
+        );
+        assert_eq!(rx.peer(), Some(7));
+        // another cluster member cannot take the connection over, even in sequence
+        let mut other = Outbound::new(8, &Inbound::new([1; CHALLENGE_LEN]).hello()).unwrap();
+        let _seq0 = other.frame(&key, &Message::Ping).unwrap();
+        let seq1 = other.frame(&key, &put(b"a", b"1")).unwrap();
+        assert_eq!(
+            rx.push(&key, &seq1),
+            Err(ReplicationError::Sender {
+                expected: 7,
+                got: 8
+            })
+        );
+    }
+
+    #[test]
+    fn version_1_receivers_get_no_pings() {
+        let key = ring(&generate_key_line().unwrap());
+        let mut old = Outbound::new(3, b"BTNP\x01xxxxxxxxxxxxxxxx").unwrap();
+        assert!(!old.pings());
+        assert_eq!(old.frame(&key, &Message::Ping), None);
+        // the ping took no sequence number: the first real frame is still frame 0
+        let f = old.frame(&key, &put(b"a", b"1")).unwrap();
+        assert_eq!(&f[4..12], &0u64.to_be_bytes());
+        assert!(pair(1).1.pings());
+        assert_eq!(Message::decode(&[3, 0]), Err(ReplicationError::Malformed));
+        assert_eq!(Message::decode(&Message::Ping.encode()), Ok(Message::Ping));
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        prop_oneof![
+            Just(Message::Ping),
+            (
+                proptest::collection::vec(any::<u8>(), 0..40),
+                proptest::collection::vec(any::<u8>(), 0..200),
+                any::<u32>()
+            )
+                .prop_map(|(key, value, ttl_ms)| Message::Put {
+                    key,
+                    value: Zeroizing::new(value),
+                    ttl_ms
+                }),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|key| Message::Remove { key }),
+        ]
+    }
+
     proptest! {
+        #[test]
+        fn streams_of_pings_and_sessions_arrive_whole_and_name_their_sender(
+            msgs in proptest::collection::vec(message(), 0..20),
+            chunk in 1usize..300,
+            sender in any::<u16>(),
+        ) {
+            let key = ring("00000001 0000000000000000000000000000000000000000000000000000000000000000");
+            let mut rx = Inbound::new([9; CHALLENGE_LEN]);
+            let mut tx = Outbound::new(sender, &rx.hello()).unwrap();
+            let wire: Vec<u8> = msgs.iter().flat_map(|m| tx.frame(&key, m).unwrap()).collect();
+            let mut got = Vec::new();
+            for piece in wire.chunks(chunk) {
+                got.extend(rx.push(&key, piece).unwrap());
+                // authenticated exactly when a whole frame has arrived
+                prop_assert_eq!(rx.peer().is_some(), !got.is_empty());
+            }
+            prop_assert_eq!(got, msgs.into_iter().map(|m| (sender, m)).collect::<Vec<_>>());
+            prop_assert_eq!(rx.buffered(), 0);
+        }
+
         #[test]
         fn garbage_never_panics_and_buffers_at_most_a_frame(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
             let key = ring("00000001 0000000000000000000000000000000000000000000000000000000000000000");
             let mut rx = Inbound::new([0; CHALLENGE_LEN]);
             let _ = rx.push(&key, &bytes);
             prop_assert!(rx.buf.len() <= FRAME_HEADER + MAX_FRAME);
+            prop_assert_eq!(rx.peer(), None);
             let _ = Message::decode(&bytes);
         }
 
@@ -322,6 +459,7 @@ mod tests {
             prop_assert_eq!(Message::decode(&m.encode()).unwrap(), m);
             let r = Message::Remove { key };
             prop_assert_eq!(Message::decode(&r.encode()).unwrap(), r);
+            prop_assert_eq!(Message::decode(&Message::Ping.encode()).unwrap(), Message::Ping);
         }
     }
 }

@@ -34,6 +34,9 @@ pub struct StoreStats {
     pub dropped: u64,
     /// Frames or blobs refused (failed authentication, malformed, expired).
     pub rejected: u64,
+    /// Peer connections this agent closed unserved or cut: from an address that is no peer's,
+    /// no slot free, not authenticated in time, or silent past the idle timeout.
+    pub refused: u64,
     /// Lookups answered "miss" because the shared store was down or slow (a full handshake).
     pub fallbacks: u64,
 }

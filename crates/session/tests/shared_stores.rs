@@ -8,7 +8,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use baton_session::{
-    generate_key_line, KeyRing, PeersConfig, RedisConfig, RedisStore, SessionStore, SharedRing,
+    generate_key_line, AllowFrom, KeyRing, PeersConfig, RedisConfig, RedisStore, SessionStore,
+    SharedRing,
 };
 
 fn ring(line: &str) -> SharedRing {
@@ -40,12 +41,14 @@ fn eventually(mut f: impl FnMut() -> bool) -> bool {
 async fn peers_replicate_puts_and_removals_and_refuse_foreign_keys() {
     let key = generate_key_line().unwrap();
     let (a_addr, b_addr, c_addr) = (free_port(), free_port(), free_port());
+    // b and c take from a without replicating to it: a's address is allowed, not a peer
     let cfg = |id, listen, peers: Vec<SocketAddr>| PeersConfig {
         agent_id: id,
         listen,
         peers,
         capacity: 1000,
         ttl: Duration::from_secs(60),
+        allow: AllowFrom::new(|ip| ip.is_loopback()),
     };
     let a = baton_session::peers::start(cfg(1, a_addr, vec![b_addr, c_addr]), ring(&key))
         .await
@@ -102,6 +105,7 @@ async fn peer_down_drops_without_blocking_then_catches_up() {
             peers: vec![b_addr],
             capacity: 100,
             ttl: Duration::from_secs(60),
+            allow: AllowFrom::default(),
         },
         ring(&key),
     )
@@ -118,9 +122,10 @@ async fn peer_down_drops_without_blocking_then_catches_up() {
         PeersConfig {
             agent_id: 2,
             listen: b_addr,
-            peers: vec![],
+            peers: vec![a_addr],
             capacity: 100,
             ttl: Duration::from_secs(60),
+            allow: AllowFrom::default(),
         },
         ring(&key),
     )
@@ -132,6 +137,38 @@ async fn peer_down_drops_without_blocking_then_catches_up() {
             .await
             .unwrap()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_is_not_a_peer_is_refused_at_accept() {
+    let key = generate_key_line().unwrap();
+    let (a_addr, b_addr) = (free_port(), free_port());
+    let cfg = |id, listen, peers| PeersConfig {
+        agent_id: id,
+        listen,
+        peers,
+        capacity: 100,
+        ttl: Duration::from_secs(60),
+        allow: AllowFrom::default(),
+    };
+    // a sends to b, but b lists no peer (and allows no one else): same key, still refused
+    let a = baton_session::peers::start(cfg(1, a_addr, vec![b_addr]), ring(&key))
+        .await
+        .unwrap();
+    let b = baton_session::peers::start(cfg(2, b_addr, vec![]), ring(&key))
+        .await
+        .unwrap();
+    a.put(b"k", b"session", Instant::now());
+    let b2 = b.clone();
+    assert!(
+        tokio::task::spawn_blocking(move || eventually(|| b2.stats().refused >= 2))
+            .await
+            .unwrap()
+    );
+    assert_eq!(b.stats().entries, 0);
+    assert_eq!(b.stats().received, 0);
+    // refused at accept: nothing was read, so nothing failed authentication
+    assert_eq!(b.stats().rejected, 0);
 }
 
 struct RedisServer(Child, u16);
