@@ -7,7 +7,7 @@ pub const MAGIC: &[u8; 4] = b"BTLK";
 pub const VERSION: u8 = 1;
 /// The agent's hello: magic, version, agent id, link id.
 pub const HELLO_LEN: usize = 4 + 1 + 2 + 16;
-/// Largest proof accepted (a sealed empty message is ~40 bytes).
+/// Largest proof accepted (a sealed empty message is 51 bytes).
 pub const MAX_PROOF: usize = 256;
 /// The issuer id the dispatcher seals its proof under (agents have ids below it).
 pub const DISPATCHER_ISSUER: u16 = 0xFFFF;

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crate::migration::{ReplayGuard, SessionObject};
 use crate::replication::{Inbound, Message, Outbound, CHALLENGE_LEN, FRAME_HEADER, MAX_FRAME};
-use crate::ticket::{KeyRing, TicketHeader, TicketKey};
+use crate::ticket::{
+    KeyRing, TicketHeader, TicketKey, LEGACY_TICKET_VERSION, OVERHEAD, SALT_LEN, TICKET_VERSION,
+};
 
 fn ring() -> KeyRing {
     KeyRing::new(vec![TicketKey::new(7, &[0x42; 32], Instant::now())])
@@ -19,10 +21,12 @@ fn ring() -> KeyRing {
 
 /// A session object as the home agent receives it. Checks: a decoded object re-encodes to
 /// one that decodes equal; sealed for its home it opens there exactly once, and nowhere else;
-/// the raw bytes never open; a key file made of them parses or fails without panicking.
+/// the raw bytes never open; a key file made of them parses or fails without panicking; and
+/// the sealed format itself (`sealed_blob`).
 pub fn session_object(data: &[u8]) {
     let ring = ring();
     let _ = TicketHeader::parse(data);
+    sealed_blob(&ring, data);
     let mut guard = ReplayGuard::new(4);
     assert!(SessionObject::open(data, &ring, 0, &[], UNIX_EPOCH, UNIX_EPOCH, &mut guard).is_err());
     if let Ok(text) = std::str::from_utf8(data) {
@@ -59,6 +63,46 @@ pub fn session_object(data: &[u8]) {
         )
         .is_err());
     }
+}
+
+/// The format every sealed blob has (tickets, session objects, replication frames). Checks: the
+/// bytes read as either version never open; sealed, they open to themselves with the header
+/// read back, but not with one bit of the salt flipped nor relabelled as version 1.
+fn sealed_blob(ring: &KeyRing, data: &[u8]) {
+    for version in [LEGACY_TICKET_VERSION, TICKET_VERSION] {
+        let mut forged = data.to_vec();
+        if let Some(first) = forged.first_mut() {
+            *first = version;
+        }
+        assert!(
+            ring.open(&forged, &[]).is_none(),
+            "forged v{version} opened"
+        );
+    }
+    let sealed = ring
+        .seal_large(5, data, b"fuzz")
+        .expect("the ring has a key");
+    assert_eq!(sealed.len(), data.len() + OVERHEAD);
+    assert_eq!(
+        TicketHeader::parse(&sealed),
+        Some(TicketHeader {
+            key_id: 7,
+            issuer: 5
+        })
+    );
+    assert!(
+        ring.open(&sealed, b"fuzz").as_deref() == Some(data),
+        "blob round trip"
+    );
+    // The salt follows the version, key id and issuer.
+    const SALT_AT: usize = 1 + 4 + 2;
+    let bit = usize::from(data.first().copied().unwrap_or(0)) % (8 * SALT_LEN);
+    let mut bad = sealed.clone();
+    bad[SALT_AT + bit / 8] ^= 1 << (bit % 8);
+    assert!(ring.open(&bad, b"fuzz").is_none(), "salt bit {bit} flipped");
+    let mut bad = sealed;
+    bad[0] = LEGACY_TICKET_VERSION;
+    assert!(ring.open(&bad, b"fuzz").is_none(), "relabelled version 1");
 }
 
 /// A replication channel's receiving end. The first byte picks a chunk size; the rest is read

@@ -1,29 +1,73 @@
-//! Stateless session tickets: sealing with a ring of keys that rotates.
+//! Stateless session tickets and everything else sealed with a key file: sealing with a ring of
+//! keys that rotates.
 //!
-//! Wire layout of a ticket (what a dispatcher may read without any key):
+//! Wire layout of a sealed blob (what a dispatcher may read without any key):
 //!
 //! ```text
-//! 0      version (1)
-//! 1..5   key id, big endian: which key of the ring sealed it
-//! 5..7   issuer: the agent id that issued it (0 for a lone agent)
-//! 7..19  nonce (random)
-//! 19..   AES-256-GCM(plain) || tag, with bytes 0..7 as associated data
+//! 0       version (2)
+//! 1..5    key id, big endian: which key of the ring sealed it
+//! 5..7    issuer: the agent id that issued it (0 for a lone agent)
+//! 7..23   salt (random, 16 bytes): picks the key this blob is sealed with
+//! 23..35  nonce (random, 12 bytes)
+//! 35..    AES-256-GCM(plain) || tag under HKDF-Expand(prk, "baton seal v2 key" || salt),
+//!         with bytes 0..23 and the caller's context as associated data; prk is
+//!         HKDF-Expand(HKDF-Extract("baton seal v2", ring key), "baton seal v2 prk"), once a key
 //! ```
 //!
 //! The key id and the issuer sit outside the sealed part on purpose: the cluster's dispatcher
 //! routes a resumption to the agent that holds the session without decrypting anything.
+//!
+//! # Key budget
+//!
+//! The same ring seals tickets ([`TicketSealer`]) and, with the cluster key file, session
+//! objects ([`crate::migration`]), replication frames ([`crate::replication`]), Redis entries
+//! and the dispatcher link's proofs. Key files are shared by every agent of a cluster and live
+//! until an operator rotates them, so a key's own lifetime bounds nothing: AES-GCM with random
+//! 96-bit nonces under one key is good for about 2^32 seals (NIST SP 800-38D), which 100k seals
+//! per second use up in 12 hours. So no blob is sealed under a ring key itself: each seal draws a
+//! fresh 128-bit salt and derives a one-off AES-256 key from the ring key with HKDF-SHA256. Two
+//! seals share a key only if their salts collide, and reuse a key *and* nonce only if their 28
+//! random bytes collide: after 2^64 seals under one ring key the chance is below 2^-96. The ring
+//! key itself seals nothing (it only keys HMAC, and opens version 1 blobs). Seals are counted
+//! per key all the same: a [`TicketSealer`] that makes its own keys rotates when a key is
+//! [`TicketSealer::local`]'s interval old or has sealed [`SEAL_BUDGET`] blobs, whichever comes
+//! first; file keys are rotated by the operator (`baton ticket-key`), which this scheme makes
+//! a matter of hygiene rather than of volume.
+//!
+//! Version 1 blobs (before version 2: the 7-byte header, the nonce at 7..19, sealed under the
+//! ring key itself) still open, so tickets and Redis entries issued before an upgrade stay
+//! valid; nothing seals them any more. Rotating the key files after the upgrade retires the
+//! keys that sealed them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use aws_lc_rs::hkdf::{Prk, Salt, HKDF_SHA256};
 use zeroize::Zeroizing;
 
 use crate::Error;
 
-pub const TICKET_VERSION: u8 = 1;
+/// The format [`KeyRing`] seals: a per-seal key derived from the ring key and a salt.
+pub const TICKET_VERSION: u8 = 2;
+/// The format before: sealed under the ring key itself, a random nonce only. Still opened.
+pub const LEGACY_TICKET_VERSION: u8 = 1;
 const HEADER_LEN: usize = 1 + 4 + 2;
-const OVERHEAD: usize = HEADER_LEN + NONCE_LEN + 16;
+const TAG_LEN: usize = 16;
+/// The random salt of a version 2 blob, from which its key is derived.
+pub const SALT_LEN: usize = 16;
+/// Bytes a seal adds to its plaintext.
+pub const OVERHEAD: usize = HEADER_LEN + SALT_LEN + NONCE_LEN + TAG_LEN;
+const LEGACY_OVERHEAD: usize = HEADER_LEN + NONCE_LEN + TAG_LEN;
+/// Seals after which a locally made key is replaced (besides its age). Per-seal keys make the
+/// ring key good for far more (see the module documentation); this is the old random-nonce
+/// guidance kept as a second line.
+pub const SEAL_BUDGET: u64 = 1 << 32;
+/// HKDF labels: the extract salt and the expand info for the per-seal keys.
+const DERIVE_SALT: &[u8] = b"baton seal v2";
+const DERIVE_PRK: &[u8] = b"baton seal v2 prk";
+const DERIVE_KEY: &[u8] = b"baton seal v2 key";
 /// Plaintexts larger than this are refused: rustls' encoded sessions are far smaller, and a bound
 /// keeps tickets within what every client stores.
 pub const MAX_PLAIN_LEN: usize = 16 * 1024;
@@ -38,9 +82,15 @@ pub struct TicketHeader {
 }
 
 impl TicketHeader {
-    /// Reads the clear header of a ticket sealed by [`TicketSealer`]; `None` if it is not one.
+    /// Reads the clear header of a ticket sealed by [`TicketSealer`] (either format); `None` if
+    /// it is not one.
     pub fn parse(ticket: &[u8]) -> Option<Self> {
-        if ticket.len() < OVERHEAD || ticket[0] != TICKET_VERSION {
+        let min = match *ticket.first()? {
+            TICKET_VERSION => OVERHEAD,
+            LEGACY_TICKET_VERSION => LEGACY_OVERHEAD,
+            _ => return None,
+        };
+        if ticket.len() < min {
             return None;
         }
         Some(Self {
@@ -53,8 +103,13 @@ impl TicketHeader {
 /// One ticket key.
 pub struct TicketKey {
     id: u32,
-    key: LessSafeKey,
+    /// The key itself: opens version 1 blobs only.
+    legacy: LessSafeKey,
+    /// What version 2 keys are expanded from: HKDF-Extract of the key, expanded once.
+    prk: Prk,
     created: Instant,
+    /// Blobs sealed with this key.
+    seals: AtomicU64,
 }
 
 impl std::fmt::Debug for TicketKey {
@@ -62,6 +117,7 @@ impl std::fmt::Debug for TicketKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TicketKey")
             .field("id", &format_args!("{:08x}", self.id))
+            .field("seals", &self.seals())
             .finish()
     }
 }
@@ -71,11 +127,32 @@ impl TicketKey {
     pub fn new(id: u32, secret: &[u8; 32], created: Instant) -> Self {
         // AES-256 accepts any 32 bytes, so this cannot fail.
         let unbound = UnboundKey::new(&AES_256_GCM, secret).expect("32-byte AES-256 key");
+        // 32 bytes are within what one HKDF-SHA256 expansion gives, so this cannot fail either.
+        let prk = Prk::from(
+            Salt::new(HKDF_SHA256, DERIVE_SALT)
+                .extract(secret)
+                .expand(&[DERIVE_PRK], HKDF_SHA256)
+                .expect("a 32-byte HKDF-SHA256 output"),
+        );
         Self {
             id,
-            key: LessSafeKey::new(unbound),
+            legacy: LessSafeKey::new(unbound),
+            prk,
             created,
+            seals: AtomicU64::new(0),
         }
+    }
+
+    /// The one-off key of the blob with this salt.
+    fn derive(&self, salt: &[u8; SALT_LEN]) -> Option<LessSafeKey> {
+        let info = [DERIVE_KEY, &salt[..]];
+        let okm = self.prk.expand(&info, &AES_256_GCM).ok()?;
+        Some(LessSafeKey::new(UnboundKey::from(okm)))
+    }
+
+    /// Blobs sealed with this key so far (by this process).
+    pub fn seals(&self) -> u64 {
+        self.seals.load(Ordering::Relaxed)
     }
 
     /// A fresh random key with a random id.
@@ -109,6 +186,11 @@ impl KeyRing {
 
     pub fn key_ids(&self) -> Vec<u32> {
         self.keys.iter().map(|k| k.id).collect()
+    }
+
+    /// Blobs sealed so far with the key that seals (0 for an empty ring).
+    pub fn seals(&self) -> u64 {
+        self.keys.first().map_or(0, TicketKey::seals)
     }
 
     /// Reads a key file (cluster or ticket keys, [`Self::parse_key_file`]). Refused when group
@@ -177,40 +259,52 @@ impl KeyRing {
     /// plaintext (bounded by their own limit).
     pub fn seal_large(&self, issuer: u16, plain: &[u8], context: &[u8]) -> Option<Vec<u8>> {
         let key = self.keys.first()?;
-        let mut nonce = [0u8; NONCE_LEN];
-        aws_lc_rs::rand::fill(&mut nonce).ok()?;
-        let mut out = Vec::with_capacity(plain.len() + OVERHEAD);
+        // Salt and nonce in one draw: the random generator costs as much as the derivation.
+        let mut random = [0u8; SALT_LEN + NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut random).ok()?;
+        let (salt, nonce) = random.split_at(SALT_LEN);
+        let salt: &[u8; SALT_LEN] = salt.try_into().ok()?;
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().ok()?;
+        let sealing = key.derive(salt)?;
+        key.seals.fetch_add(1, Ordering::Relaxed);
+        let mut out = Vec::with_capacity(plain.len() + OVERHEAD + context.len());
         out.push(TICKET_VERSION);
         out.extend_from_slice(&key.id.to_be_bytes());
         out.extend_from_slice(&issuer.to_be_bytes());
-        out.extend_from_slice(&nonce);
-        let mut body = plain.to_vec();
-        let aad = [&out[..HEADER_LEN], context].concat();
-        key.key
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&aad[..]),
-                &mut body,
-            )
+        out.extend_from_slice(salt);
+        let clear = out.len();
+        out.extend_from_slice(context);
+        let aad = Aad::from(&out[..]);
+        let mut body = Vec::with_capacity(plain.len() + TAG_LEN);
+        body.extend_from_slice(plain);
+        sealing
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), aad, &mut body)
             .ok()?;
+        out.truncate(clear);
+        out.extend_from_slice(&nonce);
         out.extend_from_slice(&body);
         Some(out)
     }
 
-    /// Opens what [`KeyRing::seal`] sealed with the same `context`; `None` for anything else.
+    /// Opens what [`KeyRing::seal`] sealed with the same `context` (or a version 1 blob sealed
+    /// before); `None` for anything else.
     pub fn open(&self, ticket: &[u8], context: &[u8]) -> Option<Vec<u8>> {
         let header = TicketHeader::parse(ticket)?;
         let key = self.keys.iter().find(|k| k.id == header.key_id)?;
-        let nonce =
-            Nonce::try_assume_unique_for_key(&ticket[HEADER_LEN..HEADER_LEN + NONCE_LEN]).ok()?;
-        let mut body = ticket[HEADER_LEN + NONCE_LEN..].to_vec();
-        let plain_len = key
-            .key
-            .open_in_place(
-                nonce,
-                Aad::from(&[&ticket[..HEADER_LEN], context].concat()[..]),
-                &mut body,
-            )
+        let derived;
+        let (opening, clear) = if ticket[0] == TICKET_VERSION {
+            let salt = ticket[HEADER_LEN..HEADER_LEN + SALT_LEN].try_into().ok()?;
+            derived = key.derive(salt)?;
+            (&derived, HEADER_LEN + SALT_LEN)
+        } else {
+            // Version 1: the ring key itself, the 7-byte header as associated data.
+            (&key.legacy, HEADER_LEN)
+        };
+        let nonce = Nonce::try_assume_unique_for_key(&ticket[clear..clear + NONCE_LEN]).ok()?;
+        let aad = [&ticket[..clear], context].concat();
+        let mut body = ticket[clear + NONCE_LEN..].to_vec();
+        let plain_len = opening
+            .open_in_place(nonce, Aad::from(&aad[..]), &mut body)
             .ok()?
             .len();
         body.truncate(plain_len);
@@ -221,8 +315,9 @@ impl KeyRing {
 /// How the ring gets new keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rotation {
-    /// The sealer generates a key every interval itself (a lone agent).
-    Local { every: Duration },
+    /// The sealer generates a key itself every interval, or sooner once the key has sealed
+    /// `seals` blobs (a lone agent).
+    Local { every: Duration, seals: u64 },
     /// Keys come from outside (a key file reloaded on SIGHUP, later a cluster store).
     External,
 }
@@ -238,15 +333,31 @@ pub struct TicketSealer {
 }
 
 impl TicketSealer {
-    /// A sealer that makes its own keys, a new one every `lifetime`; a key stays usable for
-    /// opening while tickets it sealed may still be valid.
+    /// A sealer that makes its own keys, a new one every `lifetime` or every [`SEAL_BUDGET`]
+    /// seals, whichever comes first; a key stays usable for opening while tickets it sealed may
+    /// still be valid.
     pub fn local(issuer: u16, lifetime: Duration, now: Instant) -> Result<Self, Error> {
         Ok(Self {
             issuer,
             lifetime,
-            rotation: Rotation::Local { every: lifetime },
+            rotation: Rotation::Local {
+                every: lifetime,
+                seals: SEAL_BUDGET,
+            },
             ring: RwLock::new(KeyRing::new(vec![TicketKey::generate(now)?])),
         })
+    }
+
+    /// A local sealer's keys rotate after `seals` seals instead of [`SEAL_BUDGET`] (no effect
+    /// on a sealer whose keys are given).
+    pub fn with_seal_budget(mut self, seals: u64) -> Self {
+        if let Rotation::Local { every, .. } = self.rotation {
+            self.rotation = Rotation::Local {
+                every,
+                seals: seals.max(1),
+            };
+        }
+        self
     }
 
     /// A sealer whose keys are given (and replaced with [`TicketSealer::replace_ring`]).
@@ -296,13 +407,13 @@ impl TicketSealer {
     }
 
     fn rotate_if_due(&self, now: Instant) {
-        let Rotation::Local { every } = self.rotation else {
+        let Rotation::Local { every, seals } = self.rotation else {
             return;
         };
         let due = |ring: &KeyRing| {
-            ring.keys
-                .first()
-                .is_none_or(|k| now.saturating_duration_since(k.created) >= every)
+            ring.keys.first().is_none_or(|k| {
+                now.saturating_duration_since(k.created) >= every || k.seals() >= seals
+            })
         };
         if !due(&self.ring.read().unwrap_or_else(|p| p.into_inner())) {
             return;
@@ -315,7 +426,8 @@ impl TicketSealer {
             return; // keep sealing with the old key rather than fail handshakes
         };
         ring.keys.insert(0, key);
-        // A key that stopped sealing at `created + every` may still open tickets for `lifetime`.
+        // A key that stopped sealing by `created + every` (sooner if it used up its seals) may
+        // still open tickets for `lifetime`.
         let keep_until = every + self.lifetime;
         ring.keys
             .retain(|k| now.saturating_duration_since(k.created) < keep_until);
@@ -440,6 +552,203 @@ mod tests {
         let b = TicketSealer::external(2, HOUR, KeyRing::parse_key_file(&text, t).unwrap());
         let ticket = a.seal_at(b"x", t).unwrap();
         assert_eq!(b.open_at(&ticket, t).as_deref(), Some(&b"x"[..]));
+    }
+
+    /// A blob sealed by the version 1 code (before per-seal keys): key 7 = `[0x42; 32]`,
+    /// issuer 3, context `ctx`.
+    const GOLDEN_V1: &str =
+        "010000000700036bbbaaaad11c5c81da684fb46c53be2b9f38c933a5fbd4e0ec94680b2f6f\
+                             1965067087a9a41ab8cf867dc4b71eda89cc5ab5b0d38e9e33";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn ring42() -> KeyRing {
+        KeyRing::new(vec![TicketKey::new(7, &[0x42; 32], Instant::now())])
+    }
+
+    /// What the version 1 code sealed: the ring key itself, nonce after the 7-byte header.
+    fn seal_v1(ring: &KeyRing, issuer: u16, plain: &[u8], context: &[u8]) -> Vec<u8> {
+        let key = &ring.keys[0];
+        let mut nonce = [0u8; NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut nonce).unwrap();
+        let mut out = vec![LEGACY_TICKET_VERSION];
+        out.extend_from_slice(&key.id.to_be_bytes());
+        out.extend_from_slice(&issuer.to_be_bytes());
+        out.extend_from_slice(&nonce);
+        let mut body = plain.to_vec();
+        let aad = [&out[..HEADER_LEN], context].concat();
+        key.legacy
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&aad[..]),
+                &mut body,
+            )
+            .unwrap();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Opens `blob`'s body with `key` as a version 2 blob would be opened.
+    fn open_body_with(key: &LessSafeKey, blob: &[u8], context: &[u8]) -> Option<Vec<u8>> {
+        let clear = HEADER_LEN + SALT_LEN;
+        let nonce = Nonce::try_assume_unique_for_key(&blob[clear..clear + NONCE_LEN]).unwrap();
+        let mut body = blob[clear + NONCE_LEN..].to_vec();
+        let aad = [&blob[..clear], context].concat();
+        let n = key
+            .open_in_place(nonce, Aad::from(&aad[..]), &mut body)
+            .ok()?
+            .len();
+        body.truncate(n);
+        Some(body)
+    }
+
+    #[test]
+    fn each_seal_has_its_own_derived_key() {
+        let ring = ring42();
+        let a = ring.seal(3, b"same plaintext", b"ctx").unwrap();
+        let b = ring.seal(3, b"same plaintext", b"ctx").unwrap();
+        assert_eq!(a[0], TICKET_VERSION);
+        assert_eq!(a.len(), b"same plaintext".len() + OVERHEAD);
+        let salt = |blob: &[u8]| -> [u8; SALT_LEN] {
+            blob[HEADER_LEN..HEADER_LEN + SALT_LEN].try_into().unwrap()
+        };
+        assert_ne!(salt(&a), salt(&b), "every seal draws a salt");
+        let key = &ring.keys[0];
+        // Each blob opens under the key derived from its own salt, not the other's, and never
+        // under the ring key itself.
+        for (blob, other) in [(&a, &b), (&b, &a)] {
+            let own = key.derive(&salt(blob)).unwrap();
+            let wrong = key.derive(&salt(other)).unwrap();
+            assert_eq!(
+                open_body_with(&own, blob, b"ctx").as_deref(),
+                Some(&b"same plaintext"[..])
+            );
+            assert_eq!(open_body_with(&wrong, blob, b"ctx"), None);
+            assert_eq!(open_body_with(&key.legacy, blob, b"ctx"), None);
+        }
+        assert_eq!(
+            ring.open(&a, b"ctx").as_deref(),
+            Some(&b"same plaintext"[..])
+        );
+        assert_eq!(ring.open(&a, b"other"), None);
+        assert_eq!(ring.seals(), 2);
+    }
+
+    #[test]
+    fn salt_tampering_and_format_confusion_are_misses() {
+        let ring = ring42();
+        let blob = ring.seal(3, b"x", b"ctx").unwrap();
+        for i in HEADER_LEN..HEADER_LEN + SALT_LEN {
+            for bit in 0..8 {
+                let mut bad = blob.clone();
+                bad[i] ^= 1 << bit;
+                assert_eq!(ring.open(&bad, b"ctx"), None, "salt byte {i} bit {bit}");
+            }
+        }
+        // A version 2 blob relabelled version 1, and the reverse, open as nothing.
+        let mut v1 = blob.clone();
+        v1[0] = LEGACY_TICKET_VERSION;
+        assert_eq!(ring.open(&v1, b"ctx"), None);
+        let mut v2 = unhex(GOLDEN_V1);
+        v2[0] = TICKET_VERSION;
+        assert_eq!(ring.open(&v2, b"ctx"), None);
+        let mut v3 = blob;
+        v3[0] = 3;
+        assert_eq!(TicketHeader::parse(&v3), None);
+    }
+
+    #[test]
+    fn version_1_blobs_still_open() {
+        let ring = ring42();
+        let old = unhex(GOLDEN_V1);
+        assert_eq!(
+            TicketHeader::parse(&old),
+            Some(TicketHeader {
+                key_id: 7,
+                issuer: 3
+            })
+        );
+        assert_eq!(
+            ring.open(&old, b"ctx").as_deref(),
+            Some(&b"sealed before the v2 format"[..])
+        );
+        assert_eq!(ring.open(&old, b"other"), None);
+        for i in 0..old.len() {
+            let mut bad = old.clone();
+            bad[i] ^= 0x01;
+            assert_eq!(ring.open(&bad, b"ctx"), None, "flipped byte {i}");
+        }
+        let fresh = seal_v1(&ring, 9, b"fresh", b"");
+        assert_eq!(ring.open(&fresh, b"").as_deref(), Some(&b"fresh"[..]));
+        // Another key with the same id opens neither format.
+        let other = KeyRing::new(vec![TicketKey::new(7, &[0x43; 32], Instant::now())]);
+        assert_eq!(other.open(&old, b"ctx"), None);
+        assert_eq!(other.open(&ring.seal(0, b"y", b"").unwrap(), b""), None);
+    }
+
+    #[test]
+    fn local_keys_rotate_after_their_seal_budget() {
+        let t = Instant::now();
+        let s = TicketSealer::local(1, HOUR, t).unwrap().with_seal_budget(3);
+        let first: Vec<Vec<u8>> = (0..3).map(|_| s.seal_at(b"a", t).unwrap()).collect();
+        let id = |blob: &[u8]| TicketHeader::parse(blob).unwrap().key_id;
+        assert!(first.iter().all(|b| id(b) == id(&first[0])));
+        // The fourth seal, at the same instant, is under a new key; the first three still open.
+        let fourth = s.seal_at(b"b", t).unwrap();
+        assert_ne!(id(&fourth), id(&first[0]));
+        assert_eq!(s.key_ids().len(), 2);
+        for b in &first {
+            assert_eq!(s.open_at(b, t).as_deref(), Some(&b"a"[..]));
+        }
+        // A sealer with keys from a file never makes its own, whatever it has sealed.
+        let ring = KeyRing::parse_key_file(&generate_key_line().unwrap(), t).unwrap();
+        let ext = TicketSealer::external(1, HOUR, ring).with_seal_budget(1);
+        let a = ext.seal_at(b"a", t).unwrap();
+        let b = ext.seal_at(b"b", t).unwrap();
+        assert_eq!(id(&a), id(&b));
+        assert_eq!(ext.key_ids().len(), 1);
+    }
+
+    /// Seal + open cost (they are on the handshake path). Run with
+    /// `cargo test --release -p baton-session seal_open_timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn seal_open_timing() {
+        let ring = ring42();
+        for size in [200usize, 4096] {
+            let plain = vec![0x5a; size];
+            for (name, v2) in [("v1 (ring key)", false), ("v2 (per-seal key)", true)] {
+                let mut runs: Vec<f64> = (0..9)
+                    .map(|_| {
+                        const N: u32 = 20_000;
+                        let start = std::time::Instant::now();
+                        for _ in 0..N {
+                            let sealed = if v2 {
+                                ring.seal_large(1, &plain, b"ctx").unwrap()
+                            } else {
+                                seal_v1(&ring, 1, &plain, b"ctx")
+                            };
+                            let opened = ring.open(&sealed, b"ctx").unwrap();
+                            std::hint::black_box(opened);
+                        }
+                        start.elapsed().as_nanos() as f64 / f64::from(N)
+                    })
+                    .collect();
+                runs.sort_by(f64::total_cmp);
+                println!(
+                    "seal+open {size} B {name}: median {:.0} ns (min {:.0}, max {:.0}), {} runs",
+                    runs[runs.len() / 2],
+                    runs[0],
+                    runs[runs.len() - 1],
+                    runs.len()
+                );
+            }
+        }
     }
 
     proptest! {
