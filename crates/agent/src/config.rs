@@ -133,6 +133,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDR")]
     pub peer_listen: Option<SocketAddr>,
 
+    /// A network besides the --peer addresses that may open replication connections, for
+    /// `--store peers` (ADDR/PREFIX or an address; repeatable): peers behind NAT, or connecting
+    /// from another address than they listen on. Anyone else is closed at accept. Default: the
+    /// --peer addresses only.
+    #[arg(long, value_name = "CIDR")]
+    pub peer_allow: Vec<baton_ops::cidr::Cidr>,
+
     /// Cluster key file (same format as --ticket-key-file) sealing sessions between agents and
     /// in Redis; reloaded on SIGHUP. Required by `peers` and `redis`.
     #[arg(long, value_name = "FILE")]
@@ -195,6 +202,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "BOOL")]
     pub proxy_protocol: Option<bool>,
 
+    /// With --proxy-protocol: a network the balancers or dispatchers connect from
+    /// (ADDR/PREFIX or an address; repeatable). Connections from anywhere else are refused: a
+    /// PROXY header names the client, so only they may send one. Default: loopback only.
+    #[arg(long, value_name = "CIDR")]
+    pub proxy_protocol_from: Vec<baton_ops::cidr::Cidr>,
+
     /// Runtime worker threads. Default: one per CPU.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -214,6 +227,18 @@ pub struct AgentArgs {
     /// Time allowed for an HTTP request head to arrive once started. Default 10s.
     #[arg(long, value_name = "DURATION")]
     pub header_timeout: Option<HumanDuration>,
+
+    /// Time allowed from accept (or a migrated session's arrival) until the first request's
+    /// head is complete, handshake included. Bytes that trickle in do not extend it (nor the
+    /// wait for a later request, bounded by --idle-timeout from the previous response).
+    /// Default 30s.
+    #[arg(long, value_name = "DURATION")]
+    pub request_timeout: Option<HumanDuration>,
+
+    /// Slowest request head accepted, in bytes per second, after a 2-second grace: a head
+    /// arriving slower than this is cut before --header-timeout. 0 turns it off. Default 512.
+    #[arg(long, value_name = "BYTES")]
+    pub min_header_rate: Option<u64>,
 
     /// Time SIGTERM waits for connections to finish before closing them. Default 30s.
     #[arg(long, value_name = "DURATION")]
@@ -332,6 +357,8 @@ pub enum StoreKind {
     Peers {
         listen: SocketAddr,
         peers: Vec<SocketAddr>,
+        /// Who else may connect (`--peer-allow`).
+        allow: Vec<baton_ops::cidr::Cidr>,
     },
     Redis {
         url: String,
@@ -343,10 +370,15 @@ impl std::fmt::Debug for StoreKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreKind::Memory => f.write_str("Memory"),
-            StoreKind::Peers { listen, peers } => f
+            StoreKind::Peers {
+                listen,
+                peers,
+                allow,
+            } => f
                 .debug_struct("Peers")
                 .field("listen", listen)
                 .field("peers", peers)
+                .field("allow", allow)
                 .finish(),
             StoreKind::Redis { url } => f
                 .debug_struct("Redis")
@@ -360,13 +392,16 @@ fn store_kind(
     store: Option<&str>,
     peer_listen: Option<SocketAddr>,
     peers: Vec<SocketAddr>,
+    allow: Vec<baton_ops::cidr::Cidr>,
 ) -> anyhow::Result<StoreKind> {
+    let allow_given = !allow.is_empty();
     let kind = match store.unwrap_or("memory") {
         "memory" => StoreKind::Memory,
         "peers" => StoreKind::Peers {
             listen: peer_listen
                 .ok_or_else(|| anyhow::anyhow!("--store peers needs --peer-listen ADDR"))?,
             peers,
+            allow,
         },
         "redis" => StoreKind::Redis {
             url: "redis://127.0.0.1:6379/".into(),
@@ -383,6 +418,9 @@ fn store_kind(
     };
     if !matches!(kind, StoreKind::Peers { .. }) && (peer_listen.is_some()) {
         bail!("--peer-listen only applies to --store peers");
+    }
+    if !matches!(kind, StoreKind::Peers { .. }) && allow_given {
+        bail!("--peer-allow only applies to --store peers");
     }
     Ok(kind)
 }
@@ -421,11 +459,16 @@ pub struct AgentConfig {
     pub upstream_balance: UpstreamBalance,
     pub metrics: Option<SocketAddr>,
     pub proxy_protocol: bool,
+    /// Who may send a PROXY header (`--proxy-protocol-from`).
+    pub proxy_protocol_from: Vec<baton_ops::cidr::Cidr>,
     pub workers: usize,
     pub max_connections: usize,
     pub handshake_timeout: Duration,
     pub idle_timeout: Duration,
     pub header_timeout: Duration,
+    pub request_timeout: Duration,
+    /// Bytes per second; 0: no minimum.
+    pub min_header_rate: u64,
     pub drain_timeout: Duration,
     pub max_header_bytes: usize,
     pub max_headers: usize,
@@ -458,13 +501,15 @@ impl AgentArgs {
                 }
             };
         }
-        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, upstream;
+        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, upstream,
+            proxy_protocol_from;
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
-            idle_timeout, header_timeout, drain_timeout, max_header_bytes, max_headers)
+            idle_timeout, header_timeout, request_timeout, min_header_rate, drain_timeout, max_header_bytes,
+            max_headers)
     }
 
     fn key_signer(&self) -> anyhow::Result<Option<KeySigner>> {
@@ -536,7 +581,12 @@ impl AgentArgs {
         let dur = |d: Option<HumanDuration>, default: u64| {
             d.map_or(Duration::from_secs(default), |d| d.0)
         };
-        let store = store_kind(self.store.as_deref(), self.peer_listen, self.peer)?;
+        let store = store_kind(
+            self.store.as_deref(),
+            self.peer_listen,
+            self.peer,
+            self.peer_allow,
+        )?;
         if store != StoreKind::Memory && self.cluster_key_file.is_none() {
             bail!("--store peers/redis needs --cluster-key-file (the key sealing shared sessions)");
         }
@@ -596,6 +646,11 @@ impl AgentArgs {
             upstream_balance: self.upstream_balance.unwrap_or_default(),
             metrics: self.metrics,
             proxy_protocol: self.proxy_protocol.unwrap_or(false),
+            proxy_protocol_from: if self.proxy_protocol_from.is_empty() {
+                baton_ops::cidr::Cidr::loopback()
+            } else {
+                self.proxy_protocol_from
+            },
             workers: self
                 .workers
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
@@ -603,6 +658,8 @@ impl AgentArgs {
             handshake_timeout: dur(self.handshake_timeout, 10),
             idle_timeout: dur(self.idle_timeout, 60),
             header_timeout: dur(self.header_timeout, 10),
+            request_timeout: dur(self.request_timeout, 30),
+            min_header_rate: self.min_header_rate.unwrap_or(512),
             drain_timeout: dur(self.drain_timeout, 30),
             max_header_bytes: self.max_header_bytes.unwrap_or(16 * 1024),
             max_headers: self.max_headers.unwrap_or(100),
@@ -636,6 +693,7 @@ impl AgentConfig {
             self.handshake_timeout,
             self.idle_timeout,
             self.header_timeout,
+            self.request_timeout,
         ] {
             if d.is_zero() {
                 bail!("timeouts must be greater than zero");

@@ -10,9 +10,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use baton_ops::cidr::Cidr;
 use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
@@ -21,6 +23,7 @@ use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::metrics::{FailureReason, Version};
+use crate::pace::{self, HeadPace, RequestState, TooSlow};
 use crate::server::Shared;
 use crate::transport::AgentIo;
 use baton_link::LinkStream;
@@ -33,6 +36,12 @@ pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
     let mut tcp = tcp;
     let mut peer = peer;
+    // A PROXY header names the client: only the balancers and dispatchers may send one.
+    if cfg.proxy_protocol && !Cidr::any_contains(&cfg.proxy_protocol_from, peer.ip()) {
+        metrics.failure(FailureReason::Untrusted);
+        tracing::debug!(%peer, "PROXY protocol expected, but not from this address: refused");
+        return;
+    }
     if cfg.proxy_protocol {
         match tokio::time::timeout_at(deadline, baton_ops::proxy_header::read(&mut tcp)).await {
             Ok(Ok(Some(ProxyHeader::Proxy { source, .. }))) => peer = source,
@@ -77,7 +86,8 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
                 if let Some((stream, info)) =
                     handoff::import::import(io, peer, &binding, &shared).await
                 {
-                    serve_stream(stream, info, &shared).await;
+                    let first_by = tokio::time::Instant::now() + cfg.request_timeout;
+                    serve_stream(stream, info, first_by, &shared).await;
                 }
                 return;
             }
@@ -103,6 +113,8 @@ async fn serve(
 ) {
     let cfg = &shared.config;
     let metrics = &shared.metrics;
+    // The first request's head is due this long after accept, handshake included.
+    let first_by = deadline - cfg.handshake_timeout + cfg.request_timeout;
     match tokio::time::timeout_at(deadline, refuse_legacy_client(&mut io)).await {
         Ok(Ok(false)) => {}
         Ok(Ok(true)) => {
@@ -188,7 +200,9 @@ async fn serve(
     if let Some(offer) = offer {
         match handoff::export::hand_off(stream, offer, expected, &info, &shared).await {
             Exported::Migrated | Exported::Closed => return,
-            Exported::ServeHere(migrated) => return serve_stream(*migrated, info, &shared).await,
+            Exported::ServeHere(migrated) => {
+                return serve_stream(*migrated, info, first_by, &shared).await
+            }
             Exported::Keep(kept, plain) => {
                 stream = *kept;
                 ahead = plain.into();
@@ -200,7 +214,7 @@ async fn serve(
     // once the client has sent something: connections that idle after the handshake (browser
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
-    if ahead.is_empty() && !request_waiting(&mut stream, &shared.draining).await {
+    if ahead.is_empty() && !request_waiting(&mut stream, &shared, first_by).await {
         return;
     }
     if h2 {
@@ -209,20 +223,22 @@ async fn serve(
                 ahead,
                 inner: stream,
                 gate: None,
+                state: None,
             },
             info,
+            first_by,
             &shared,
         )
         .await
     } else {
         // Not boxed: this future lives as long as the connection, so a box would only add to
         // what every idle keep-alive connection holds.
-        serve_http1(stream, ahead, info, shared, peer).await
+        serve_http1(stream, ahead, info, first_by, shared, peer).await
     }
 }
 
-/// HTTP/2 over any established TLS stream.
-async fn serve_h2<S>(stream: S, info: ConnInfo, shared: &Arc<Shared>)
+/// HTTP/2 over any established TLS stream; the first request must be in by `first_by`.
+async fn serve_h2<S>(stream: S, info: ConnInfo, first_by: Instant, shared: &Arc<Shared>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -230,7 +246,12 @@ where
     let peer = info.peer;
     let info = Arc::new(info);
     let http = shared.http.clone();
-    let service = service_fn(move |req| http.clone().handle(info.clone(), req));
+    let (state, pace) = first_request(first_by);
+    let seen = state.clone();
+    let service = service_fn(move |req| {
+        seen.saw_head();
+        http.clone().handle(info.clone(), req)
+    });
     let io = TokioIo::new(stream);
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
@@ -246,6 +267,10 @@ where
             conn.as_mut().graceful_shutdown();
             conn.await
         }
+        why = pace::overdue(pace, &state) => {
+            shared.metrics.slow_request(why == TooSlow::Rate);
+            return;
+        }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -255,18 +280,23 @@ where
 /// HTTP/1.1 (keep-alive, pipelining) or HTTP/2 by ALPN over a migrated connection. Unlike
 /// rustls streams, these are not parked between requests: a migrated connection is one that
 /// carries bulk traffic, and its record layer has no buffers to give back.
-async fn serve_stream<S>(stream: S, info: ConnInfo, shared: &Arc<Shared>)
+async fn serve_stream<S>(stream: S, info: ConnInfo, first_by: Instant, shared: &Arc<Shared>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     if info.alpn.as_deref() == Some("h2") {
-        return serve_h2(stream, info, shared).await;
+        return serve_h2(stream, info, first_by, shared).await;
     }
     let cfg = &shared.config;
     let peer = info.peer;
     let info = Arc::new(info);
     let http = shared.http.clone();
-    let service = service_fn(move |req| http.clone().handle(info.clone(), req));
+    let (state, pace) = first_request(first_by);
+    let seen = state.clone();
+    let service = service_fn(move |req| {
+        seen.saw_head();
+        http.clone().handle(info.clone(), req)
+    });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -280,6 +310,10 @@ where
         _ = shared.draining.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        why = pace::overdue(pace, &state) => {
+            shared.metrics.slow_request(why == TooSlow::Rate);
+            return;
         }
     };
     if let Err(e) = result {
@@ -366,8 +400,9 @@ pub(crate) type Tls = TlsStream<ConnIo<AgentIo>>;
 
 /// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
 /// socket is readable and what arrived decrypts to some) or the peer closed. `false` when the
-/// connection should end instead (idle timeout, drain, I/O error).
-async fn request_waiting(stream: &mut Tls, draining: &tokio_util::sync::CancellationToken) -> bool {
+/// connection should end instead (idle timeout, drain, I/O error, or `until` passed: bytes
+/// that decrypt to nothing, a record trickled in, do not extend the wait).
+async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant) -> bool {
     loop {
         let (io, tls) = stream.get_mut();
         match tls.process_new_packets() {
@@ -379,7 +414,11 @@ async fn request_waiting(stream: &mut Tls, draining: &tokio_util::sync::Cancella
         }
         tokio::select! {
             r = io.readable() => if r.is_err() { return false },
-            _ = draining.cancelled() => return false,
+            _ = shared.draining.cancelled() => return false,
+            _ = tokio::time::sleep_until(until) => {
+                shared.metrics.slow_request(false);
+                return false;
+            }
         }
         let (io, tls) = stream.get_mut();
         match tls.read_tls(&mut SyncRead(io)) {
@@ -399,6 +438,7 @@ async fn serve_http1(
     mut stream: Tls,
     mut ahead: bytes::Bytes,
     info: ConnInfo,
+    first_by: Instant,
     shared: Arc<Shared>,
     peer: SocketAddr,
 ) {
@@ -412,16 +452,27 @@ async fn serve_http1(
         .max_header_size(cfg.max_header_bytes)
         // Bounds what one connection may buffer (pipelined requests, body reads).
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
+    // The first request is due by `first_by`; each later one within the idle timeout of the
+    // wait's start, however its bytes trickle in.
+    let mut first = Some(first_by);
     loop {
-        if ahead.is_empty() && !request_waiting(&mut stream, &shared.draining).await {
+        let until = first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
+        if ahead.is_empty() && !request_waiting(&mut stream, &shared, until).await {
             return;
         }
+        let state = Arc::new(RequestState::default());
+        let pace = HeadPace {
+            start: Instant::now(),
+            first_by: first.take(),
+            min_rate: cfg.min_header_rate,
+        };
         // Set by the service when a keep-alive response has been handed to hyper whole.
         let parked = Arc::new(tokio::sync::Notify::new());
         let park = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let http = shared.http.clone();
-        let (i, n, p) = (info.clone(), parked.clone(), park.clone());
+        let (i, n, p, seen) = (info.clone(), parked.clone(), park.clone(), state.clone());
         let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            seen.saw_head();
             let keep_alive = wants_keep_alive(&req);
             let (http, i, n, p) = (http.clone(), i.clone(), n.clone(), p.clone());
             // boxed: hyper needs an Unpin future to hand the stream back
@@ -445,6 +496,7 @@ async fn serve_http1(
             ahead,
             inner: stream,
             gate: Some(park.clone()),
+            state: Some(state.clone()),
         });
         let mut conn = Box::pin(builder.serve_connection(io, service));
         let result = loop {
@@ -453,6 +505,10 @@ async fn serve_http1(
                 // hyper has the whole response: stop after it instead of waiting for another
                 _ = parked.notified() => conn.as_mut().graceful_shutdown(),
                 _ = shared.draining.cancelled() => conn.as_mut().graceful_shutdown(),
+                why = pace::overdue(pace, &state) => {
+                    shared.metrics.slow_request(why == TooSlow::Rate);
+                    return;
+                }
             }
         };
         let parts = Pin::into_inner(conn).into_parts();
@@ -498,6 +554,17 @@ fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
     }
 }
 
+/// The state and pace of a connection's first request, due by `first_by` (no rate minimum:
+/// for HTTP/2 and migrated connections, whose heads hyper reads without a per-request reader).
+fn first_request(first_by: Instant) -> (Arc<RequestState>, HeadPace) {
+    let pace = HeadPace {
+        start: Instant::now(),
+        first_by: Some(first_by),
+        min_rate: 0,
+    };
+    (Arc::new(RequestState::default()), pace)
+}
+
 /// A stream with bytes already read from it in front.
 struct Prefixed<S> {
     ahead: bytes::Bytes,
@@ -505,6 +572,8 @@ struct Prefixed<S> {
     /// When set and true, reads stay pending (see `serve_http1`); whoever set it shuts the
     /// hyper connection down, which needs no read, and takes the stream back.
     gate: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The request being read, told how many bytes it got (for `--min-header-rate`).
+    state: Option<Arc<RequestState>>,
 }
 
 impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
@@ -520,13 +589,19 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
         {
             return std::task::Poll::Pending;
         }
-        if !self.ahead.is_empty() {
+        let before = buf.filled().len();
+        let r = if !self.ahead.is_empty() {
             let n = self.ahead.len().min(buf.remaining());
             let chunk = self.ahead.split_to(n);
             buf.put_slice(&chunk);
-            return std::task::Poll::Ready(Ok(()));
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        };
+        if let Some(state) = &self.state {
+            state.read(buf.filled().len() - before);
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        r
     }
 }
 

@@ -18,6 +18,7 @@ mod io;
 mod keysigner;
 pub mod metering;
 pub mod metrics;
+mod pace;
 mod policy;
 mod proxy;
 mod resolver;

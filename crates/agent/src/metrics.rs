@@ -39,12 +39,14 @@ pub enum FailureReason {
     Timeout,
     /// The key signer (`--key-signer`) gave no signature: unreachable, stalled, or refused.
     Signer,
+    /// A PROXY header was expected from a peer outside --proxy-protocol-from: refused unread.
+    Untrusted,
     /// Anything else.
     Other,
 }
 
 impl FailureReason {
-    const ALL: [FailureReason; 9] = [
+    const ALL: [FailureReason; 10] = [
         FailureReason::Incompatible,
         FailureReason::Malformed,
         FailureReason::AlertReceived,
@@ -53,6 +55,7 @@ impl FailureReason {
         FailureReason::Eof,
         FailureReason::Timeout,
         FailureReason::Signer,
+        FailureReason::Untrusted,
         FailureReason::Other,
     ];
 
@@ -66,6 +69,7 @@ impl FailureReason {
             FailureReason::Eof => "eof",
             FailureReason::Timeout => "timeout",
             FailureReason::Signer => "signer",
+            FailureReason::Untrusted => "untrusted_source",
             FailureReason::Other => "other",
         }
     }
@@ -109,7 +113,9 @@ pub struct Metrics {
     /// [version][full, resumed]
     handshakes: [[AtomicU64; 2]; 2],
     hello_retries: AtomicU64,
-    failures: [AtomicU64; 9],
+    failures: [AtomicU64; 10],
+    /// Connections cut for a slow request: [--request-timeout, --min-header-rate].
+    slow_requests: [AtomicU64; 2],
     connections_active: AtomicI64,
     connections_total: AtomicU64,
     connections_rejected: AtomicU64,
@@ -139,6 +145,12 @@ impl Metrics {
 
     pub fn failure(&self, reason: FailureReason) {
         self.failures[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection cut because its request came too slowly: past `--request-timeout`
+    /// (`rate == false`) or below `--min-header-rate`.
+    pub fn slow_request(&self, rate: bool) {
+        self.slow_requests[rate as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn connection_opened(&self) {
@@ -272,6 +284,19 @@ impl Metrics {
             "baton_connections_rejected_total {}",
             load(&self.connections_rejected)
         );
+        family(
+            &mut out,
+            "baton_slow_requests_total",
+            "counter",
+            "Connections cut because a request came too slowly: past --request-timeout (deadline) or below --min-header-rate (rate).",
+        );
+        for (i, reason) in ["deadline", "rate"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "baton_slow_requests_total{{reason=\"{reason}\"}} {}",
+                load(&self.slow_requests[i])
+            );
+        }
 
         family(
             &mut out,
@@ -375,6 +400,7 @@ impl Metrics {
                 ("received", s.received),
                 ("dropped", s.dropped),
                 ("rejected", s.rejected),
+                ("refused", s.refused),
                 ("fallback", s.fallbacks),
             ] {
                 let _ = writeln!(
