@@ -10,12 +10,18 @@
 //! Refused, not recorded: plain `http://` requests (400: only HTTPS is replayed), request
 //! bodies over `--max-body` (413), requests the origin does not answer (502). The recording
 //! ends on SIGINT/SIGTERM, `--duration` or `--max-requests`, and the file is written whole
-//! (a temporary file renamed over it).
+//! (a temporary file, created 0600, renamed over it).
+//!
+//! The scenario has no credentials unless `--keep-credentials`: cookie values, authorization
+//! headers, headers and query parameters named like credentials, and request bodies are
+//! replaced by `x`s of the same length (`redact`). The CA lives `--ca-days` days; the
+//! recorder installs it nowhere and says at start-up how to trust it and how to remove it.
 
 mod ca;
 pub(crate) mod connect;
 mod proxy;
 mod recording;
+mod redact;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -45,6 +51,15 @@ pub struct RecordArgs {
     /// Default: $XDG_DATA_HOME/baton/record-ca or ~/.local/share/baton/record-ca.
     #[arg(long, value_name = "DIR")]
     pub ca_dir: Option<PathBuf>,
+    /// Days a new CA is valid (1 to 3650). An expired CA is replaced; one valid for longer
+    /// than this from now is refused, with the steps to retire it.
+    #[arg(long, value_name = "N", default_value_t = ca::DEFAULT_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..=ca::MAX_DAYS as i64))]
+    pub ca_days: u32,
+    /// Write cookies, authorization headers, credential-like headers and query parameters,
+    /// and request bodies as they were sent. Default: replaced by x's of the same length.
+    #[arg(long)]
+    pub keep_credentials: bool,
     /// CA certificates (PEM) to trust for origins, besides the system's bundle. Repeatable.
     #[arg(long, value_name = "PEM")]
     pub upstream_ca: Vec<PathBuf>,
@@ -80,9 +95,17 @@ async fn run(args: RecordArgs) -> anyhow::Result<()> {
         Some(d) => d.clone(),
         None => ca::default_dir()?,
     };
-    let (ca, created) = ca::Ca::load_or_create(&dir)?;
-    if created {
-        eprintln!("created a new recorder CA in {}", dir.display());
+    let (ca, origin) = ca::Ca::load_or_create(&dir, args.ca_days, time::OffsetDateTime::now_utc())?;
+    match &origin {
+        ca::Origin::Reused => {}
+        ca::Origin::Created => eprintln!("created a new recorder CA in {}", dir.display()),
+        ca::Origin::Replaced { old, until } => eprintln!(
+            "the recorder CA in {} ({old}) expired {}: replaced by a new one; remove the old one \
+             from the browsers that trusted it:\n{}",
+            dir.display(),
+            ca::show_time(*until),
+            ca::removal_steps(old)
+        ),
     }
     let (roots, from_system) = proxy::roots(&args.upstream_ca)?;
     tracing::debug!(from_system, "origin trust roots");
@@ -110,18 +133,33 @@ async fn run(args: RecordArgs) -> anyhow::Result<()> {
     let shared = Arc::new(proxy::Shared {
         ca,
         client,
-        recording: Mutex::new(recording::Recording::new(args.host.as_deref(), max)),
+        recording: Mutex::new(recording::Recording::new(
+            args.host.as_deref(),
+            max,
+            args.keep_credentials,
+        )),
         started: tokio::time::Instant::now(),
         limits,
         stop,
+        keep_credentials: args.keep_credentials,
     });
 
     let listener = baton_ops::listen::bind(args.listen)
         .with_context(|| format!("listening on {}", args.listen))?;
+    let ca = &shared.ca;
     println!(
-        "ca certificate {} (trust it in the browser)",
-        shared.ca.cert_path().display()
+        "ca certificate {} ({}, valid until {})",
+        ca.cert_path().display(),
+        ca.name(),
+        ca::show_time(ca.not_after())
     );
+    eprintln!("{}", ca_guide(ca, &dir));
+    if args.keep_credentials {
+        eprintln!(
+            "--keep-credentials: cookies, authorization headers and request bodies are \
+             written as sent"
+        );
+    }
     baton_ops::listen::announce([("proxy", &listener)])?;
 
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -155,10 +193,17 @@ async fn run(args: RecordArgs) -> anyhow::Result<()> {
     eprintln!("recording ended: {why}");
     let recording = std::mem::take(&mut *shared.recording.lock().unwrap());
     let finished = recording.finish()?;
-    let text = scenario::to_toml(
-        &finished.imported.scenario,
-        "baton scenario, recorded by `baton record` (think-ms: gaps between request starts)",
-    )?;
+    let mut comment =
+        "baton scenario, recorded by `baton record` (think-ms: gaps between request starts)"
+            .to_string();
+    match finished.redacted {
+        Some(counts) => {
+            comment.push('\n');
+            comment.push_str(&redact::comment(counts));
+        }
+        None => comment.push_str("\ncredentials kept (--keep-credentials): keep this file private"),
+    }
+    let text = scenario::to_toml(&finished.imported.scenario, &comment)?;
     scenario::parse(&text).context("the recorded scenario does not read back")?;
     write_atomically(&args.out, text.as_bytes())?;
     eprintln!(
@@ -169,9 +214,33 @@ async fn run(args: RecordArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `path` whole or not at all: a temporary file next to it, synced, renamed over it.
+/// What the user needs to know about the CA at start-up: it is not installed anywhere by
+/// baton, how to trust it, until when, and how to remove it afterwards.
+fn ca_guide(ca: &ca::Ca, dir: &Path) -> String {
+    let (name, path) = (ca.name(), ca.cert_path().display());
+    format!(
+        "baton installs its CA nowhere: the browser you record with must trust {path} \
+         (valid until {until}), e.g.\n\
+         \x20 Chromium/Chrome on Linux (NSS): \
+         certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n '{name}' -i {path}\n\
+         \x20 Firefox: Settings > Privacy & Security > Certificates > View Certificates > \
+         Authorities > Import\n\
+         a browser that trusts it accepts any site signed with {key}; \
+         when done recording, remove it:\n\
+         {steps}\n\
+         \x20 and `rm -r '{dir}'` to retire it (the next run makes a new one)",
+        until = ca::show_time(ca.not_after()),
+        key = dir.join("ca.key").display(),
+        steps = ca::removal_steps(name),
+        dir = dir.display(),
+    )
+}
+
+/// Writes `path` whole or not at all, readable by its owner only (it may hold credentials):
+/// a fresh temporary file next to it, created 0600, synced, renamed over it.
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let name = path
         .file_name()
         .with_context(|| format!("--out {}: not a file name", path.display()))?;
@@ -180,8 +249,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         name.to_string_lossy(),
         std::process::id()
     ));
+    // a stale temporary file of an earlier run with this pid (and whatever mode) goes first
+    let _ = std::fs::remove_file(&tmp);
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -190,4 +265,31 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_scenario_file_is_written_0600_even_over_a_readable_one() {
+        let dir = std::env::temp_dir().join(format!("baton-record-write-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("s.toml");
+        write_atomically(&out, b"one").unwrap();
+        assert_eq!(mode(&out), 0o600);
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_atomically(&out, b"two").unwrap();
+        assert_eq!(mode(&out), 0o600);
+        assert_eq!(std::fs::read(&out).unwrap(), b"two");
+        // only the file is left, no temporary one
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -51,6 +51,18 @@ pub struct Shared {
     pub limits: Limits,
     /// Set once `--max-requests` are recorded.
     pub stop: tokio::sync::watch::Sender<bool>,
+    /// `--keep-credentials`: else the log shows URLs with credential-like query values masked.
+    pub keep_credentials: bool,
+}
+
+impl Shared {
+    /// `url` as the log shows it.
+    fn loggable(&self, url: &str) -> String {
+        match self.keep_credentials {
+            true => url.to_string(),
+            false => super::redact::url(url).0,
+        }
+    }
 }
 
 /// Handles one proxy connection; failures are the peer's business and only logged.
@@ -202,7 +214,7 @@ async fn forward(
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();
     let fail = |status: StatusCode, why: String| {
-        tracing::warn!("{method} {url}: {why}");
+        tracing::warn!("{method} {}: {why}", shared.loggable(&url));
         shared
             .recording
             .lock()
@@ -265,7 +277,11 @@ async fn forward(
             )
         }
     };
-    tracing::info!("recorded {method} {url} -> {}", resp.status().as_u16());
+    tracing::info!(
+        "recorded {method} {} -> {}",
+        shared.loggable(&url),
+        resp.status().as_u16()
+    );
     let full = shared.recording.lock().unwrap().observe(Exchange {
         start_ms,
         method,

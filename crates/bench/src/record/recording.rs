@@ -1,9 +1,12 @@
 //! What the recorder saw, sans-IO: exchanges come in as their responses start (in any order,
 //! from concurrent connections and streams), and leave as a scenario in the order the
-//! requests started, through the same [`Collector`] `import-har` uses.
+//! requests started, through the same [`Collector`] `import-har` uses. Unless told to keep
+//! credentials, each exchange is redacted as it comes in (`redact`), so what the recording
+//! holds and writes has none.
 
 use std::fmt::Write as _;
 
+use super::redact::{self, Redactor};
 use crate::scenario::{normalize_host, Collector, Imported, Pushed};
 
 /// One request the browser made and the origin answered.
@@ -35,6 +38,8 @@ pub struct Recording {
     /// Exchanges to the recorded host (what `--max-requests` counts).
     to_host: usize,
     failures: Vec<Failure>,
+    /// `None`: `--keep-credentials`.
+    redactor: Option<Redactor>,
 }
 
 /// The finished recording: the scenario with what was dropped, and the failures.
@@ -44,22 +49,33 @@ pub struct Finished {
     pub failures: Vec<Failure>,
     /// Requests that could not be put in a scenario (and why).
     pub unrecordable: Vec<String>,
+    /// What was redacted; `None` when credentials were kept.
+    pub redacted: Option<redact::Counts>,
 }
 
 impl Recording {
-    pub fn new(host: Option<&str>, max_requests: Option<usize>) -> Recording {
+    /// `keep_credentials`: record cookies, authorization headers and bodies as they are.
+    pub fn new(
+        host: Option<&str>,
+        max_requests: Option<usize>,
+        keep_credentials: bool,
+    ) -> Recording {
         Recording {
             host: host.map(normalize_host),
             max: max_requests,
+            redactor: (!keep_credentials).then(Redactor::default),
             ..Default::default()
         }
     }
 
     /// Records an exchange; returns true once `--max-requests` requests to the recorded host
     /// are in (the recording should end). Exchanges past that are ignored.
-    pub fn observe(&mut self, e: Exchange) -> bool {
+    pub fn observe(&mut self, mut e: Exchange) -> bool {
         if self.full() {
             return true;
+        }
+        if let Some(r) = &mut self.redactor {
+            r.exchange(&mut e);
         }
         if let Some(h) = host_of(&e.url) {
             if *self.host.get_or_insert_with(|| h.clone()) == h {
@@ -78,9 +94,13 @@ impl Recording {
     pub fn fail(&mut self, method: &str, url: &str, why: String) {
         // bounded: the first thousand say enough
         if self.failures.len() < 1000 {
+            let url = match self.redactor {
+                Some(_) => redact::url(url).0,
+                None => url.into(),
+            };
             self.failures.push(Failure {
                 method: method.into(),
-                url: url.into(),
+                url,
                 why,
             });
         }
@@ -115,6 +135,7 @@ impl Recording {
             imported,
             failures: self.failures,
             unrecordable,
+            redacted: self.redactor.map(|r| r.counts),
         })
     }
 }
@@ -128,6 +149,17 @@ impl Finished {
         }
         for u in &self.unrecordable {
             let _ = write!(s, "\nnot recorded: {u}");
+        }
+        match self.redacted {
+            Some(c) => {
+                let _ = write!(
+                    s,
+                    "\nredacted: header values {}, query parameters {}, request bodies {} \
+                     (x's, same lengths; --keep-credentials keeps them)",
+                    c.headers, c.params, c.bodies
+                );
+            }
+            None => s.push_str("\ncredentials kept (--keep-credentials): keep the file private"),
         }
         s
     }
@@ -175,7 +207,7 @@ mod tests {
 
     #[test]
     fn exchanges_become_a_scenario_in_start_order() {
-        let mut r = Recording::new(None, None);
+        let mut r = Recording::new(None, None, true);
         // the page completes first; its subresources complete out of order
         assert!(!r.observe(ex(10.0, "GET", "https://shop.test/")));
         r.observe(ex(250.0, "GET", "https://shop.test/b.png"));
@@ -215,7 +247,7 @@ mod tests {
 
     #[test]
     fn host_and_max_requests() {
-        let mut r = Recording::new(Some("Shop.test:443"), Some(2));
+        let mut r = Recording::new(Some("Shop.test:443"), Some(2), true);
         assert!(!r.observe(ex(1.0, "GET", "https://other.test/")));
         assert!(!r.observe(ex(2.0, "GET", "https://shop.test/1")));
         assert!(r.observe(ex(3.0, "GET", "https://shop.test:443/2")));
@@ -224,7 +256,7 @@ mod tests {
         assert_eq!(f.imported.scenario.requests.len(), 2);
         assert_eq!(f.imported.dropped_hosts, vec![("other.test".into(), 1)]);
 
-        let mut r = Recording::new(Some("a.test"), None);
+        let mut r = Recording::new(Some("a.test"), None, true);
         r.observe(ex(1.0, "GET", "https://b.test/"));
         let e = r.finish().unwrap_err().to_string();
         assert!(e.contains("no request to a.test"), "{e}");
@@ -232,7 +264,7 @@ mod tests {
 
     #[test]
     fn unrecordable_requests_are_reported_not_fatal() {
-        let mut r = Recording::new(None, None);
+        let mut r = Recording::new(None, None, true);
         r.observe(ex(1.0, "GET", "https://a.test/"));
         r.observe(ex(2.0, "GET", "https://a.test/with space"));
         let f = r.finish().unwrap();
@@ -251,5 +283,54 @@ mod tests {
         assert_eq!(h[0], ("cookie".into(), "a=1; b=2".into()));
         assert_eq!(h[1], ("accept".into(), "text/html".into()));
         assert_eq!(h[2], ("x-bin".into(), "caf\u{fffd}".into()));
+    }
+
+    #[test]
+    fn credentials_are_redacted_unless_kept() {
+        let secret = |keep: bool| {
+            let mut r = Recording::new(None, None, keep);
+            let mut e = ex(1.0, "POST", "https://a.test/login?token=T0K");
+            e.headers = vec![
+                ("cookie".into(), "sid=C00KIE".into()),
+                ("authorization".into(), "Bearer B3ARER".into()),
+                ("x-csrf-token".into(), "CSRF".into()),
+                ("accept".into(), "*/*".into()),
+            ];
+            e.body = Some(b"user=u&pw=PASSW0RD".to_vec());
+            r.observe(e);
+            r.fail("GET", "https://a.test/x?api_key=K3Y", "refused".into());
+            let f = r.finish().unwrap();
+            let text = to_toml(&f.imported.scenario, "recorded").unwrap();
+            // what is written reads back, with the same sizes
+            let back = parse(&text).unwrap();
+            assert_eq!(back.requests[0].body.as_ref().unwrap().len(), 18);
+            assert_eq!(back.requests[0].path.len(), "/login?token=T0K".len());
+            (format!("{text}{}", f.notes()), f.redacted)
+        };
+        let (text, counts) = secret(false);
+        for s in ["C00KIE", "B3ARER", "CSRF", "PASSW0RD", "T0K", "K3Y"] {
+            assert!(!text.contains(s), "{s} in\n{text}");
+        }
+        assert!(text.contains("cookie: sid=xxxxxx"), "{text}");
+        assert!(text.contains("authorization: Bearer xxxxxx"), "{text}");
+        assert!(text.contains("accept: */*"), "{text}");
+        assert!(
+            text.contains("redacted: header values 3, query parameters 1, request bodies 1"),
+            "{text}"
+        );
+        assert_eq!(
+            counts,
+            Some(redact::Counts {
+                headers: 3,
+                params: 1,
+                bodies: 1
+            })
+        );
+        let (text, counts) = secret(true);
+        for s in ["C00KIE", "B3ARER", "CSRF", "PASSW0RD", "T0K", "K3Y"] {
+            assert!(text.contains(s), "{s} not in\n{text}");
+        }
+        assert!(text.contains("credentials kept"), "{text}");
+        assert_eq!(counts, None);
     }
 }
