@@ -9,6 +9,8 @@
 //! import, the migrated stream), `http` + `proxy` (what is served), `server`
 //! (listeners, signals), `metrics`.
 
+#![forbid(unsafe_code)]
+
 mod certs;
 mod config;
 mod conn;

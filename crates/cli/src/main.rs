@@ -1,5 +1,7 @@
 //! `baton`: one binary, one subcommand per role (see shared/DESIGN.md).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -6,6 +6,8 @@
 //! handoff` a full handshake's session moves to the client's home agent afterwards:
 //! `handoff.rs` is the shell around the protocol's state machine in `baton_wire::handoff`.
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod handoff;
 mod health;

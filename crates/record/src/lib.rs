@@ -47,6 +47,8 @@
 //! # assert_eq!(to_client.len(), 5 + 19 + 1 + 16);
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod buffer;
 pub mod cipher;
 mod deframer;

@@ -7,6 +7,8 @@
 //! rotation, expiry and replication must be testable without sleeping or sockets. Only the
 //! shared backends do I/O: `peers` (tokio tasks) and `redis` (a worker thread).
 
+#![forbid(unsafe_code)]
+
 mod error;
 pub mod fuzzing;
 mod memory;

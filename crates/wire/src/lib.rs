@@ -23,6 +23,8 @@
 //! }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod codec;
 pub mod enums;
 mod error;
