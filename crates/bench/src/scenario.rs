@@ -276,6 +276,8 @@ pub struct Imported {
     pub dropped_other: usize,
     /// Header names left out (pseudo-headers and baton's own), each once.
     pub dropped_headers: Vec<String>,
+    /// What was masked (`None`: credentials kept).
+    pub redacted: Option<crate::record::redact::Counts>,
 }
 
 #[derive(Deserialize)]
@@ -423,10 +425,13 @@ impl Collector {
 
 /// A HAR export (`log.entries[].request`) as a scenario: the first entry's host only, in the
 /// file's order, think time = the gap between one entry's `startedDateTime` and the previous
-/// kept one's (0 for the first, and where a time is missing or goes backwards).
-pub fn import_har(json: &str) -> anyhow::Result<Imported> {
+/// kept one's (0 for the first, and where a time is missing or goes backwards). Unless
+/// `keep_credentials`, credentials and request bodies are masked as `baton record` masks them
+/// (`record::redact`), counted in `redacted`.
+pub fn import_har(json: &str, keep_credentials: bool) -> anyhow::Result<Imported> {
     let har: Har = serde_json::from_str(json).context("not a HAR file (log.entries[].request)")?;
     let mut c = Collector::new(None);
+    let mut redacted = crate::record::redact::Counts::default();
     for (i, e) in har.log.entries.iter().enumerate() {
         let entry = || format!("entry {}", i + 1);
         let start = match &e.started_date_time {
@@ -447,16 +452,36 @@ pub fn import_har(json: &str) -> anyhow::Result<Imported> {
             }),
             _ => None,
         };
-        let headers: Vec<(String, String)> = e
+        let mut headers: Vec<(String, String)> = e
             .request
             .headers
             .iter()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        c.push(&e.request.method, &e.request.url, start, &headers, body)
+        let mut body = body;
+        let mut url = std::borrow::Cow::Borrowed(e.request.url.as_str());
+        if !keep_credentials {
+            use crate::record::redact;
+            for (name, value) in &mut headers {
+                if let Some(v) = redact::header_value(name, value) {
+                    *value = v;
+                    redacted.headers += 1;
+                }
+            }
+            let (u, params) = redact::url(&url);
+            redacted.params += params;
+            url = u.into();
+            if let Some(b) = body.as_mut().filter(|b| !b.is_empty()) {
+                b.fill(b'x');
+                redacted.bodies += 1;
+            }
+        }
+        c.push(&e.request.method, &url, start, &headers, body)
             .with_context(entry)?;
     }
-    c.finish().context("the HAR file")
+    let mut imported = c.finish().context("the HAR file")?;
+    imported.redacted = (!keep_credentials).then_some(redacted);
+    Ok(imported)
 }
 
 /// `2024-05-01T10:00:00.123Z` or `...+02:00` -> milliseconds since the epoch.
@@ -720,29 +745,41 @@ pub enum ScenarioCommand {
         /// The HAR file (browser dev tools: "Save all as HAR").
         #[arg(value_name = "FILE.har")]
         har: std::path::PathBuf,
-        /// The scenario file to write.
+        /// The scenario file to write (0600).
         #[arg(long, value_name = "FILE.toml")]
         out: std::path::PathBuf,
+        /// Keep cookies, authorization and other credential headers and query parameters,
+        /// and request bodies, as exported. By default they are replaced by x's of the same
+        /// length, as `baton record` does.
+        #[arg(long)]
+        keep_credentials: bool,
     },
 }
 
 /// Runs `baton scenario ...`; the summary goes to standard error.
 pub fn main(cli: ScenarioCli) -> anyhow::Result<()> {
     match cli.command {
-        ScenarioCommand::ImportHar { har, out } => {
+        ScenarioCommand::ImportHar {
+            har,
+            out,
+            keep_credentials,
+        } => {
             let text = std::fs::read_to_string(&har)
                 .with_context(|| format!("reading {}", har.display()))?;
-            let imported = import_har(&text).with_context(|| har.display().to_string())?;
-            let toml = to_toml(
-                &imported.scenario,
-                &format!(
-                    "baton scenario, imported from {} (think-ms: gaps between startedDateTime)",
-                    har.display()
-                ),
-            )?;
+            let imported =
+                import_har(&text, keep_credentials).with_context(|| har.display().to_string())?;
+            let mut comment = format!(
+                "baton scenario, imported from {} (think-ms: gaps between startedDateTime)",
+                har.display()
+            );
+            if let Some(c) = imported.redacted {
+                comment.push('\n');
+                comment.push_str(&crate::record::redact::comment(c));
+            }
+            let toml = to_toml(&imported.scenario, &comment)?;
             // what was written must read back
             parse(&toml).context("the imported scenario does not read back")?;
-            std::fs::write(&out, toml).with_context(|| format!("writing {}", out.display()))?;
+            crate::record::write_atomically(&out, toml.as_bytes())?;
             eprintln!("{}", summary(&imported, &out));
             Ok(())
         }
@@ -876,7 +913,7 @@ body-base64 = "AAEC/w=="
 
     #[test]
     fn imports_a_har_and_reads_it_back() {
-        let i = import_har(HAR).unwrap();
+        let i = import_har(HAR, true).unwrap();
         assert_eq!(i.dropped_hosts, vec![("cdn.example".to_string(), 1)]);
         assert_eq!(i.dropped_other, 1);
         assert_eq!(
@@ -902,7 +939,39 @@ body-base64 = "AAEC/w=="
         assert_eq!(&parse(&text).unwrap(), s);
         assert!(summary(&i, std::path::Path::new("x.toml"))
             .contains("dropped 1 request(s) to cdn.example"));
-        assert!(import_har("{}").is_err());
+        assert!(import_har("{}", true).is_err());
+    }
+
+    #[test]
+    fn an_imported_har_keeps_no_credentials_unless_asked() {
+        let har = r#"{"log": {"entries": [
+          {"request": {"method": "POST", "url": "https://shop.example/login?next=/&access_token=s3cr3t",
+            "headers": [{"name": "Cookie", "value": "sid=abc123; theme=dark"},
+                        {"name": "Authorization", "value": "Bearer tok-42"},
+                        {"name": "Accept", "value": "text/html"}],
+            "postData": {"mimeType": "application/x-www-form-urlencoded", "text": "user=a&password=hunter2"}}}
+        ]}}"#;
+        let i = import_har(har, false).unwrap();
+        let text = to_toml(&i.scenario, "x").unwrap();
+        for secret in ["abc123", "dark", "tok-42", "s3cr3t", "hunter2"] {
+            assert!(!text.contains(secret), "{secret} in\n{text}");
+        }
+        let r = &i.scenario.requests[0];
+        assert!(r.path.ends_with("access_token=xxxxxx"), "{}", r.path);
+        assert!(r
+            .headers
+            .contains(&("Cookie".into(), "sid=xxxxxx; theme=xxxx".into())));
+        assert!(r
+            .headers
+            .contains(&("Authorization".into(), "Bearer xxxxxx".into())));
+        assert!(r.headers.contains(&("Accept".into(), "text/html".into())));
+        assert_eq!(r.body.as_deref().map(<[u8]>::len), Some(23));
+        let c = i.redacted.unwrap();
+        assert_eq!((c.headers, c.params, c.bodies), (2, 1, 1));
+        // kept as exported when asked
+        let kept = import_har(har, true).unwrap();
+        let text = to_toml(&kept.scenario, "x").unwrap();
+        assert!(text.contains("tok-42") && text.contains("hunter2") && kept.redacted.is_none());
     }
 
     #[test]

@@ -60,9 +60,14 @@ fn har_import_then_replay_against_baton_agent() {
     let text = std::fs::read_to_string(&toml).unwrap();
     assert!(text.contains("think-ms = 300"), "{text}");
     assert!(
-        text.contains("path = \"/?q=1\"") && text.contains("body = \"hello\""),
-        "{text}"
+        text.contains("path = \"/?q=1\"") && text.contains("body = \"xxxxx\""),
+        "the body, masked to its length by default: {text}"
     );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&toml).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a scenario file may hold credentials");
+    }
     assert!(
         !text.to_ascii_lowercase().contains("content-length"),
         "{text}"

@@ -21,7 +21,7 @@ mod ca;
 pub(crate) mod connect;
 mod proxy;
 mod recording;
-mod redact;
+pub(crate) mod redact;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -238,7 +238,7 @@ fn ca_guide(ca: &ca::Ca, dir: &Path) -> String {
 
 /// Writes `path` whole or not at all, readable by its owner only (it may hold credentials):
 /// a fresh temporary file next to it, created 0600, synced, renamed over it.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let name = path
