@@ -6,6 +6,7 @@
 pub mod affinity;
 pub mod cidr;
 pub mod listen;
+pub mod metrics;
 pub mod process;
 pub mod proxy_header;
 
@@ -20,6 +21,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+pub use prometheus_client;
+use prometheus_client::registry::Registry;
 
 /// Writes the `# HELP` and `# TYPE` lines of a metric family.
 pub fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -51,6 +55,25 @@ pub async fn serve_metrics(
     render: Arc<dyn Fn() -> String + Send + Sync>,
     stop: CancellationToken,
 ) {
+    serve(listener, render, "text/plain; version=0.0.4", stop).await
+}
+
+/// Serves `GET /metrics`: the registry as OpenMetrics text ([`metrics::encode`]), until `stop`.
+pub async fn serve_registry(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    stop: CancellationToken,
+) {
+    let render = Arc::new(move || metrics::encode(&registry));
+    serve(listener, render, metrics::CONTENT_TYPE, stop).await
+}
+
+async fn serve(
+    listener: TcpListener,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+    content_type: &'static str,
+    stop: CancellationToken,
+) {
     loop {
         let (tcp, _) = tokio::select! {
             a = listener.accept() => match a {
@@ -76,7 +99,7 @@ pub async fn serve_metrics(
                     *r.status_mut() = status;
                     r.headers_mut().insert(
                         http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                        http::HeaderValue::from_static(content_type),
                     );
                     Ok::<_, std::convert::Infallible>(r)
                 }
