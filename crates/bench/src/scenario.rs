@@ -484,95 +484,35 @@ pub fn import_har(json: &str, keep_credentials: bool) -> anyhow::Result<Imported
     Ok(imported)
 }
 
-/// `2024-05-01T10:00:00.123Z` or `...+02:00` -> milliseconds since the epoch.
+/// `2024-05-01T10:00:00.123Z` or `...+02:00` (RFC 3339, what HAR files hold) -> milliseconds
+/// since the epoch.
 fn parse_rfc3339_ms(s: &str) -> anyhow::Result<f64> {
-    let bad = || anyhow::anyhow!("not an ISO 8601 date-time");
-    let (date, time) = s.split_once(['T', 't', ' ']).ok_or_else(bad)?;
-    let mut d = date.splitn(3, '-');
-    let num = |it: &mut std::str::SplitN<'_, char>| -> anyhow::Result<i64> {
-        it.next().and_then(|x| x.parse().ok()).ok_or_else(bad)
-    };
-    let (y, m, day) = (num(&mut d)?, num(&mut d)?, num(&mut d)?);
-    let (clock, offset_min) = if let Some(c) = time.strip_suffix(['Z', 'z']) {
-        (c, 0)
-    } else if let Some(i) = time.rfind(['+', '-']) {
-        let (c, off) = time.split_at(i);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (oh, om) = off[1..].split_once(':').unwrap_or((&off[1..], "0"));
-        let oh: i64 = oh.parse().map_err(|_| bad())?;
-        let om: i64 = om.parse().map_err(|_| bad())?;
-        (c, sign * (oh * 60 + om))
-    } else {
-        (time, 0)
-    };
-    let mut t = clock.split(':');
-    let hh: i64 = t.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
-    let mm: i64 = t.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
-    let ss: f64 = t.next().and_then(|x| x.parse().ok()).ok_or_else(bad)?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss >= 61.0 {
-        return Err(bad());
-    }
-    // days from civil (Howard Hinnant)
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    let secs = (days * 86400 + hh * 3600 + mm * 60 - offset_min * 60) as f64 + ss;
-    Ok(secs * 1000.0)
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| anyhow::anyhow!("not an RFC 3339 date-time: {e}"))?;
+    // through whole microseconds: nanoseconds since 1970 are past what an f64 holds exactly
+    Ok((t.unix_timestamp_nanos() / 1000) as f64 / 1000.0)
 }
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 fn base64_encode(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }
 
+/// Standard or URL-safe alphabet, padded or not, whitespace (line breaks) ignored.
 fn base64_decode(text: &str) -> anyhow::Result<Vec<u8>> {
+    use base64::engine::{general_purpose, DecodePaddingMode, GeneralPurpose};
+    use base64::{alphabet, Engine as _};
     let clean: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    let trimmed = clean
-        .strip_suffix(b"==")
-        .or_else(|| clean.strip_suffix(b"="))
-        .unwrap_or(&clean);
-    let mut out = Vec::with_capacity(trimmed.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0);
-    for (i, &c) in trimmed.iter().enumerate() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => bail!("not base64: `{}` at character {}", c as char, i + 1),
-        };
-        acc = acc << 6 | v as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    if trimmed.len() % 4 == 1 {
-        bail!("not base64: truncated");
-    }
-    Ok(out)
+    let config = general_purpose::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    GeneralPurpose::new(&alphabet::STANDARD, config)
+        .decode(&clean)
+        .or_else(|e| {
+            GeneralPurpose::new(&alphabet::URL_SAFE, config)
+                .decode(&clean)
+                .map_err(|_| e)
+        })
+        .map_err(|e| anyhow::anyhow!("not base64: {e}"))
 }
 
 /// `--think`: recorded think times, none, or scaled.
@@ -887,6 +827,10 @@ body-base64 = "AAEC/w=="
             assert_eq!(base64_decode(&base64_encode(&data)).unwrap(), data);
         }
         assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
+        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(base64_decode("aGVs\nbG8=").unwrap(), b"hello");
+        assert_eq!(base64_decode("-_8").unwrap(), [0xfb, 0xff]);
+        assert!(base64_decode("a$").is_err());
     }
 
     #[test]

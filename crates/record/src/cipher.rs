@@ -16,22 +16,19 @@ use crate::error::Error;
 use crate::message::ContentType;
 use crate::suite::{Suite, NONCE_LEN};
 
-/// Bytes in a record header: type, legacy version, length.
-pub const HEADER_LEN: usize = 5;
+/// Bytes in a record header: type, legacy version, length (`baton-wire`'s, as are the limits
+/// below that the protocol fixes).
+pub use baton_wire::record::{HEADER_LEN, MAX_PLAINTEXT_LEN};
 
 /// The legacy record version every record after the handshake carries (TLS 1.2's 0x0303,
 /// which TLS 1.3 keeps on the wire, RFC 8446 5.1).
 pub const RECORD_VERSION: u16 = 0x0303;
 
-/// The largest plaintext fragment (2^14): we never seal more per record, and refuse a peer's
-/// record that decrypts to more (`record_overflow`).
-pub const MAX_PLAINTEXT_LEN: usize = 1 << 14;
-
 /// The largest TLS 1.3 record payload on the wire (2^14 + 256, RFC 8446 5.2).
 pub const TLS13_MAX_CIPHERTEXT_LEN: usize = MAX_PLAINTEXT_LEN + 256;
 
 /// The largest TLS 1.2 record payload on the wire (2^14 + 2048, RFC 5246 6.2.3).
-pub const TLS12_MAX_CIPHERTEXT_LEN: usize = MAX_PLAINTEXT_LEN + 2048;
+pub const TLS12_MAX_CIPHERTEXT_LEN: usize = baton_wire::record::MAX_CIPHERTEXT_LEN;
 
 /// When the sending sequence number reaches this, the key must be replaced (TLS 1.3
 /// KeyUpdate) or the connection closed (TLS 1.2) before it wraps. It leaves 2^16 - 2 sequence

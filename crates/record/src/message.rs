@@ -1,111 +1,13 @@
 //! The few TLS messages a connection still exchanges after its handshake: alerts (RFC 8446 6,
 //! RFC 5246 7.2), KeyUpdate (RFC 8446 4.6.3) and the headers of the handshake messages we
-//! refuse or ignore. Code points are newtypes with named constants, as in `baton-wire`, so a
-//! value we have no name for still prints (as hex) instead of vanishing into "unknown".
+//! refuse or ignore. Code points are `baton-wire`'s newtypes with named constants, so a value
+//! we have no name for still prints (as hex) instead of vanishing into "unknown".
 
-use std::fmt;
-
-macro_rules! code_point {
-    ($(#[$meta:meta])* $name:ident { $( $(#[$vmeta:meta])* $konst:ident = $val:expr, )* }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-        pub struct $name(pub u8);
-
-        impl $name {
-            $( $(#[$vmeta])* pub const $konst: Self = Self($val); )*
-
-            /// The registry name of this value, if it has one here.
-            pub fn name(self) -> Option<&'static str> {
-                match self {
-                    $( Self::$konst => Some(stringify!($konst)), )*
-                    _ => None,
-                }
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "{}({:#04x})", stringify!($name), self.0),
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(self, f)
-            }
-        }
-    };
-}
-
-code_point! {
-    /// The type of a record (outer, or in TLS 1.3 the inner type after decryption).
-    ContentType {
-        /// ChangeCipherSpec: only during a handshake, never after it.
-        CHANGE_CIPHER_SPEC = 20,
-        /// An alert.
-        ALERT = 21,
-        /// Handshake messages.
-        HANDSHAKE = 22,
-        /// Application data (and every TLS 1.3 record's outer type).
-        APPLICATION_DATA = 23,
-    }
-}
-
-code_point! {
-    /// The level of a TLS 1.2 alert (TLS 1.3 ignores it: RFC 8446 6).
-    AlertLevel {
-        /// May be ignored (TLS 1.2 only).
-        WARNING = 1,
-        /// Ends the connection.
-        FATAL = 2,
-    }
-}
-
-code_point! {
-    /// An alert description (RFC 8446 6, RFC 5246 7.2).
-    AlertDescription {
-        /// Orderly end of the sender's direction.
-        CLOSE_NOTIFY = 0,
-        /// A record or message that is not allowed here.
-        UNEXPECTED_MESSAGE = 10,
-        /// A record failed to decrypt.
-        BAD_RECORD_MAC = 20,
-        /// A record longer than the protocol allows.
-        RECORD_OVERFLOW = 22,
-        /// A field has a value out of range.
-        ILLEGAL_PARAMETER = 47,
-        /// A message could not be parsed.
-        DECODE_ERROR = 50,
-        /// A local failure unrelated to the peer's bytes.
-        INTERNAL_ERROR = 80,
-        /// The sender cancels (TLS 1.3: not fatal by itself).
-        USER_CANCELED = 90,
-        /// TLS 1.2: the sender refuses to renegotiate (warning level).
-        NO_RENEGOTIATION = 100,
-    }
-}
-
-code_point! {
-    /// A handshake message type (RFC 8446 4, RFC 5246 7.4).
-    HandshakeType {
-        /// TLS 1.2: a server asking the client to renegotiate.
-        HELLO_REQUEST = 0,
-        /// A new handshake (TLS 1.2: a renegotiation attempt after the first one).
-        CLIENT_HELLO = 1,
-        /// TLS 1.3: a resumption ticket from the server.
-        NEW_SESSION_TICKET = 4,
-        /// TLS 1.3: post-handshake authentication request from the server.
-        CERTIFICATE_REQUEST = 13,
-        /// TLS 1.3: a key update (RFC 8446 4.6.3).
-        KEY_UPDATE = 24,
-    }
-}
-
+// The code points are `baton-wire`'s: one registry of names for the dispatcher's parsers and
+// the record layer.
+pub use baton_wire::enums::{AlertDescription, AlertLevel, ContentType, HandshakeType};
 /// Bytes of a handshake message header: type and 24-bit body length.
-pub const HANDSHAKE_HEADER_LEN: usize = 4;
+pub use baton_wire::record::HANDSHAKE_HEADER_LEN;
 
 /// An alert as it travels in a record: level and description.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -102,6 +102,40 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// The level of a TLS 1.2 alert (TLS 1.3 ignores it: RFC 8446 6).
+    AlertLevel(u8) {
+        /// May be ignored (TLS 1.2 only).
+        WARNING = 1,
+        /// Ends the connection.
+        FATAL = 2,
+    }
+}
+
+wire_enum! {
+    /// An alert description (RFC 8446 6, RFC 5246 7.2); the ones Baton sends or acts on.
+    AlertDescription(u8) {
+        /// Orderly end of the sender's direction.
+        CLOSE_NOTIFY = 0,
+        /// A record or message that is not allowed here.
+        UNEXPECTED_MESSAGE = 10,
+        /// A record failed to decrypt.
+        BAD_RECORD_MAC = 20,
+        /// A record longer than the protocol allows.
+        RECORD_OVERFLOW = 22,
+        /// A field has a value out of range.
+        ILLEGAL_PARAMETER = 47,
+        /// A message could not be parsed.
+        DECODE_ERROR = 50,
+        /// A local failure unrelated to the peer's bytes.
+        INTERNAL_ERROR = 80,
+        /// The sender cancels (TLS 1.3: not fatal by itself).
+        USER_CANCELED = 90,
+        /// TLS 1.2: the sender refuses to renegotiate (warning level).
+        NO_RENEGOTIATION = 100,
+    }
+}
+
+wire_enum! {
     /// A protocol version as written on the wire (`legacy_version`, `supported_versions`).
     ProtocolVersion(u16) {
         SSLV3 = 0x0300,

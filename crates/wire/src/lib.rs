@@ -37,8 +37,9 @@ pub mod record;
 pub mod server_hello;
 
 pub use enums::{
-    CipherSuite, Compression, ContentType, ExtensionType, HandshakeType, NamedGroup,
-    ProtocolVersion, PskKeyExchangeMode, ServerNameType, SignatureScheme,
+    AlertDescription, AlertLevel, CipherSuite, Compression, ContentType, ExtensionType,
+    HandshakeType, NamedGroup, ProtocolVersion, PskKeyExchangeMode, ServerNameType,
+    SignatureScheme,
 };
 pub use error::{Error, Malformed, NotTls};
 pub use hello::{

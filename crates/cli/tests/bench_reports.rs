@@ -1,4 +1,4 @@
-//! `baton bench`, part 2, against a real `baton agent` on 127.0.0.1: `merge` of runs from
+//! `baton bench` reports, against a real `baton agent` on 127.0.0.1: `merge` of runs from
 //! several "machines", the HTML report (rendered by headless Chromium), `find-max`, sweeps.
 
 mod common;
@@ -68,7 +68,7 @@ fn pairs(v: &Value, phase: &str) -> BTreeMap<u64, u64> {
 #[test]
 fn merge_of_two_runs_is_their_exact_sum() {
     let pki = Pki::new();
-    let dir = TempDir::new("bench2-merge");
+    let dir = TempDir::new("bench-reports-merge");
     let (agent, trust) = agent(&pki, &[]);
     let url = agent.url("/");
     let trust: Vec<&str> = trust.iter().map(String::as_str).collect();
@@ -183,7 +183,7 @@ fn merge_of_two_runs_is_their_exact_sum() {
 #[test]
 fn html_report_is_self_contained_and_renders() {
     let pki = Pki::new();
-    let dir = TempDir::new("bench2-report");
+    let dir = TempDir::new("bench-reports-report");
     let (agent, trust) = agent(&pki, &[]);
     let url = agent.url("/bytes/512");
     let html = dir.arg("report.html");
@@ -244,7 +244,7 @@ fn html_report_is_self_contained_and_renders() {
 #[test]
 fn find_max_converges_under_a_cpu_cap() {
     let pki = Pki::new();
-    let dir = TempDir::new("bench2-findmax");
+    let dir = TempDir::new("bench-reports-findmax");
     let (agent, trust) = agent(&pki, &[]);
     // 10 % of one core: the agent, not the client, is what saturates (when cgroups allow)
     let cap = CpuCap::apply(agent.child.id(), 10);
@@ -338,7 +338,7 @@ fn find_max_converges_under_a_cpu_cap() {
 #[test]
 fn sweeps_run_a_matrix_into_one_table() {
     let pki = Pki::new();
-    let dir = TempDir::new("bench2-sweep");
+    let dir = TempDir::new("bench-reports-sweep");
     let (agent, trust) = agent(&pki, &[]);
     let config = dir.path("sweep.toml");
     std::fs::write(
