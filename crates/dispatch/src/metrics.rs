@@ -1,9 +1,13 @@
-//! The dispatcher's counters, rendered as Prometheus text.
+//! The dispatcher's counters: atomics on the connection path, encoded by a collector at
+//! scrape time (with the router's per-agent health and open connections).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use baton_ops::family;
+use baton_ops::metrics::{counter, counters, gauges};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder,
+};
 
 use crate::route::Reason;
 
@@ -121,140 +125,187 @@ impl Metrics {
         self.handoffs[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Prometheus text; `state(agent)` gives (up, active connections).
-    pub fn render(&self, state: impl Fn(usize) -> (bool, u32)) -> String {
-        let mut out = String::with_capacity(2048);
+    /// The families, for a collector: `state(agent)` gives (up, active connections), read
+    /// from the router at scrape time.
+    pub fn encode(
+        &self,
+        e: &mut DescriptorEncoder,
+        state: impl Fn(usize) -> (bool, u32),
+    ) -> Result<(), std::fmt::Error> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        family(
-            &mut out,
-            "baton_dispatch_connections_total",
-            "counter",
+        counters(
+            e,
+            "baton_dispatch_connections",
             "Connections routed, by agent and reason.",
-        );
-        for (agent, reasons) in self.routed.iter().enumerate() {
-            for (i, r) in Reason::ALL.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "baton_dispatch_connections_total{{agent=\"{agent}\",reason=\"{}\"}} {}",
-                    r.label(),
-                    load(&reasons[i])
-                );
-            }
-        }
-        family(
-            &mut out,
+            self.routed.iter().enumerate().flat_map(|(agent, reasons)| {
+                Reason::ALL
+                    .iter()
+                    .zip(reasons)
+                    .map(move |(&reason, n)| (AgentReason { agent, reason }, load(n)))
+            }),
+        )?;
+        let agents = 0..self.routed.len();
+        let states: Vec<(bool, u32)> = agents.clone().map(state).collect();
+        gauges(
+            e,
             "baton_dispatch_connections_active",
-            "gauge",
             "Connections open, by agent.",
-        );
-        family(
-            &mut out,
+            states
+                .iter()
+                .enumerate()
+                .map(|(agent, s)| (AgentLabel { agent }, s.1)),
+        )?;
+        gauges(
+            e,
             "baton_dispatch_agent_up",
-            "gauge",
             "1 if the agent passes health checks.",
-        );
-        family(
-            &mut out,
-            "baton_dispatch_connect_failures_total",
-            "counter",
+            states
+                .iter()
+                .enumerate()
+                .map(|(agent, s)| (AgentLabel { agent }, i64::from(s.0))),
+        )?;
+        counters(
+            e,
+            "baton_dispatch_connect_failures",
             "Failed connections to an agent.",
-        );
-        for agent in 0..self.routed.len() {
-            let (up, active) = state(agent);
-            let _ = writeln!(
-                out,
-                "baton_dispatch_connections_active{{agent=\"{agent}\"}} {active}"
-            );
-            let _ = writeln!(
-                out,
-                "baton_dispatch_agent_up{{agent=\"{agent}\"}} {}",
-                up as u8
-            );
-            let _ = writeln!(
-                out,
-                "baton_dispatch_connect_failures_total{{agent=\"{agent}\"}} {}",
-                load(&self.connect_failures[agent])
-            );
-        }
-        family(
-            &mut out,
-            "baton_dispatch_hellos_total",
-            "counter",
+            agents.map(|agent| (AgentLabel { agent }, load(&self.connect_failures[agent]))),
+        )?;
+        counters(
+            e,
+            "baton_dispatch_hellos",
             "First bytes of connections, by how reading the ClientHello ended.",
-        );
-        for (i, o) in HelloOutcome::ALL.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_dispatch_hellos_total{{outcome=\"{}\"}} {}",
-                o.label(),
-                load(&self.hello[i])
-            );
-        }
-        family(
-            &mut out,
-            "baton_dispatch_handoffs_total",
-            "counter",
+            HelloOutcome::ALL
+                .iter()
+                .zip(&self.hello)
+                .map(|(&outcome, n)| (HelloLabel { outcome }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_dispatch_handoffs",
             "`handoff` connections offered for migration, by outcome: migrated to the home agent, \
              declined (the handshake agent was home), aborted before extraction, or fell back to \
              the handshake agent (home agent refused, failed or timed out).",
-        );
-        for (i, o) in HANDOFF_OUTCOMES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_dispatch_handoffs_total{{outcome=\"{o}\"}} {}",
-                load(&self.handoffs[i])
-            );
-        }
-        family(
-            &mut out,
-            "baton_dispatch_no_agent_total",
-            "counter",
+            HANDOFF_OUTCOMES
+                .iter()
+                .zip(&self.handoffs)
+                .map(|(&outcome, n)| (HandoffLabel { outcome }, load(n))),
+        )?;
+        counter(
+            e,
+            "baton_dispatch_no_agent",
             "Connections closed because no agent was up.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_dispatch_no_agent_total {}",
-            load(&self.no_agent)
-        );
-        family(
-            &mut out,
-            "baton_dispatch_rejected_total",
-            "counter",
+            load(&self.no_agent),
+        )?;
+        counter(
+            e,
+            "baton_dispatch_rejected",
             "Connections closed at accept (--max-connections).",
-        );
-        let _ = writeln!(
-            out,
-            "baton_dispatch_rejected_total {}",
-            load(&self.rejected)
-        );
-        family(
-            &mut out,
-            "baton_dispatch_proxy_refused_total",
-            "counter",
+            load(&self.rejected),
+        )?;
+        counter(
+            e,
+            "baton_dispatch_proxy_refused",
             "Connections refused at accept: a PROXY header was expected, but the peer is outside --proxy-protocol-from.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_dispatch_proxy_refused_total {}",
-            load(&self.proxy_refused)
-        );
-        family(
-            &mut out,
-            "baton_dispatch_bytes_total",
-            "counter",
+            load(&self.proxy_refused),
+        )?;
+        counters(
+            e,
+            "baton_dispatch_bytes",
             "Bytes relayed, by direction.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_dispatch_bytes_total{{direction=\"from_client\"}} {}",
-            load(&self.bytes_in)
-        );
-        let _ = writeln!(
-            out,
-            "baton_dispatch_bytes_total{{direction=\"to_client\"}} {}",
-            load(&self.bytes_out)
-        );
-        baton_ops::render_process(&mut out);
-        out
+            [
+                (
+                    DirectionLabel {
+                        direction: "from_client",
+                    },
+                    load(&self.bytes_in),
+                ),
+                (
+                    DirectionLabel {
+                        direction: "to_client",
+                    },
+                    load(&self.bytes_out),
+                ),
+            ],
+        )
+    }
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct AgentReason {
+    agent: usize,
+    reason: Reason,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct AgentLabel {
+    agent: usize,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct HelloLabel {
+    outcome: HelloOutcome,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct HandoffLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+impl EncodeLabelValue for Reason {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.label())
+    }
+}
+
+impl EncodeLabelValue for HelloOutcome {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.label())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_ops::metrics::encode;
+    use prometheus_client::collector::Collector;
+    use prometheus_client::registry::Registry;
+
+    #[derive(Debug)]
+    struct Fixed(Metrics);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            self.0.encode(&mut e, |a| (a == 0, 3))
+        }
+    }
+
+    #[test]
+    fn encodes_counted_values_and_router_state() {
+        let m = Metrics::new(2);
+        m.routed(1, Reason::Ticket);
+        m.hello(HelloOutcome::TooLarge);
+        m.handoff(baton_wire::handoff::Outcome::Migrated);
+        m.bytes(5, 7);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(m)));
+        let text = encode(&registry);
+        for line in [
+            "baton_dispatch_connections_total{agent=\"1\",reason=\"ticket\"} 1",
+            "baton_dispatch_connections_total{agent=\"0\",reason=\"policy\"} 0",
+            "baton_dispatch_connections_active{agent=\"1\"} 3",
+            "baton_dispatch_agent_up{agent=\"0\"} 1",
+            "baton_dispatch_agent_up{agent=\"1\"} 0",
+            "baton_dispatch_hellos_total{outcome=\"too_large\"} 1",
+            "baton_dispatch_handoffs_total{outcome=\"migrated\"} 1",
+            "baton_dispatch_no_agent_total 0",
+            "baton_dispatch_bytes_total{direction=\"to_client\"} 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
     }
 }

@@ -60,6 +60,27 @@ impl Shared {
     }
 }
 
+/// The dispatcher's families, read at scrape time (counters and the router's agent state).
+struct Collected(Arc<Shared>);
+
+impl std::fmt::Debug for Collected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dispatch metrics")
+    }
+}
+
+impl prometheus_client::collector::Collector for Collected {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let r = self.0.router();
+        self.0
+            .metrics
+            .encode(&mut e, |a| (r.is_healthy(a), r.active(a)))
+    }
+}
+
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     let router = Arc::new(Mutex::new(Router::new(config.policy, config.agents.len())));
     // The links first, so that `ready` means clients can be carried (an agent that is down
@@ -83,12 +104,14 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         shared.config.proxy_protocol,
     ));
     if let Some(l) = metrics_listener {
-        let s = shared.clone();
-        let render = Arc::new(move || {
-            let r = s.router();
-            s.metrics.render(|a| (r.is_healthy(a), r.active(a)))
-        });
-        tokio::spawn(baton_ops::serve_metrics(l, render, stop.clone()));
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Collected(shared.clone())));
+        registry.register_collector(Box::new(baton_ops::metrics::ProcessCollector));
+        tokio::spawn(baton_ops::serve_registry(
+            l,
+            Arc::new(registry),
+            stop.clone(),
+        ));
     }
     let tracker = TaskTracker::new();
     let permits = Arc::new(Semaphore::new(shared.config.max_connections));
