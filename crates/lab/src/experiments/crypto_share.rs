@@ -1,4 +1,4 @@
-//! Seed 002: what share of an HTTPS server's CPU is cryptography, and what moving the private
+//! The crypto offload paper: what share of an HTTPS server's CPU is cryptography, and what moving the private
 //! key out of the server saves. The paper (Apache + OpenSSL 0.9.8 on an UltraSPARC T2, DTrace,
 //! 50 KB pages) found crypto at 77.20% of the server's time with RSA key exchange
 //! (DES-CBC-SHA) and 48.76% with ephemeral DH (EDH-RSA-DES-CBC-SHA), and offloading all of it
@@ -26,7 +26,7 @@ use crate::row;
 use crate::table::{ratio, Table};
 
 const BODY: usize = 51_200;
-/// Seed 002 Table 2 and 3: crypto's share of the server's time without offload.
+/// The crypto offload paper, Table 2 and 3: crypto's share of the server's time without offload.
 const PAPER_RSA_KX_SHARE: f64 = 77.20;
 const PAPER_EDH_SHARE: f64 = 48.76;
 /// Total processing time with offload over without (5355/14307 ms and 8810/21600 ms).
@@ -215,15 +215,17 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let signer_ok = signer_available(&lab.baton);
     let mut t = Table::new(
         "crypto-share",
-        format!("seed 002: crypto's share of one capped agent's CPU, {BODY}-byte bodies, key in the agent vs in baton signer"),
+        format!("the crypto offload paper: crypto's share of one capped agent's CPU, {BODY}-byte bodies, key in the agent vs in baton signer"),
     )
     .column("suite", "suite")
     .column("handshakes", "handshakes")
     .column("key", "key")
     .column("tps", "TPS")
     .column("cpu_ms_per_tx", "agent CPU ms/tx")
-    .column("vs_in_process", "x in-process")
-    .column("paper_offload", "paper x")
+    .column("vs_in_process", "agent x in-process")
+    .column("signer_ms_per_tx", "signer CPU ms/tx")
+    .column("system_vs_in_process", "agent+signer x in-process")
+    .column("paper_offload", "paper x (total time)")
     .column("crypto", "crypto %")
     .column("sign", "sign %")
     .column("kx", "kx %")
@@ -277,7 +279,16 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
                 timeout: Some("10s".into()),
                 ..Default::default()
             };
+            // the signer's CPU over the same run: the offload's whole cost, not only the agent's
+            let signer_cpu = || {
+                signer
+                    .as_ref()
+                    .filter(|_| remote)
+                    .and_then(|s| crate::rig::proc_cpu_seconds(s.proc.child.id()))
+            };
+            let signer_before = signer_cpu();
             let m = measure(lab, &sut, args, perf.is_none())?;
+            let signer_s = signer_cpu().zip(signer_before).map(|(a, b)| a - b);
             let c = &m.comparison;
             let cpu_ms = m.run.server_cpu_per_tx_ms();
             if handshakes == "full" && !remote {
@@ -306,6 +317,14 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             if remote {
                 let ratio_cpu = cpu_ms.zip(in_process_full).and_then(|(s, l)| ratio(s, l));
                 r.insert("vs_in_process".into(), json!(ratio_cpu));
+                let n = m.run.report.requests.ok;
+                let signer_ms = signer_s.filter(|_| n > 0).map(|s| s * 1e3 / n as f64);
+                r.insert("signer_ms_per_tx".into(), json!(signer_ms));
+                let system = cpu_ms
+                    .zip(signer_ms)
+                    .zip(in_process_full)
+                    .and_then(|((a, s), l)| ratio(a + s, l));
+                r.insert("system_vs_in_process".into(), json!(system));
                 if case.paper_edh {
                     r.insert("paper_offload".into(), json!(PAPER_EDH_OFFLOAD));
                 }
@@ -336,7 +355,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         Some(why) => t.note(format!("perf columns empty: {why}")),
     }
     if signer_ok {
-        t.note("key signer: baton signer on a Unix socket, uncapped (the paper's crypto unit was separate hardware); x in-process = agent CPU per transaction with the signer over without; the signer's waiting time (sign_remote) is not agent CPU and is left out of crypto %");
+        t.note("key signer: baton signer on a Unix socket, uncapped (the paper's crypto unit was separate hardware); agent x in-process = the agent's CPU per transaction with the signer over without (what offload frees on the server); agent+signer x in-process = the agent's and the signer's CPU together over the agent's alone without it (what the whole system pays, the scope of the paper's total time); the signer's waiting time (sign_remote) is not agent CPU and is left out of crypto %");
     } else {
         t.note("signer not available in this build (baton signer): no offload rows");
     }

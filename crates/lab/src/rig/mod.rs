@@ -500,7 +500,7 @@ impl Sut {
     }
 
     /// The single TLS reverse proxy (capped like one server) in front of `backends` plain-HTTP
-    /// nginx servers (each capped too): seed 000's Pound, played by nginx (`upstream` block,
+    /// nginx servers (each capped too): the CSSL paper's Pound, played by nginx (`upstream` block,
     /// `ip_hash` or round robin) or by a Baton agent (`--upstream` per backend,
     /// `--upstream-balance client-ip` or `round-robin`) in front of the same farm.
     pub fn tls_proxy(
@@ -646,7 +646,7 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
 }
 
 /// utime + stime of one process (the fallback when no cpuacct group counts the server).
-fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+pub(crate) fn proc_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
