@@ -339,6 +339,13 @@ fn lab_crypto_share_quick() {
             let remote = find(suite, "full", "signer");
             assert_eq!(f(remote, "sign"), Some(0.0), "{remote}");
             assert!(f(remote, "vs_in_process").is_some(), "{remote}");
+            // the offload's whole cost: the signer worked, and agent + signer is at least the
+            // agent's share alone
+            let signer_ms = f(remote, "signer_ms_per_tx").expect("signer CPU measured");
+            // (/proc counts in 10 ms ticks: an RSA run's signatures are always more than that)
+            assert!(signer_ms > 0.0 || !suite.contains("RSA"), "{remote}");
+            let system = f(remote, "system_vs_in_process").expect("agent+signer ratio");
+            assert!(system >= f(remote, "vs_in_process").unwrap(), "{remote}");
         }
     }
 }
