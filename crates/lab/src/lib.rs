@@ -10,6 +10,7 @@ pub mod experiments;
 pub mod pki;
 pub mod profile;
 pub mod rig;
+pub mod soak;
 pub mod table;
 mod up;
 

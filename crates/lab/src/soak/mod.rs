@@ -1,0 +1,1108 @@
+//! `baton lab soak`: the chaos soak of issue 15. Two systems under load at once, while a fault
+//! injector works through a seeded schedule:
+//!
+//! - side A: `baton up --agents 3 --policy handoff --store redis` (the lab's [`Cluster`]) with a
+//!   real `redis-server`;
+//! - side B: three agents with `--store peers` (also a [`Cluster`], whose own dispatcher is
+//!   stopped at once) behind HAProxy `mode tcp` (`balance roundrobin`, TCP health checks every
+//!   0.5 s, two misses to take a server out, `option redispatch`, PROXY v2 to the agents).
+//!
+//! Faults (`schedule.rs`): SIGKILL an agent and start it again on the same ports, SIGSTOP an
+//! agent for 5 s, SIGKILL Redis and start it again (empty), SIGKILL A's dispatcher and start it
+//! again, and the attacker (`attacker.rs`) against every listener: dispatcher, agents' TLS,
+//! link and replication ports, HAProxy. Load (`load.rs`): open-loop requests at a fixed rate
+//! on each side, each recorded with its times and error. Attribution (`account.rs`) explains a
+//! failure only by a killed or stopped process on the request's path, in a window the module
+//! documents; anything else is unexplained. Every process's descriptors and RSS are sampled
+//! each second (`sample.rs`), every agent's /metrics too (counters summed over restarts).
+//!
+//! The run fails on an unexplained failure, a process that ends the quiet period above its
+//! start by more than the tolerances of `sample.rs`, a panic in any log, or a fault that could
+//! not be carried out.
+
+pub mod account;
+pub mod attacker;
+pub mod load;
+pub mod sample;
+pub mod schedule;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+
+use crate::cluster::{spawn_ready, Cluster, ClusterSpec, Proc, Store};
+use crate::pki::KeyKind;
+use crate::rig::Lab;
+use crate::row;
+use crate::table::Table;
+use account::{Outcome, Request, Window};
+use sample::{Sample, Span};
+use schedule::{Event, Fault, Plan, Side};
+
+/// `baton lab soak`: load both systems while faults are injected; every failure accounted for.
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoakArgs {
+    /// Length of the load, warm-up and quiet period included (e.g. 10m). Default 10m, or 90s
+    /// with --quick (each fault kind once).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Seed of the fault schedule: the same seed, the same faults at the same times.
+    #[arg(long, default_value_t = 15, value_name = "N")]
+    pub seed: u64,
+    /// Requests per second on each side. Default 100 (two sides, a 2-core machine).
+    #[arg(long, value_name = "N")]
+    pub rate: Option<u32>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    baton_bench::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Runs the soak; its tables (the caller prints them; any `failed` entry fails the run).
+pub fn run(lab: &Lab, args: SoakArgs) -> anyhow::Result<Vec<Table>> {
+    let duration = args.duration.unwrap_or(if lab.quick {
+        schedule::QUICK_DURATION
+    } else {
+        schedule::FULL_DURATION
+    });
+    let plan = schedule::schedule(args.seed, duration, lab.quick);
+    let rate = args.rate.unwrap_or(100).max(1) as f64;
+    if !crate::rig::haproxy::available() {
+        bail!(
+            "the soak needs haproxy ({}; BATON_HAPROXY names another)",
+            crate::rig::haproxy::binary().display()
+        );
+    }
+    if Command::new(redis_binary())
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        bail!("the soak needs redis-server");
+    }
+    println!(
+        "soak: seed {}, {} s of load at {rate}/s per side, faults from {} s to {} s, then quiet",
+        args.seed,
+        plan.duration.as_secs(),
+        plan.warmup.as_secs(),
+        plan.faults_end.as_secs()
+    );
+    for e in &plan.events {
+        println!(
+            "  {:>6.1} s  {:<24} for {:.1} s",
+            e.at.as_secs_f64(),
+            e.fault.to_string(),
+            e.len.as_secs_f64()
+        );
+    }
+    let dir = lab.dir.join("soak");
+    std::fs::create_dir_all(&dir)?;
+    let sys = Systems::start(lab, &dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let outcome = runtime.block_on(drive(&plan, rate, args.seed, sys))?;
+    Ok(report(&plan, &dir, outcome))
+}
+
+fn redis_binary() -> PathBuf {
+    std::env::var_os("BATON_REDIS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// the systems under test
+
+/// `redis-server` on a fixed port, without persistence (a restart comes back empty).
+struct Redis {
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> anyhow::Result<Redis> {
+        let mut r = Redis {
+            port: crate::rig::free_port()?,
+            child: None,
+            log: dir.join("redis.log"),
+        };
+        r.spawn()?;
+        Ok(r)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(redis_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting redis-server")?;
+        self.child = Some(child);
+        wait_port(self.port, Duration::from_secs(10)).context("redis-server did not listen")
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_port(port: u16, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("nothing listens on 127.0.0.1:{port}")
+}
+
+/// HAProxy in front of side B: like the lab's (`rig/haproxy.rs`), plus what a production
+/// configuration has and a soak needs: health checks, redispatch of refused connects, and the
+/// PROXY header the agents expect.
+struct Haproxy {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Haproxy {
+    fn start(servers: &[SocketAddr], dir: &Path) -> anyhow::Result<Haproxy> {
+        let dir = dir.join("haproxy");
+        std::fs::create_dir_all(&dir)?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], crate::rig::free_port()?));
+        let sock = dir.join("stats.sock");
+        let mut cfg = format!(
+            "global\n  nbthread 1\n  maxconn 4000\n  stats socket {} mode 600 level user\n\
+             defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  \
+             timeout server 30s\n  retries 3\n  option redispatch 1\n\
+             frontend fe\n  bind {addr}\n  default_backend be\n\
+             backend be\n  balance roundrobin\n  \
+             default-server inter 500ms fall 2 rise 1 send-proxy-v2\n",
+            sock.display()
+        );
+        for (i, a) in servers.iter().enumerate() {
+            cfg.push_str(&format!("  server s{i} {a} check\n"));
+        }
+        let file = dir.join("haproxy.cfg");
+        std::fs::write(&file, cfg)?;
+        let log = std::fs::File::create(dir.join("haproxy.log"))?;
+        let mut child = Command::new(crate::rig::haproxy::binary())
+            .arg("-db")
+            .arg("-f")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting haproxy")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "haproxy exited at start ({status}): {}",
+                    std::fs::read_to_string(dir.join("haproxy.log")).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("haproxy did not start in 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Haproxy { child, addr })
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Everything the soak runs; faults act on it under a lock.
+struct Systems {
+    baton: PathBuf,
+    a: Cluster,
+    b: Cluster,
+    redis: Redis,
+    haproxy: Haproxy,
+    restarts: usize,
+}
+
+impl Systems {
+    fn start(lab: &Lab, dir: &Path) -> anyhow::Result<Systems> {
+        let redis = Redis::start(dir)?;
+        let spec = |name: &str,
+                    policy: &str,
+                    store: Store,
+                    agent_args: &[&str]|
+         -> anyhow::Result<ClusterSpec> {
+            Ok(ClusterSpec {
+                baton: lab.baton.clone(),
+                dir: dir.join(name),
+                listen: SocketAddr::from(([127, 0, 0, 1], crate::rig::free_port()?)),
+                agents: schedule::AGENTS,
+                policy: policy.into(),
+                store,
+                key: KeyKind::EcdsaP256,
+                agent_args: agent_args.iter().map(|a| a.to_string()).collect(),
+                agent_caps: Vec::new(),
+            })
+        };
+        // no stateless tickets on side A: sessions live in Redis, so its outage costs something
+        let a = Cluster::start(&spec(
+            "a",
+            "handoff",
+            Store::Redis(redis.url()),
+            &["--tickets", "false"],
+        )?)?;
+        let mut b = Cluster::start(&spec("b", "round-robin", Store::Peers, &[])?)?;
+        // side B's front is HAProxy: its own dispatcher goes
+        let _ = b.dispatcher.child.kill();
+        let _ = b.dispatcher.child.wait();
+        let servers: Vec<SocketAddr> = b
+            .agents
+            .iter()
+            .map(|p| p.addr("tls").context("agent TLS address"))
+            .collect::<anyhow::Result<_>>()?;
+        let haproxy = Haproxy::start(&servers, dir)?;
+        Ok(Systems {
+            baton: lab.baton.clone(),
+            a,
+            b,
+            redis,
+            haproxy,
+            restarts: 0,
+        })
+    }
+
+    fn cluster(&mut self, side: Side) -> &mut Cluster {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    /// Every listener an attacker can reach, named by kind.
+    fn listeners(&self) -> Vec<(String, SocketAddr)> {
+        let mut out = vec![("dispatcher".to_string(), self.a.addr())];
+        for (side, c) in [(Side::A, &self.a), (Side::B, &self.b)] {
+            for (i, p) in c.agents.iter().enumerate() {
+                for kind in ["tls", "link"] {
+                    if let Some(addr) = p.addr(kind) {
+                        out.push((format!("{kind} {side}{i}"), addr));
+                    }
+                }
+                if let Some(peer) = flag_value(&cmdline(p.child.id()), "--peer-listen") {
+                    if let Ok(addr) = peer.parse() {
+                        out.push((format!("peer {side}{i}"), addr));
+                    }
+                }
+            }
+        }
+        out.push(("haproxy".to_string(), self.haproxy.addr));
+        out
+    }
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// A process's arguments for a restart on the same ports: each `FLAG 127.0.0.1:0` becomes the
+/// address it announced as `kind`.
+fn pinned(
+    args: &[String],
+    addrs: &HashMap<String, SocketAddr>,
+    map: &[(&str, &str)],
+) -> Vec<String> {
+    let mut out: Vec<String> = args.iter().skip(1).cloned().collect();
+    for i in 1..out.len() {
+        if !out[i].ends_with(":0") {
+            continue;
+        }
+        if let Some((_, kind)) = map.iter().find(|(flag, _)| out[i - 1] == *flag) {
+            if let Some(a) = addrs.get(*kind) {
+                out[i] = a.to_string();
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// what is watched: processes, their samples and counters
+
+/// One process slot (a process and its restarts).
+struct Slot {
+    name: String,
+    pid: u32,
+    metrics: Option<SocketAddr>,
+    samples: Vec<Sample>,
+    /// Latest counters of each incarnation (pid).
+    counters: BTreeMap<u32, Counters>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Counters {
+    full: u64,
+    resumed: u64,
+}
+
+/// Full and resumed handshakes from an agent's /metrics (short timeouts: a stopped agent
+/// accepts and never answers).
+fn scrape(addr: SocketAddr) -> Option<Counters> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(800))).ok()?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut raw = Vec::new();
+    s.take(8 << 20).read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let body = text.split_once("\r\n\r\n")?.1;
+    let m = baton_bench::parse_metrics(body);
+    let sum = |label: &str| -> u64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with("baton_handshakes_total{") && k.contains(label))
+            .map(|(_, v)| *v as u64)
+            .sum()
+    };
+    Some(Counters {
+        full: sum("kind=\"full\""),
+        resumed: sum("kind=\"resumed\""),
+    })
+}
+
+struct Watch {
+    t0: Instant,
+    slots: Vec<Slot>,
+}
+
+impl Watch {
+    fn new(sys: &Systems, t0: Instant) -> Watch {
+        let mut slots = vec![Slot::new("A dispatcher", sys.a.dispatcher.child.id(), None)];
+        for (side, c) in [(Side::A, &sys.a), (Side::B, &sys.b)] {
+            for (i, p) in c.agents.iter().enumerate() {
+                slots.push(Slot::new(
+                    &format!("{side} agent{i}"),
+                    p.child.id(),
+                    p.addr("metrics"),
+                ));
+            }
+        }
+        slots.push(Slot::new("A redis", sys.redis.pid(), None));
+        slots.push(Slot::new("B haproxy", sys.haproxy.child.id(), None));
+        Watch { t0, slots }
+    }
+
+    fn slot(&mut self, name: &str) -> &mut Slot {
+        self.slots
+            .iter_mut()
+            .find(|s| s.name == name)
+            .expect("a known slot")
+    }
+
+    /// One round: every process's size, every agent's counters.
+    fn round(w: &Mutex<Watch>) {
+        let (t, todo): (Duration, Vec<(usize, u32, Option<SocketAddr>)>) = {
+            let w = w.lock().unwrap();
+            (
+                w.t0.elapsed(),
+                w.slots
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (i, s.pid, s.metrics))
+                    .collect(),
+            )
+        };
+        for (i, pid, metrics) in todo {
+            let s = sample::sample(pid, t);
+            let c = metrics.and_then(scrape);
+            let mut w = w.lock().unwrap();
+            let slot = &mut w.slots[i];
+            if slot.pid != pid {
+                continue; // restarted meanwhile
+            }
+            if let Some(s) = s {
+                slot.samples.push(s);
+            }
+            if let Some(c) = c {
+                slot.counters.insert(pid, c);
+            }
+        }
+    }
+}
+
+impl Slot {
+    fn new(name: &str, pid: u32, metrics: Option<SocketAddr>) -> Slot {
+        Slot {
+            name: name.into(),
+            pid,
+            metrics,
+            samples: Vec::new(),
+            counters: BTreeMap::new(),
+        }
+    }
+
+    fn totals(&self) -> Counters {
+        self.counters
+            .values()
+            .fold(Counters::default(), |a, c| Counters {
+                full: a.full + c.full,
+                resumed: a.resumed + c.resumed,
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the run
+
+struct SoakRun {
+    requests: Vec<Request>,
+    skipped: BTreeMap<Side, u64>,
+    windows: Vec<(Event, Result<Window, String>)>,
+    attacks: Vec<(Event, BTreeMap<String, attacker::Stats>)>,
+    watch: Watch,
+    warmup: Duration,
+}
+
+async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Result<SoakRun> {
+    let roots_a = load::roots(&sys.a.pki.ca)?;
+    let roots_b = load::roots(&sys.b.pki.ca)?;
+    let (entry_a, entry_b) = (sys.a.addr(), sys.haproxy.addr);
+    let targets = sys.listeners();
+    // let peers and links settle
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    let until = t0 + plan.duration;
+    let watch = Arc::new(Mutex::new(Watch::new(&sys, t0)));
+    let sys = Arc::new(Mutex::new(sys));
+
+    // sampling, once a second until told to stop
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = std::thread::spawn({
+        let (watch, stop) = (watch.clone(), stop.clone());
+        move || {
+            let mut next = Instant::now();
+            while !stop.load(Ordering::SeqCst) {
+                Watch::round(&watch);
+                next += Duration::from_secs(1);
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        }
+    });
+
+    let mut loads = tokio::task::JoinSet::new();
+    for (side, addr, roots) in [(Side::A, entry_a, roots_a), (Side::B, entry_b, roots_b)] {
+        let l = load::Load {
+            side,
+            addr,
+            rate,
+            max_in_flight: 2000,
+            roots,
+        };
+        loads.spawn(async move { (side, load::run(l, t0, until).await) });
+    }
+
+    let mut faults = tokio::task::JoinSet::new();
+    let mut attacks = tokio::task::JoinSet::new();
+    for (n, e) in plan.events.iter().copied().enumerate() {
+        let start = tokio::time::Instant::from_std(t0 + e.at);
+        match e.fault {
+            Fault::Attack(kind) => {
+                let targets = targets.clone();
+                attacks.spawn(async move {
+                    tokio::time::sleep_until(start).await;
+                    let s = attacker::attack(kind, targets, e.len, seed ^ n as u64).await;
+                    (e, s)
+                });
+            }
+            _ => {
+                let (sys, watch) = (sys.clone(), watch.clone());
+                faults.spawn(async move {
+                    tokio::time::sleep_until(start).await;
+                    let w = tokio::task::spawn_blocking(move || inject(&sys, &watch, e, t0))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| format!("{e:#}")));
+                    if let Err(err) = &w {
+                        eprintln!("soak: {} failed: {err}", e.fault);
+                    }
+                    (e, w)
+                });
+            }
+        }
+    }
+    let mut requests = Vec::new();
+    let mut skipped = BTreeMap::new();
+    while let Some(r) = loads.join_next().await {
+        let (side, rec) = r?;
+        requests.extend(rec.requests);
+        skipped.insert(side, rec.skipped);
+    }
+    let mut windows = Vec::new();
+    while let Some(r) = faults.join_next().await {
+        windows.push(r?);
+    }
+    windows.sort_by_key(|(e, _)| e.at);
+    let mut attack_stats = Vec::new();
+    while let Some(r) = attacks.join_next().await {
+        attack_stats.push(r?);
+    }
+    attack_stats.sort_by_key(|(e, _)| e.at);
+    // the load is over: connections close, then the last sample is the end
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+    Watch::round(&watch);
+    // stop everything before the logs are read
+    drop(Arc::try_unwrap(sys).map_err(|_| anyhow!("systems still shared"))?);
+    let watch = Arc::try_unwrap(watch)
+        .map_err(|_| anyhow!("samples still shared"))?
+        .into_inner()
+        .unwrap();
+    Ok(SoakRun {
+        requests,
+        skipped,
+        windows,
+        attacks: attack_stats,
+        watch,
+        warmup: plan.warmup,
+    })
+}
+
+/// Carries out one process fault (blocking); when it happened and when the process was back.
+fn inject(
+    sys: &Mutex<Systems>,
+    watch: &Mutex<Watch>,
+    e: Event,
+    t0: Instant,
+) -> anyhow::Result<Window> {
+    let kill = |c: &mut Child| {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
+        let _ = c.wait();
+    };
+    match e.fault {
+        Fault::KillAgent { side, agent } => {
+            let at;
+            let (args, addrs, log) = {
+                let mut s = sys.lock().unwrap();
+                let c = s.cluster(side);
+                let p = &mut c.agents[agent];
+                let pid = p.child.id();
+                let args = cmdline(pid);
+                // its counters up to the kill
+                if let Some(m) = p.addr("metrics").and_then(scrape) {
+                    watch
+                        .lock()
+                        .unwrap()
+                        .slot(&format!("{side} agent{agent}"))
+                        .counters
+                        .insert(pid, m);
+                }
+                at = t0.elapsed();
+                kill(&mut p.child);
+                let addrs = p.addrs.clone();
+                let log = c
+                    .dir
+                    .join(format!("agent-{agent}.{}.log", e.at.as_millis()));
+                (args, addrs, log)
+            };
+            let dead = t0.elapsed();
+            std::thread::sleep(e.len);
+            let args = pinned(
+                &args,
+                &addrs,
+                &[
+                    ("--listen", "tls"),
+                    ("--metrics", "metrics"),
+                    ("--link-listen", "link"),
+                ],
+            );
+            let baton = sys.lock().unwrap().baton.clone();
+            let p = respawn(&baton, &args, &log)?;
+            let back = t0.elapsed();
+            let pid = p.child.id();
+            {
+                let mut s = sys.lock().unwrap();
+                s.restarts += 1;
+                s.cluster(side).agents[agent] = p;
+            }
+            watch
+                .lock()
+                .unwrap()
+                .slot(&format!("{side} agent{agent}"))
+                .pid = pid;
+            Ok(Window {
+                fault: e.fault,
+                at,
+                dead,
+                back,
+            })
+        }
+        Fault::StopAgent { side, agent } => {
+            let pid = sys.lock().unwrap().cluster(side).agents[agent].child.id() as i32;
+            // SAFETY: signals to our own child's pid.
+            let at = t0.elapsed();
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            let dead = t0.elapsed();
+            std::thread::sleep(e.len);
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            Ok(Window {
+                fault: e.fault,
+                at,
+                dead,
+                back: t0.elapsed(),
+            })
+        }
+        Fault::KillRedis => {
+            let at = t0.elapsed();
+            sys.lock().unwrap().redis.kill();
+            let dead = t0.elapsed();
+            std::thread::sleep(e.len);
+            let pid = {
+                let mut s = sys.lock().unwrap();
+                s.redis.spawn()?;
+                s.redis.pid()
+            };
+            watch.lock().unwrap().slot("A redis").pid = pid;
+            Ok(Window {
+                fault: e.fault,
+                at,
+                dead,
+                back: t0.elapsed(),
+            })
+        }
+        Fault::RestartDispatcher => {
+            let at;
+            let (args, addrs, log) = {
+                let mut s = sys.lock().unwrap();
+                let p = &mut s.a.dispatcher;
+                let args = cmdline(p.child.id());
+                at = t0.elapsed();
+                kill(&mut p.child);
+                let log = s.a.dir.join(format!("dispatch.{}.log", e.at.as_millis()));
+                (args, s.a.dispatcher.addrs.clone(), log)
+            };
+            let dead = t0.elapsed();
+            std::thread::sleep(e.len);
+            let args = pinned(
+                &args,
+                &addrs,
+                &[("--listen", "dispatch"), ("--metrics", "metrics")],
+            );
+            let baton = sys.lock().unwrap().baton.clone();
+            let p = respawn(&baton, &args, &log)?;
+            let back = t0.elapsed();
+            let pid = p.child.id();
+            sys.lock().unwrap().a.dispatcher = p;
+            watch.lock().unwrap().slot("A dispatcher").pid = pid;
+            Ok(Window {
+                fault: e.fault,
+                at,
+                dead,
+                back,
+            })
+        }
+        Fault::Attack(_) => bail!("attacks are not process faults"),
+    }
+}
+
+/// Starts a process again on its ports; a port still held a moment after a kill is retried.
+fn respawn(baton: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
+    let mut last = None;
+    for _ in 0..5 {
+        match spawn_ready(baton, args, log) {
+            Ok(p) => return Ok(p),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Err(last.unwrap_or_else(|| anyhow!("no attempt")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// the report
+
+/// Lines with "panicked at" in every log under `dir`: (file, count, first line).
+fn panics(dir: &Path) -> Vec<(String, usize, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in rd.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "log") {
+                let text =
+                    String::from_utf8_lossy(&std::fs::read(&p).unwrap_or_default()).into_owned();
+                let hits: Vec<&str> = text.lines().filter(|l| l.contains("panicked at")).collect();
+                if let Some(first) = hits.first() {
+                    let name = p.strip_prefix(dir).unwrap_or(&p).display().to_string();
+                    out.push((name, hits.len(), first.to_string()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::A => "A: dispatcher handoff + redis",
+        Side::B => "B: haproxy + peers",
+    }
+}
+
+fn join_counts(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "-".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
+    let windows: Vec<Window> = o
+        .windows
+        .iter()
+        .filter_map(|(_, w)| w.as_ref().ok().cloned())
+        .collect();
+    let tally = account::account(&o.requests, &windows);
+    let panics = panics(dir);
+
+    // requests, per side
+    let mut req = Table::new(
+        "soak",
+        "requests: every failure explained by a fault on its path, or not",
+    )
+    .column("side", "side")
+    .column("sent", "sent")
+    .column("ok", "ok")
+    .column("failed", "failed")
+    .column("explained", "explained")
+    .column("unexplained", "unexplained")
+    .column("full", "full (new)")
+    .column("resumed", "resumed")
+    .column("missed", "offered, got full")
+    .column("server_full", "srv full")
+    .column("server_resumed", "srv resumed");
+    let mut total_unexplained = 0;
+    for (side, t) in &tally {
+        let agents: Vec<&Slot> = o
+            .watch
+            .slots
+            .iter()
+            .filter(|s| s.name.starts_with(&format!("{side} agent")))
+            .collect();
+        let srv = agents.iter().fold(Counters::default(), |a, s| {
+            let c = s.totals();
+            Counters {
+                full: a.full + c.full,
+                resumed: a.resumed + c.resumed,
+            }
+        });
+        let missed: u64 = t.misses.values().sum();
+        req.push(row![
+            ("side", side_name(*side)),
+            ("sent", t.sent),
+            ("ok", t.ok),
+            ("failed", t.failed),
+            ("explained", t.explained_total()),
+            ("unexplained", t.unexplained_total()),
+            ("full", t.full_new),
+            ("resumed", t.resumed),
+            ("missed", missed),
+            ("server_full", srv.full),
+            ("server_resumed", srv.resumed),
+        ]);
+        for (kind, errs) in &t.explained {
+            req.note(format!(
+                "{side}: {} failures explained by {kind}: {}",
+                errs.values().sum::<u64>(),
+                join_counts(errs)
+            ));
+        }
+        if t.unexplained_total() > 0 {
+            req.note(format!(
+                "{side}: UNEXPLAINED failures: {}; first ones (start s, end s, error): {:?}",
+                join_counts(&t.unexplained),
+                t.unexplained_examples
+            ));
+            req.failed.push(format!(
+                "side {side}: {} unexplained failures ({})",
+                t.unexplained_total(),
+                join_counts(&t.unexplained)
+            ));
+        }
+        req.note(format!(
+            "{side}: offered resumptions that came back full, by fault (within {} s after it): {}; \
+             server-side extra full handshakes (srv full - client's new): {}",
+            account::MISS_TAIL.as_secs(),
+            join_counts(&t.misses),
+            srv.full as i64 - t.full_new as i64
+        ));
+        let skipped = o.skipped.get(side).copied().unwrap_or(0);
+        if skipped > 0 {
+            req.note(format!(
+                "{side}: {skipped} ticks not sent: the client had 2000 requests open"
+            ));
+        }
+        if t.ok == 0 {
+            req.failed
+                .push(format!("side {side}: no request succeeded"));
+        }
+        total_unexplained += t.unexplained_total();
+    }
+    req.note(format!("unexplained failures: {total_unexplained}"));
+    req.note(format!(
+        "attribution: an agent SIGKILL explains requests of its side in flight at the kill or \
+         started within {:.1} s after (health checks); a SIGSTOP those overlapping the stop or \
+         the {:.1} s after; a dispatcher restart those in flight at the kill or started before \
+         the new one was ready + {:.1} s; Redis and attacks explain no failure",
+        account::DETECT.as_secs_f64(),
+        account::DETECT.as_secs_f64(),
+        account::RESTART_GRACE.as_secs_f64()
+    ));
+
+    // faults, as they happened
+    let mut faults = Table::new(
+        "soak-faults",
+        "faults as carried out (times from the start of the load)",
+    )
+    .column("at", "at s")
+    .column("fault", "fault")
+    .column("len", "planned s")
+    .column("done", "done at s")
+    .column("back", "back at s")
+    .column("failures", "failures it explains")
+    .column("misses", "misses it explains");
+    for (e, w) in &o.windows {
+        match w {
+            Ok(w) => {
+                let failures = o
+                    .requests
+                    .iter()
+                    .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
+                    .filter(|r| windows.iter().find(|x| x.explains_failure(r)) == Some(w))
+                    .count();
+                let misses = o
+                    .requests
+                    .iter()
+                    .filter(|r| {
+                        matches!(
+                            r.outcome,
+                            Outcome::Ok {
+                                offered: true,
+                                resumed: false
+                            }
+                        )
+                    })
+                    .filter(|r| {
+                        windows
+                            .iter()
+                            .filter(|x| x.explains_miss(r))
+                            .max_by_key(|x| x.at)
+                            == Some(w)
+                    })
+                    .count();
+                faults.push(row![
+                    ("at", e.at.as_secs_f64()),
+                    ("fault", e.fault.to_string()),
+                    ("len", e.len.as_secs_f64()),
+                    ("done", w.at.as_secs_f64()),
+                    ("back", w.back.as_secs_f64()),
+                    ("failures", failures),
+                    ("misses", misses),
+                ]);
+            }
+            Err(err) => {
+                faults.push(row![
+                    ("at", e.at.as_secs_f64()),
+                    ("fault", e.fault.to_string()),
+                    ("len", e.len.as_secs_f64()),
+                ]);
+                faults
+                    .failed
+                    .push(format!("{} could not be carried out: {err}", e.fault));
+            }
+        }
+    }
+    for (e, _) in &o.attacks {
+        faults.push(row![
+            ("at", e.at.as_secs_f64()),
+            ("fault", e.fault.to_string()),
+            ("len", e.len.as_secs_f64()),
+            ("done", e.at.as_secs_f64()),
+            ("back", e.end().as_secs_f64()),
+            ("failures", 0),
+            ("misses", 0),
+        ]);
+    }
+    let kinds: std::collections::BTreeSet<&str> = o
+        .windows
+        .iter()
+        .filter(|(_, w)| w.is_ok())
+        .map(|(e, _)| e.fault.kind())
+        .chain(o.attacks.iter().map(|(e, _)| e.fault.kind()))
+        .collect();
+    faults.note(format!(
+        "fault kinds carried out: {}",
+        kinds.iter().copied().collect::<Vec<_>>().join(", ")
+    ));
+
+    // attacks: per kind, per listener kind
+    let mut att = Table::new(
+        "soak-attacks",
+        "the attacker, per listener kind: what the servers did",
+    )
+    .column("attack", "attack")
+    .column("listener", "listener")
+    .column("opened", "opened")
+    .column("refused", "refused")
+    .column("closed", "closed by server")
+    .column("held", "open at end")
+    .column("longest", "longest closed s");
+    for (e, stats) in &o.attacks {
+        let Fault::Attack(kind) = e.fault else {
+            continue;
+        };
+        let mut by: BTreeMap<String, attacker::Stats> = BTreeMap::new();
+        for (target, s) in stats {
+            let k = target.split(' ').next().unwrap_or(target).to_string();
+            let a = by.entry(k).or_default();
+            a.opened += s.opened;
+            a.refused += s.refused;
+            a.closed_by_server += s.closed_by_server;
+            a.open_at_end += s.open_at_end;
+            a.longest_closed_ms = a.longest_closed_ms.max(s.longest_closed_ms);
+        }
+        for (listener, s) in by {
+            att.push(row![
+                ("attack", kind.name()),
+                ("listener", listener),
+                ("opened", s.opened),
+                ("refused", s.refused),
+                ("closed", s.closed_by_server),
+                ("held", s.open_at_end),
+                ("longest", s.longest_closed_ms as f64 / 1e3),
+            ]);
+        }
+    }
+    att.note(format!(
+        "{} connection per listener at a time ({} listeners), each replaced when the server \
+         closes it; only 127.0.0.0/8",
+        attacker::PER_TARGET,
+        o.attacks.first().map_or(0, |(_, s)| s.len())
+    ));
+
+    // processes
+    let mut procs = Table::new(
+        "soak-processes",
+        "descriptors and RSS: after the warm-up, peak, and after the quiet period",
+    )
+    .column("process", "process")
+    .column("pids", "pids")
+    .column("fds_start", "fds start")
+    .column("fds_peak", "peak")
+    .column("fds_end", "end")
+    .column("rss_start", "RSS MiB start")
+    .column("rss_peak", "peak")
+    .column("rss_end", "end")
+    .column("verdict", "verdict");
+    for s in &o.watch.slots {
+        match Span::of(&s.samples, o.warmup) {
+            Some(sp) => {
+                let growth = sp.growth();
+                procs.push(row![
+                    ("process", s.name.clone()),
+                    ("pids", sp.pids),
+                    ("fds_start", sp.fds_start),
+                    ("fds_peak", sp.fds_peak),
+                    ("fds_end", sp.fds_end),
+                    ("rss_start", sample::mib(sp.rss_start)),
+                    ("rss_peak", sample::mib(sp.rss_peak)),
+                    ("rss_end", sample::mib(sp.rss_end)),
+                    ("verdict", growth.clone().unwrap_or_else(|| "ok".into())),
+                ]);
+                if let Some(g) = growth {
+                    procs.failed.push(format!("{} grew: {g}", s.name));
+                }
+            }
+            None => {
+                procs.push(row![("process", s.name.clone()), ("verdict", "no samples")]);
+                procs.failed.push(format!("{}: no samples", s.name));
+            }
+        }
+    }
+    procs.note(format!(
+        "tolerance: end <= start + {} fds, RSS end <= start + max({:.0}%, {} MiB); start is the \
+         first sample after the {} s warm-up, end is 3 s after the load stopped ({} s of quiet \
+         before that)",
+        sample::FD_TOLERANCE,
+        sample::RSS_TOLERANCE * 100.0,
+        sample::RSS_TOLERANCE_BYTES >> 20,
+        o.warmup.as_secs(),
+        (plan.duration - plan.faults_end).as_secs()
+    ));
+    if panics.is_empty() {
+        procs.note("panics in logs: 0");
+    } else {
+        for (file, n, first) in &panics {
+            procs.note(format!("PANIC in {file} ({n}): {first}"));
+            procs.failed.push(format!("{n} panics in {file}"));
+        }
+    }
+    vec![faults, req, att, procs]
+}
