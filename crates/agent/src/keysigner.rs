@@ -8,7 +8,6 @@
 //! the in-process vs offloaded CPU comparison meaningless. A local fallback key, when used, is
 //! metered as `sign` like any in-process key.
 
-use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, bail};
@@ -22,7 +21,7 @@ use rustls::sign::SigningKey;
 use crate::config::KeySigner;
 use crate::metering::metered_signing_key;
 
-/// The agent's signer metrics, for `Metrics::render` (one signer per agent).
+/// The agent's signer metrics, for `Metrics::encode` (one signer per agent).
 static METRICS: OnceLock<Arc<ClientMetrics>> = OnceLock::new();
 
 /// A connection pool to the signer, shared by every certificate.
@@ -90,28 +89,16 @@ impl Handle {
     }
 }
 
-/// `op="sign_remote"` lines for the `baton_crypto_seconds_total` and
-/// `baton_crypto_operations_total` families (nothing without a signer).
-pub fn render_crypto(out: &mut String, seconds: bool) {
-    if let Some(m) = METRICS.get() {
-        let (secs, calls) = m.wait();
-        let _ = if seconds {
-            writeln!(
-                out,
-                "baton_crypto_seconds_total{{op=\"sign_remote\"}} {secs:.9}"
-            )
-        } else {
-            writeln!(
-                out,
-                "baton_crypto_operations_total{{op=\"sign_remote\"}} {calls}"
-            )
-        };
-    }
+/// Seconds spent waiting on the signer and requests made, for crypto op `sign_remote` in
+/// `baton_crypto_seconds_total` and `baton_crypto_operations_total` (nothing without a signer).
+pub fn remote_wait() -> Option<(f64, u64)> {
+    METRICS.get().map(|m| m.wait())
 }
 
 /// The `baton_key_signer_*` families (nothing without a signer).
-pub fn render(out: &mut String) {
-    if let Some(m) = METRICS.get() {
-        m.render(out);
+pub fn encode(e: &mut prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+    match METRICS.get() {
+        Some(m) => m.encode(e),
+        None => Ok(()),
     }
 }

@@ -1,15 +1,20 @@
-//! The agent's counters and their Prometheus text rendering.
+//! The agent's counters, and the `prometheus-client` collector that encodes them.
 //!
 //! Counters are plain atomics with a fixed label set each, so counting on the hot path is one
-//! relaxed add and rendering needs no registry.
+//! relaxed add (no registry lookup, lock or hashing per event); the collector reads them, the
+//! session store's stats and the crypto meter at scrape time, with typed label sets.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use baton_ops::metrics::{counter, counters, gauge};
 use baton_session::SessionStore;
-
-use baton_ops::family;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder,
+};
+use prometheus_client::registry::Registry;
 
 use crate::metering::{CryptoOp, METER};
 
@@ -202,275 +207,300 @@ impl Metrics {
         self.handshakes[version as usize][resumed as usize].load(Ordering::Relaxed)
     }
 
-    /// Prometheus text exposition format, version 0.0.4.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(4096);
+    /// The agent's families, for its collector: the atomics, the session store's stats and the
+    /// crypto meter, all read at scrape time.
+    pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
 
-        family(
-            &mut out,
-            "baton_handshakes_total",
-            "counter",
+        counters(
+            e,
+            "baton_handshakes",
             "Completed TLS handshakes.",
-        );
-        for (vi, v) in ["1.2", "1.3"].iter().enumerate() {
-            for (ki, k) in ["full", "resumed"].iter().enumerate() {
-                let n = load(&self.handshakes[vi][ki]);
-                let _ = writeln!(
-                    out,
-                    "baton_handshakes_total{{version=\"{v}\",kind=\"{k}\"}} {n}"
-                );
-            }
-        }
-        family(
-            &mut out,
-            "baton_hello_retry_requests_total",
-            "counter",
+            [Version::Tls12, Version::Tls13]
+                .into_iter()
+                .flat_map(|version| {
+                    [(false, "full"), (true, "resumed")]
+                        .into_iter()
+                        .map(move |(resumed, kind)| {
+                            let n = self.handshakes_of(version, resumed);
+                            (HandshakeLabels { version, kind }, n)
+                        })
+                }),
+        )?;
+        counter(
+            e,
+            "baton_hello_retry_requests",
             "Full handshakes that needed a HelloRetryRequest.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_hello_retry_requests_total {}",
-            load(&self.hello_retries)
-        );
-
-        family(
-            &mut out,
-            "baton_handshake_failures_total",
-            "counter",
+            load(&self.hello_retries),
+        )?;
+        counters(
+            e,
+            "baton_handshake_failures",
             "TLS handshakes that failed, by reason.",
-        );
-        for r in FailureReason::ALL {
-            let n = load(&self.failures[r as usize]);
-            let _ = writeln!(
-                out,
-                "baton_handshake_failures_total{{reason=\"{}\"}} {n}",
-                r.label()
-            );
-        }
+            FailureReason::ALL.into_iter().map(|reason| {
+                (
+                    ReasonLabel { reason },
+                    load(&self.failures[reason as usize]),
+                )
+            }),
+        )?;
 
-        self.handoff.render(&mut out);
+        self.handoff.encode(e)?;
 
-        family(
-            &mut out,
+        gauge(
+            e,
             "baton_connections_active",
-            "gauge",
             "TCP connections being served.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_connections_active {}",
-            self.active_connections()
-        );
-        family(
-            &mut out,
-            "baton_connections_total",
-            "counter",
+            self.active_connections(),
+        )?;
+        counter(
+            e,
+            "baton_connections",
             "TCP connections accepted.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_connections_total {}",
-            load(&self.connections_total)
-        );
-        family(
-            &mut out,
-            "baton_connections_rejected_total",
-            "counter",
+            load(&self.connections_total),
+        )?;
+        counter(
+            e,
+            "baton_connections_rejected",
             "TCP connections closed at accept because --max-connections was reached.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_connections_rejected_total {}",
-            load(&self.connections_rejected)
-        );
-        family(
-            &mut out,
-            "baton_slow_requests_total",
-            "counter",
+            load(&self.connections_rejected),
+        )?;
+        counters(
+            e,
+            "baton_slow_requests",
             "Connections cut because a request came too slowly: past --request-timeout (deadline) or below --min-header-rate (rate).",
-        );
-        for (i, reason) in ["deadline", "rate"].iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_slow_requests_total{{reason=\"{reason}\"}} {}",
-                load(&self.slow_requests[i])
-            );
-        }
-
-        family(
-            &mut out,
-            "baton_bytes_total",
-            "counter",
+            ["deadline", "rate"]
+                .into_iter()
+                .zip(&self.slow_requests)
+                .map(|(reason, n)| (SlowLabel { reason }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_bytes",
             "Bytes on the wire (TLS records), by direction.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_bytes_total{{direction=\"in\"}} {}",
-            load(&self.bytes_in)
-        );
-        let _ = writeln!(
-            out,
-            "baton_bytes_total{{direction=\"out\"}} {}",
-            load(&self.bytes_out)
-        );
-
-        family(
-            &mut out,
-            "baton_http_requests_total",
-            "counter",
+            [
+                (DirectionLabel { direction: "in" }, load(&self.bytes_in)),
+                (DirectionLabel { direction: "out" }, load(&self.bytes_out)),
+            ],
+        )?;
+        counters(
+            e,
+            "baton_http_requests",
             "HTTP responses sent, by status class.",
-        );
-        for (i, c) in STATUS_CLASSES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_http_requests_total{{code=\"{c}\"}} {}",
-                load(&self.requests[i])
-            );
-        }
-
-        family(
-            &mut out,
-            "baton_tickets_total",
-            "counter",
+            STATUS_CLASSES
+                .into_iter()
+                .zip(&self.requests)
+                .map(|(code, n)| (CodeLabel { code }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_tickets",
             "Session tickets issued, opened, rejected.",
-        );
-        for (i, r) in TICKET_RESULTS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_tickets_total{{result=\"{r}\"}} {}",
-                load(&self.tickets[i])
-            );
-        }
+            TICKET_RESULTS
+                .into_iter()
+                .zip(&self.tickets)
+                .map(|(result, n)| (ResultLabel { result }, load(n))),
+        )?;
 
-        if let Some(store) = self
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(store) = store {
             let s = store.stats();
-            family(
-                &mut out,
+            gauge(
+                e,
                 "baton_session_cache_entries",
-                "gauge",
                 "Sessions in the session cache.",
-            );
-            let _ = writeln!(out, "baton_session_cache_entries {}", s.entries);
-            family(
-                &mut out,
-                "baton_session_cache_lookups_total",
-                "counter",
+                s.entries as i64,
+            )?;
+            counters(
+                e,
+                "baton_session_cache_lookups",
                 "Session cache lookups, by result.",
-            );
-            let _ = writeln!(
-                out,
-                "baton_session_cache_lookups_total{{result=\"hit\"}} {}",
-                s.hits
-            );
-            let _ = writeln!(
-                out,
-                "baton_session_cache_lookups_total{{result=\"miss\"}} {}",
-                s.misses
-            );
-            family(
-                &mut out,
-                "baton_session_cache_removed_total",
-                "counter",
+                [
+                    (ResultLabel { result: "hit" }, s.hits),
+                    (ResultLabel { result: "miss" }, s.misses),
+                ],
+            )?;
+            counters(
+                e,
+                "baton_session_cache_removed",
                 "Sessions dropped from the cache, by cause.",
-            );
-            let _ = writeln!(
-                out,
-                "baton_session_cache_removed_total{{cause=\"evicted\"}} {}",
-                s.evictions
-            );
-            let _ = writeln!(
-                out,
-                "baton_session_cache_removed_total{{cause=\"expired\"}} {}",
-                s.expirations
-            );
-            family(
-                &mut out,
-                "baton_session_store_events_total",
-                "counter",
+                [
+                    (CauseLabel { cause: "evicted" }, s.evictions),
+                    (CauseLabel { cause: "expired" }, s.expirations),
+                ],
+            )?;
+            counters(
+                e,
+                "baton_session_store_events",
                 "Shared session store (peers, Redis) traffic and faults, by event.",
-            );
-            for (event, n) in [
-                ("sent", s.sent),
-                ("received", s.received),
-                ("dropped", s.dropped),
-                ("rejected", s.rejected),
-                ("refused", s.refused),
-                ("fallback", s.fallbacks),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "baton_session_store_events_total{{event=\"{event}\"}} {n}"
-                );
-            }
+                [
+                    ("sent", s.sent),
+                    ("received", s.received),
+                    ("dropped", s.dropped),
+                    ("rejected", s.rejected),
+                    ("refused", s.refused),
+                    ("fallback", s.fallbacks),
+                ]
+                .map(|(event, n)| (EventLabel { event }, n)),
+            )?;
         }
 
-        family(
-            &mut out,
-            "baton_crypto_seconds_total",
-            "counter",
+        // In-process crypto from the meter, and time waiting on the key signer as `sign_remote`.
+        let remote = crate::keysigner::remote_wait();
+        counters(
+            e,
+            "baton_crypto_seconds",
             "Seconds spent in cryptography, by operation.",
-        );
-        for op in CryptoOp::ALL {
-            let _ = writeln!(
-                out,
-                "baton_crypto_seconds_total{{op=\"{}\"}} {:.9}",
-                op.label(),
-                METER.seconds(op)
-            );
-        }
-        crate::keysigner::render_crypto(&mut out, true);
-        family(
-            &mut out,
-            "baton_crypto_operations_total",
-            "counter",
+            CryptoOp::ALL
+                .into_iter()
+                .map(|op| (op.label(), METER.seconds(op)))
+                .chain(remote.map(|(secs, _)| ("sign_remote", secs)))
+                .map(|(op, v)| (OpLabel { op }, v)),
+        )?;
+        counters(
+            e,
+            "baton_crypto_operations",
             "Cryptographic operations (records for bulk), by operation.",
-        );
-        for op in CryptoOp::ALL {
-            let _ = writeln!(
-                out,
-                "baton_crypto_operations_total{{op=\"{}\"}} {}",
-                op.label(),
-                METER.calls(op)
-            );
-        }
-        crate::keysigner::render_crypto(&mut out, false);
-        crate::keysigner::render(&mut out);
+            CryptoOp::ALL
+                .into_iter()
+                .map(|op| (op.label(), METER.calls(op)))
+                .chain(remote.map(|(_, calls)| ("sign_remote", calls)))
+                .map(|(op, v)| (OpLabel { op }, v)),
+        )?;
+        crate::keysigner::encode(e)?;
 
-        family(
-            &mut out,
-            "baton_reloads_total",
-            "counter",
+        counters(
+            e,
+            "baton_reloads",
             "SIGHUP reloads of certificates and ticket keys, by result.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_reloads_total{{result=\"ok\"}} {}",
-            load(&self.reloads_ok)
-        );
-        let _ = writeln!(
-            out,
-            "baton_reloads_total{{result=\"failed\"}} {}",
-            load(&self.reloads_failed)
-        );
+            [
+                (ResultLabel { result: "ok" }, load(&self.reloads_ok)),
+                (ResultLabel { result: "failed" }, load(&self.reloads_failed)),
+            ],
+        )
+    }
+}
 
-        baton_ops::render_process(&mut out);
-        out
+/// Everything an agent's /metrics shows, read at scrape time: its counters, its backends'
+/// (`--upstream`), its agent link's, and (registered beside it) the process's CPU and memory.
+#[derive(Debug)]
+pub struct Collected {
+    pub metrics: Arc<Metrics>,
+    pub upstreams: Option<Arc<crate::upstream::Backends>>,
+    pub link: Option<Arc<baton_link::LinkStats>>,
+}
+
+impl Collected {
+    /// A registry of this and the process collector, for `baton_ops::serve_metrics`.
+    pub fn registry(self) -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        registry.register_collector(Box::new(baton_ops::metrics::ProcessCollector));
+        registry
+    }
+}
+
+impl Collector for Collected {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.metrics.encode(&mut e)?;
+        if let Some(u) = &self.upstreams {
+            u.encode(&mut e)?;
+        }
+        if let Some(l) = &self.link {
+            l.encode(&mut e)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct HandshakeLabels {
+    version: Version,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: FailureReason,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct SlowLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct CodeLabel {
+    code: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct EventLabel {
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct OpLabel {
+    op: &'static str,
+}
+
+impl EncodeLabelValue for Version {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            Version::Tls12 => "1.2",
+            Version::Tls13 => "1.3",
+        })
+    }
+}
+
+impl EncodeLabelValue for FailureReason {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.label())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// What `encode` writes, as /metrics would show it.
+    pub(crate) fn encoded(
+        f: impl Fn(&mut DescriptorEncoder) -> std::fmt::Result + Send + Sync + 'static,
+    ) -> String {
+        struct C<F>(F);
+        impl<F> std::fmt::Debug for C<F> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("test collector")
+            }
+        }
+        impl<F: Fn(&mut DescriptorEncoder) -> std::fmt::Result + Send + Sync + 'static> Collector for C<F> {
+            fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+                (self.0)(&mut e)
+            }
+        }
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(C(f)));
+        baton_ops::metrics::encode(&registry)
+    }
 
     #[test]
     fn renders_counted_values() {
-        let m = Metrics::default();
+        let m = Arc::new(Metrics::default());
         m.handshake(Version::Tls13, false, false);
         m.handshake(Version::Tls13, true, false);
         m.handshake(Version::Tls13, true, false);
@@ -478,7 +508,12 @@ mod tests {
         m.failure(FailureReason::Timeout);
         m.request(200);
         m.request(404);
-        let text = m.render();
+        let text = Collected {
+            metrics: m,
+            upstreams: None,
+            link: None,
+        };
+        let text = baton_ops::metrics::encode(&text.registry());
         for line in [
             "baton_handshakes_total{version=\"1.3\",kind=\"full\"} 1",
             "baton_handshakes_total{version=\"1.3\",kind=\"resumed\"} 2",

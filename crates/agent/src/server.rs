@@ -107,20 +107,15 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         ));
     }
     if let Some(l) = metrics_listener {
-        let m = metrics.clone();
-        let link_stats = shared.link_stats.get().cloned();
+        let registry = crate::metrics::Collected {
+            metrics: metrics.clone(),
+            upstreams,
+            link: shared.link_stats.get().cloned(),
+        }
+        .registry();
         tokio::spawn(baton_ops::serve_metrics(
             l,
-            Arc::new(move || {
-                let mut text = m.render();
-                if let Some(u) = &upstreams {
-                    u.render(&mut text);
-                }
-                if let Some(l) = &link_stats {
-                    l.render_prometheus(&mut text);
-                }
-                text
-            }),
+            Arc::new(registry),
             draining.clone(),
         ));
     }

@@ -7,13 +7,14 @@
 //! probed in the background: a farm of idle backends costs nothing, and a backend that comes
 //! back is in use again within [`DOWN_FOR`].
 
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use baton_ops::metrics::{counters, gauges};
 use http::uri::Authority;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 
 use crate::config::UpstreamBalance;
 use crate::proxy::parse_upstream;
@@ -126,54 +127,60 @@ impl Backends {
         t.saturating_duration_since(self.epoch).as_millis() as u64
     }
 
-    /// Per-backend metrics, Prometheus text format, appended to the agent's.
-    pub fn render(&self, out: &mut String) {
+    /// Per-backend families, for the agent's collector (read at scrape time).
+    pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let now = Instant::now();
-        baton_ops::family(
-            out,
+        gauges(
+            e,
             "baton_upstream_up",
-            "gauge",
             "1 if the backend is in use, 0 while it is passed over after refusing a connection.",
-        );
-        for (i, b) in self.backends.iter().enumerate() {
-            let up = u8::from(self.is_up(i, now));
-            let _ = writeln!(
-                out,
-                "baton_upstream_up{{upstream=\"{}\"}} {up}",
-                b.authority
-            );
-        }
-        baton_ops::family(
-            out,
-            "baton_upstream_responses_total",
-            "counter",
+            self.backends.iter().enumerate().map(|(i, b)| {
+                let up = i64::from(self.is_up(i, now));
+                (
+                    UpstreamLabel {
+                        upstream: b.authority.to_string(),
+                    },
+                    up,
+                )
+            }),
+        )?;
+        counters(
+            e,
+            "baton_upstream_responses",
             "Response heads received from each backend.",
-        );
-        for b in &self.backends {
-            let n = b.outcomes[Outcome::Answered as usize].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "baton_upstream_responses_total{{upstream=\"{}\"}} {n}",
-                b.authority
-            );
-        }
-        baton_ops::family(
-            out,
-            "baton_upstream_failures_total",
-            "counter",
+            self.backends.iter().map(|b| {
+                let n = b.outcomes[Outcome::Answered as usize].load(Ordering::Relaxed);
+                (
+                    UpstreamLabel {
+                        upstream: b.authority.to_string(),
+                    },
+                    n,
+                )
+            }),
+        )?;
+        counters(
+            e,
+            "baton_upstream_failures",
             "Failed attempts on each backend: connect (refused or unreachable; the request then goes to another backend if it has no body), timeout, broken.",
-        );
-        for b in &self.backends {
-            for (outcome, kind) in FAILURE_KINDS {
-                let n = b.outcomes[outcome as usize].load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "baton_upstream_failures_total{{upstream=\"{}\",kind=\"{kind}\"}} {n}",
-                    b.authority
-                );
-            }
-        }
+            self.backends.iter().flat_map(|b| {
+                FAILURE_KINDS.iter().map(move |&(outcome, kind)| {
+                    let n = b.outcomes[outcome as usize].load(Ordering::Relaxed);
+                    (UpstreamKindLabel { upstream: b.authority.to_string(), kind }, n)
+                })
+            }),
+        )
     }
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct UpstreamLabel {
+    upstream: String,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct UpstreamKindLabel {
+    upstream: String,
+    kind: &'static str,
 }
 
 #[cfg(test)]
@@ -260,8 +267,7 @@ mod tests {
             b.is_up(0, now),
             "it took the request: slow or broken, not down"
         );
-        let mut text = String::new();
-        b.render(&mut text);
+        let text = crate::metrics::tests::encoded(move |e| b.encode(e));
         assert!(text.contains(
             "baton_upstream_failures_total{upstream=\"127.0.0.1:8000\",kind=\"timeout\"} 1"
         ));
@@ -280,8 +286,7 @@ mod tests {
         let mut order = b.order(ip("127.0.0.1"), now);
         order.sort();
         assert_eq!(order, vec![0, 1]);
-        let mut text = String::new();
-        b.render(&mut text);
+        let text = crate::metrics::tests::encoded(move |e| b.encode(e));
         assert!(text.contains("baton_upstream_up{upstream=\"127.0.0.1:8001\"} 0"));
         assert!(text.contains(
             "baton_upstream_failures_total{upstream=\"127.0.0.1:8001\",kind=\"connect\"} 1"

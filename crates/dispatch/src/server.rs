@@ -107,7 +107,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(Collected(shared.clone())));
         registry.register_collector(Box::new(baton_ops::metrics::ProcessCollector));
-        tokio::spawn(baton_ops::serve_registry(
+        tokio::spawn(baton_ops::serve_metrics(
             l,
             Arc::new(registry),
             stop.clone(),

@@ -1,7 +1,11 @@
-//! The agent side's link counters, rendered next to the agent's metrics.
+//! The agent side's link counters, encoded next to the agent's metrics.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 
 #[derive(Debug, Default)]
 pub struct LinkStats {
@@ -24,23 +28,26 @@ impl LinkStats {
         self.streams.load(Ordering::Relaxed)
     }
 
-    /// Prometheus text for the three families.
-    pub fn render_prometheus(&self, out: &mut String) {
+    /// The three `baton_link_*` families, for the agent's collector (read at scrape time).
+    pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let _ = write!(
-            out,
-            "# HELP baton_link_connections_active Authenticated agent-link connections from dispatchers.\n\
-             # TYPE baton_link_connections_active gauge\n\
-             baton_link_connections_active {}\n\
-             # HELP baton_link_auth_failures_total Link connections closed before authenticating (wrong key, stall, garbage, over the limit).\n\
-             # TYPE baton_link_auth_failures_total counter\n\
-             baton_link_auth_failures_total {}\n\
-             # HELP baton_link_streams_total Client streams received over the agent link.\n\
-             # TYPE baton_link_streams_total counter\n\
-             baton_link_streams_total {}\n",
-            self.connections_active(),
-            l(&self.auth_failures) + l(&self.refused),
-            l(&self.streams),
-        );
+        ConstGauge::new(self.connections_active()).encode(e.encode_descriptor(
+            "baton_link_connections_active",
+            "Authenticated agent-link connections from dispatchers.",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        ConstCounter::new(l(&self.auth_failures) + l(&self.refused)).encode(e.encode_descriptor(
+            "baton_link_auth_failures",
+            "Link connections closed before authenticating (wrong key, stall, garbage, over the limit).",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstCounter::new(l(&self.streams)).encode(e.encode_descriptor(
+            "baton_link_streams",
+            "Client streams received over the agent link.",
+            None,
+            MetricType::Counter,
+        )?)
     }
 }

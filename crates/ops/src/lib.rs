@@ -1,6 +1,6 @@
 //! Operations plumbing shared by the agent and the dispatcher: the plain-HTTP Prometheus
-//! endpoint, the text format's family header, the process's own CPU and memory, listening
-//! sockets with their start-up lines, reading PROXY v2 headers (and who may send them), and
+//! endpoint and `prometheus-client` helpers (OpenMetrics text, collectors, the process's own
+//! CPU and memory), listening sockets with their start-up lines, reading PROXY v2 headers (and who may send them), and
 //! client-address affinity.
 
 pub mod affinity;
@@ -10,7 +10,6 @@ pub mod metrics;
 pub mod process;
 pub mod proxy_header;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,53 +24,10 @@ use tokio_util::sync::CancellationToken;
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
 
-/// Writes the `# HELP` and `# TYPE` lines of a metric family.
-pub fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// Appends `process_cpu_seconds_total` and `process_resident_memory_bytes`.
-pub fn render_process(out: &mut String) {
-    let usage = process::usage();
-    family(
-        out,
-        "process_cpu_seconds_total",
-        "counter",
-        "User and system CPU time of the process.",
-    );
-    let _ = writeln!(out, "process_cpu_seconds_total {:.6}", usage.cpu_seconds);
-    family(
-        out,
-        "process_resident_memory_bytes",
-        "gauge",
-        "Resident memory of the process.",
-    );
-    let _ = writeln!(out, "process_resident_memory_bytes {}", usage.rss_bytes);
-}
-
-/// Serves `GET /metrics` (Prometheus text, from `render`) until `stop`.
+/// Serves `GET /metrics`: the registry as OpenMetrics text ([`metrics::encode`]), until `stop`.
 pub async fn serve_metrics(
     listener: TcpListener,
-    render: Arc<dyn Fn() -> String + Send + Sync>,
-    stop: CancellationToken,
-) {
-    serve(listener, render, "text/plain; version=0.0.4", stop).await
-}
-
-/// Serves `GET /metrics`: the registry as OpenMetrics text ([`metrics::encode`]), until `stop`.
-pub async fn serve_registry(
-    listener: TcpListener,
     registry: Arc<Registry>,
-    stop: CancellationToken,
-) {
-    let render = Arc::new(move || metrics::encode(&registry));
-    serve(listener, render, metrics::CONTENT_TYPE, stop).await
-}
-
-async fn serve(
-    listener: TcpListener,
-    render: Arc<dyn Fn() -> String + Send + Sync>,
-    content_type: &'static str,
     stop: CancellationToken,
 ) {
     loop {
@@ -86,14 +42,22 @@ async fn serve(
             },
             _ = stop.cancelled() => return,
         };
-        let render = render.clone();
+        let registry = registry.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let render = render.clone();
+                let registry = registry.clone();
                 async move {
-                    let (status, body) = match req.uri().path() {
-                        "/metrics" | "/" => (StatusCode::OK, render()),
-                        _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
+                    let (status, body, content_type) = match req.uri().path() {
+                        "/metrics" | "/" => (
+                            StatusCode::OK,
+                            metrics::encode(&registry),
+                            metrics::CONTENT_TYPE,
+                        ),
+                        _ => (
+                            StatusCode::NOT_FOUND,
+                            "not found\n".to_string(),
+                            "text/plain; charset=utf-8",
+                        ),
                     };
                     let mut r = Response::new(Full::new(Bytes::from(body)));
                     *r.status_mut() = status;

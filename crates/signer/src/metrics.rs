@@ -8,6 +8,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+    NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::MetricType;
+
 use crate::client::ClientError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,61 +137,61 @@ impl ClientMetrics {
                 .is_ok()
     }
 
-    /// Prometheus families `baton_key_signer_*`.
-    pub fn render(&self, out: &mut String) {
+    /// The `baton_key_signer_*` families, for the agent's collector (read at scrape time: the
+    /// counters stay atomics on the signing path).
+    pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family(
-            out,
-            "baton_key_signer_requests_total",
-            "counter",
+        let mut family = e.encode_descriptor(
+            "baton_key_signer_requests",
             "Signatures asked of the key signer, by outcome.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for o in Outcome::ALL {
-            let _ = writeln!(
-                out,
-                "baton_key_signer_requests_total{{result=\"{}\"}} {}",
-                o.label(),
-                load(&self.outcomes[o as usize])
-            );
+            let labels = ResultLabel { result: o };
+            ConstCounter::new(load(&self.outcomes[o as usize]))
+                .encode(family.encode_family(&labels)?)?;
         }
-        family(
-            out,
-            "baton_key_signer_fallbacks_total",
-            "counter",
+        ConstCounter::new(load(&self.fallbacks)).encode(e.encode_descriptor(
+            "baton_key_signer_fallbacks",
             "Signatures made with the local key because the signer was unreachable.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_key_signer_fallbacks_total {}",
-            load(&self.fallbacks)
-        );
-        family(
-            out,
-            "baton_key_signer_seconds",
-            "histogram",
-            "Time from sending a signing request to its answer (or failure).",
-        );
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_key_signer_seconds_bucket{{le=\"{b}\"}} {}",
-                load(&self.buckets[i])
-            );
-        }
+            None,
+            MetricType::Counter,
+        )?)?;
+        // The buckets are cumulative atomics; the encoder takes each bucket's own count.
         let count = load(&self.count);
-        let _ = writeln!(
-            out,
-            "baton_key_signer_seconds_bucket{{le=\"+Inf\"}} {count}"
-        );
-        let _ = writeln!(
-            out,
-            "baton_key_signer_seconds_sum {:.9}",
-            load(&self.wait_ns) as f64 / 1e9
-        );
-        let _ = writeln!(out, "baton_key_signer_seconds_count {count}");
+        let mut buckets = Vec::with_capacity(BUCKETS.len() + 1);
+        let mut below = 0;
+        for (b, n) in BUCKETS.iter().zip(&self.buckets) {
+            let n = load(n).max(below);
+            buckets.push((*b, n - below));
+            below = n;
+        }
+        let count = count.max(below);
+        buckets.push((f64::MAX, count - below));
+        e.encode_descriptor(
+            "baton_key_signer_seconds",
+            "Time from sending a signing request to its answer (or failure).",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(
+            load(&self.wait_ns) as f64 / 1e9,
+            count,
+            &buckets,
+            None,
+        )
+    }
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct ResultLabel {
+    result: Outcome,
+}
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.label())
     }
 }
 
@@ -197,17 +204,34 @@ mod tests {
         let m = ClientMetrics::default();
         m.record(Outcome::Ok, Duration::from_micros(80));
         m.record(Outcome::Busy, Duration::from_millis(3));
-        let mut out = String::new();
-        m.render(&mut out);
+        let out = encoded(m);
         for line in [
             "baton_key_signer_requests_total{result=\"ok\"} 1\n",
             "baton_key_signer_requests_total{result=\"busy\"} 1\n",
             "baton_key_signer_seconds_bucket{le=\"0.0001\"} 1\n",
             "baton_key_signer_seconds_bucket{le=\"0.005\"} 2\n",
+            "baton_key_signer_seconds_bucket{le=\"1.0\"} 2\n",
+            "baton_key_signer_seconds_bucket{le=\"+Inf\"} 2\n",
             "baton_key_signer_seconds_count 2\n",
+            "baton_key_signer_fallbacks_total 0\n",
         ] {
             assert!(out.contains(line), "missing {line}in\n{out}");
         }
+    }
+
+    fn encoded(m: ClientMetrics) -> String {
+        #[derive(Debug)]
+        struct C(ClientMetrics);
+        impl prometheus_client::collector::Collector for C {
+            fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+                self.0.encode(&mut e)
+            }
+        }
         assert_eq!(m.wait().1, 2);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(C(m)));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
     }
 }

@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use baton_ops::family;
+use baton_ops::metrics::{counter, counters, histogram};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder,
+};
 
 /// Why a migration did not happen (the connection was still served: by the handshake agent,
 /// or, for refused imports, by the dispatcher's fallback to it).
@@ -126,82 +129,78 @@ impl HandoffMetrics {
         self.out.load(Ordering::Relaxed)
     }
 
-    pub fn render(&self, out: &mut String) {
+    /// The migration families, for the agent's collector (atomics read at scrape time).
+    pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        family(
-            out,
-            "baton_sessions_migrated_total",
-            "counter",
+        counters(
+            e,
+            "baton_sessions_migrated",
             "TLS sessions moved to their home agent after the handshake (CSSL-SF): out = handed \
              off by this agent, in = imported by it.",
-        );
-        let _ = writeln!(
-            out,
-            "baton_sessions_migrated_total{{direction=\"out\"}} {}",
-            load(&self.out)
-        );
-        let _ = writeln!(
-            out,
-            "baton_sessions_migrated_total{{direction=\"in\"}} {}",
-            load(&self.into)
-        );
-        family(
-            out,
-            "baton_handoff_declined_total",
-            "counter",
+            [
+                (DirectionLabel { direction: "out" }, load(&self.out)),
+                (DirectionLabel { direction: "in" }, load(&self.into)),
+            ],
+        )?;
+        counter(
+            e,
+            "baton_handoff_declined",
             "Connections offered for migration whose home agent was this agent.",
-        );
-        let _ = writeln!(out, "baton_handoff_declined_total {}", load(&self.declined));
-        family(
-            out,
-            "baton_handoff_failures_total",
-            "counter",
+            load(&self.declined),
+        )?;
+        counters(
+            e,
+            "baton_handoff_failures",
             "Migrations that did not happen, by reason; the connection was served all the same.",
-        );
-        for f in HandoffFailure::ALL {
-            let _ = writeln!(
-                out,
-                "baton_handoff_failures_total{{reason=\"{}\"}} {}",
-                f.label(),
-                load(&self.failures[f as usize])
-            );
-        }
-        family(
-            out,
-            "baton_handoff_cpu_seconds_total",
-            "counter",
+            HandoffFailure::ALL.iter().map(|&reason| {
+                (
+                    FailureLabel { reason },
+                    load(&self.failures[reason as usize]),
+                )
+            }),
+        )?;
+        counters(
+            e,
+            "baton_handoff_cpu_seconds",
             "Thread CPU of the migration work itself (export: decrypting up to the freeze, \
              extraction, sealing; import: opening, record layer set-up), not the I/O around it.",
-        );
-        for (i, side) in ["export", "import"].iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_handoff_cpu_seconds_total{{side=\"{side}\"}} {}",
-                load(&self.cpu_ns[i]) as f64 / 1e9
-            );
-        }
-        family(
-            out,
+            ["export", "import"]
+                .iter()
+                .zip(&self.cpu_ns)
+                .map(|(&side, ns)| (SideLabel { side }, load(ns) as f64 / 1e9)),
+        )?;
+        let cumulative: Vec<u64> = self.buckets.iter().map(load).collect();
+        histogram(
+            e,
             "baton_handoff_seconds",
-            "histogram",
             "Time from the handshake agent's freeze request to the dispatcher's verdict, for \
              sessions migrated out.",
-        );
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "baton_handoff_seconds_bucket{{le=\"{b}\"}} {}",
-                load(&self.buckets[i])
-            );
-        }
-        let count = load(&self.count);
-        let _ = writeln!(out, "baton_handoff_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "baton_handoff_seconds_sum {}",
-            load(&self.sum_ns) as f64 / 1e9
-        );
-        let _ = writeln!(out, "baton_handoff_seconds_count {count}");
+            &BUCKETS,
+            &cumulative,
+            load(&self.count),
+            load(&self.sum_ns) as f64 / 1e9,
+        )
+    }
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct FailureLabel {
+    reason: HandoffFailure,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct SideLabel {
+    side: &'static str,
+}
+
+impl EncodeLabelValue for HandoffFailure {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.label())
     }
 }
 
@@ -215,14 +214,15 @@ mod tests {
         m.migrated_out(Duration::from_micros(300));
         m.migrated_out(Duration::from_millis(20));
         m.failure(HandoffFailure::ImportReplay);
-        let mut out = String::new();
-        m.render(&mut out);
+        let out = crate::metrics::tests::encoded(move |e| m.encode(e));
         assert!(
             out.contains("baton_handoff_seconds_bucket{le=\"0.0005\"} 1\n"),
             "{out}"
         );
         assert!(out.contains("baton_handoff_seconds_bucket{le=\"0.025\"} 2\n"));
         assert!(out.contains("baton_handoff_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(out.contains("baton_handoff_seconds_bucket{le=\"1.0\"} 2\n"));
+        assert!(out.contains("baton_handoff_seconds_count 2\n"));
         assert!(out.contains("baton_sessions_migrated_total{direction=\"out\"} 2\n"));
         assert!(out.contains("baton_handoff_failures_total{reason=\"import_replay\"} 1\n"));
     }
