@@ -1,6 +1,6 @@
 //! Crypto metering: how many CPU-seconds the agent spends in each kind of cryptography.
 //!
-//! This answers seed 002's question ("what share of the server's CPU is crypto?") from inside the
+//! This answers the crypto offload paper's question ("what share of the server's CPU is crypto?") from inside the
 //! server. It wraps the parts of rustls' `CryptoProvider` seam (cipher suites' AEADs, hashes,
 //! TLS 1.3 HKDF and TLS 1.2 PRF, key exchange groups, signature verification), the signing keys
 //! the agent loads and the session ticket sealer, and times every call. Two clocks, because

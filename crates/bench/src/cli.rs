@@ -21,7 +21,7 @@ pub enum BenchCommand {
     /// Combine the --json results of runs made at the same time from several machines into
     /// one: counts add, histograms merge, percentiles are recomputed from them.
     Merge(MergeArgs),
-    /// Seed 003's SSL TPS at zero loss: the highest open-loop rate the server sustains with
+    /// The 2048-bit migration report's SSL TPS at zero loss: the highest open-loop rate the server sustains with
     /// failed requests under --max-loss (and p99 under --max-p99), each step held --steady,
     /// the result confirmed --repeat times.
     FindMax(Box<FindMaxArgs>),

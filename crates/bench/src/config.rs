@@ -1,4 +1,4 @@
-//! `baton bench` settings: flags, the same keys in a TOML file (seed 001's text configuration),
+//! `baton bench` settings: flags, the same keys in a TOML file (the SSL benchmark tool paper's text configuration),
 //! and the resolved configuration.
 
 use std::net::IpAddr;
@@ -91,7 +91,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PEM")]
     pub key: Option<PathBuf>,
     /// Every K-th connection of a virtual client is a full handshake, the others resume the
-    /// client's last session (3 = seed 001's 1 full : 2 resumed). Default 1 (all full) with
+    /// client's last session (3 = the SSL benchmark tool paper's 1 full : 2 resumed). Default 1 (all full) with
     /// --resume none, else 3.
     #[arg(long, value_name = "K")]
     pub full_every: Option<u64>,

@@ -1,4 +1,4 @@
-//! `baton bench find-max`: seed 003's SSL TPS at zero loss in a steady state, found by
+//! `baton bench find-max`: the 2048-bit migration report's SSL TPS at zero loss in a steady state, found by
 //! running open-loop steps. The decisions are `search.rs`'s; this shell holds each rate it asks
 //! for with the ordinary runner, judges the step, shows it, and reports.
 
@@ -32,16 +32,16 @@ const DEFAULT_CLIENTS: usize = 100;
 pub struct FindMaxArgs {
     #[command(flatten)]
     pub bench: BenchArgs,
-    /// Largest share of failed requests a step may have, in percent (seed 003: 0.001).
+    /// Largest share of failed requests a step may have, in percent (the 2048-bit migration report: 0.001).
     #[arg(long, value_name = "PERCENT", default_value = "0.001")]
     pub max_loss: String,
     /// Largest p99 of the total latency a step may have (e.g. 50ms). Default: unbounded.
     #[arg(long, value_name = "DURATION")]
     pub max_p99: Option<String>,
-    /// How long each step holds its rate (seed 003: 5m).
+    /// How long each step holds its rate (the 2048-bit migration report: 5m).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub steady: String,
-    /// Passes in a row the final rate needs; their TPS spread is reported (seed 003: 3).
+    /// Passes in a row the final rate needs; their TPS spread is reported (the 2048-bit migration report: 3).
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub repeat: u32,
     /// First rate tried, transactions per second.

@@ -1,4 +1,4 @@
-//! `--report FILE.html`: a run as one self-contained page (seed 001's future work: results a
+//! `--report FILE.html`: a run as one self-contained page (the SSL benchmark tool paper's future work: results a
 //! person reads, not only numbers): the summary table, throughput over time, latency
 //! percentiles per phase, full vs resumed handshakes, errors. CSS and SVG are inline and
 //! nothing is fetched (no script, font, image or link), so the file renders offline, in a mail

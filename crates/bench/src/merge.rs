@@ -1,4 +1,4 @@
-//! `baton bench merge`: the runs of several load machines as one result (seed 001's future
+//! `baton bench merge`: the runs of several load machines as one result (the SSL benchmark tool paper's future
 //! work: a distributed tool). Pure: reports in, report out.
 //!
 //! Exact, not averaged: counts add, latency histograms are rebuilt from their buckets and

@@ -2,7 +2,7 @@
 //! hold next, is told how that step went, and ends with the highest rate that passed
 //! `--repeat` times in a row. The shell in `find_max.rs` only runs the steps it asks for.
 //!
-//! Seed 003: "SSL TPS" is measured at zero loss (0.001 %) in a steady state, three times,
+//! The 2048-bit migration report: "SSL TPS" is measured at zero loss (0.001 %) in a steady state, three times,
 //! and the mean reported. Here: grow the rate by doubling until a step fails, bisect between
 //! the highest pass and the lowest failure until they are within `precision` of each other,
 //! then hold the highest pass `repeat` times; if one of those fails, that rate becomes the
@@ -14,7 +14,7 @@ use serde::Serialize;
 /// What a step must achieve to pass.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Criteria {
-    /// Largest share of failed requests (0.00001 = seed 003's 0.001 %).
+    /// Largest share of failed requests (0.00001 = the 2048-bit migration report's 0.001 %).
     pub max_loss: f64,
     /// Largest p99 of the total latency, if bounded.
     pub max_p99_ms: Option<f64>,

@@ -1,4 +1,4 @@
-//! Sweeps: one run per combination of a few settings, printed as one table (seed 003's data
+//! Sweeps: one run per combination of a few settings, printed as one table (the 2048-bit migration report's data
 //! sizes 128 B to 32 KB, by key and suite). `--body-size` on the command line, or a `[sweep]`
 //! table in the config file:
 //!
@@ -75,7 +75,7 @@ impl Sweep {
     }
 }
 
-/// `128`, `1k`, `4KB`, `1m` -> bytes (k = 1024, as seed 003's 1 KB .. 32 KB).
+/// `128`, `1k`, `4KB`, `1m` -> bytes (k = 1024, as the 2048-bit migration report's 1 KB .. 32 KB).
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     let t = s.trim().to_ascii_lowercase();
     let t = t.strip_suffix('b').unwrap_or(&t);

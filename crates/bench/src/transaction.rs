@@ -1,4 +1,4 @@
-//! One transaction (seed 003's SSL TPS): TCP connect, TLS handshake, K HTTP requests and
+//! One transaction (the 2048-bit migration report's SSL TPS): TCP connect, TLS handshake, K HTTP requests and
 //! responses, TLS close_notify, TCP close, each phase timed and under a timeout.
 //!
 //! Cheap on purpose, so the client is not what a run measures: the `ClientConfig` is built once

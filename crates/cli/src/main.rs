@@ -1,4 +1,4 @@
-//! `baton`: one binary, one subcommand per role (see shared/DESIGN.md).
+//! `baton`: one binary, one subcommand per role (see README.md).
 
 #![forbid(unsafe_code)]
 
@@ -30,7 +30,7 @@ enum Command {
     /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
     Dispatch(Box<baton_dispatch::DispatchArgs>),
     /// Local clusters under load, side by side: round robin with and without shared sessions,
-    /// and session affinity (seed 000 Scenario B).
+    /// and session affinity (the CSSL paper's Scenario B).
     Demo(baton_lab::DemoArgs),
     /// Reproduce the seed documents' experiments on this machine, baselines beside Baton.
     Lab(baton_lab::LabArgs),

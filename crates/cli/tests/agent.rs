@@ -607,7 +607,7 @@ fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
 }
 
 /// Several backends: round robin takes them in turn; client-ip keeps each client address on
-/// one backend and still uses both across addresses (the single TLS proxy of seed 000).
+/// one backend and still uses both across addresses (the single TLS proxy of the CSSL paper).
 #[test]
 fn reverse_proxy_balances_several_backends() {
     let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("farm{i}"))).collect();

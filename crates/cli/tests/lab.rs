@@ -1,4 +1,4 @@
-//! `baton lab` quick runs of seed 000's scenarios, end to end: real `baton` agents and
+//! `baton lab` quick runs of the CSSL paper's scenarios, end to end: real `baton` agents and
 //! dispatchers, real nginx and HAProxy baselines, each server in its own CPU cap. The
 //! assertions are about counts the servers kept themselves (handshakes per server, connections
 //! per HAProxy backend, processes seen in each cap), never about speed.

@@ -1,5 +1,5 @@
-//! `baton up` clusters under load from many virtual clients with seed 001's 1 full : 2 resumed
-//! mix (seed 000 Scenario B): with sessions shared, a round-robin dispatcher needs only the
+//! `baton up` clusters under load from many virtual clients with the SSL benchmark tool paper's 1 full : 2 resumed
+//! mix (the CSSL paper's Scenario B): with sessions shared, a round-robin dispatcher needs only the
 //! clients' own full handshakes; with per-agent memory it loses most resumptions; session
 //! affinity recovers them without sharing. Also behind a real HAProxy in TCP round-robin mode.
 

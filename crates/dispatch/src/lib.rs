@@ -1,4 +1,4 @@
-//! `baton dispatch`: the TLS-aware dispatcher of seed 000 (the RAgent) in front of the agents.
+//! `baton dispatch`: the TLS-aware dispatcher of the CSSL paper (the RAgent) in front of the agents.
 //! It reads a new connection's ClientHello without terminating TLS, picks an agent
 //! (`route.rs`, a pure state machine), optionally prefixes a PROXY v2 header so the agent sees
 //! the real client, and splices bytes both ways (`server.rs`). Health checks (`health.rs`) take

@@ -2,7 +2,7 @@
 //! the client's address, and what the dispatcher knows of the agents. A pure state machine —
 //! no sockets, no clock — so every policy is tested here without a network.
 //!
-//! Policies (seed 000's balancers, plus TLS 1.3):
+//! Policies (the CSSL paper's balancers, plus TLS 1.3):
 //! - `round-robin` (LB-RR): the next healthy agent in turn;
 //! - `least-conn`: the healthy agent with the fewest open connections;
 //! - `client-ip` (LB-IP): one agent per client address, for persistence;
@@ -240,7 +240,7 @@ impl Router {
 
     /// The healthy agent running the fewest handshakes. Handshakes, not connections: after a
     /// migration the bulk connection lives at its home agent, and an agent that is home to
-    /// more clients must not be spared handshakes for it (seed 000: handshakes are what the
+    /// more clients must not be spared handshakes for it (the CSSL paper: handshakes are what the
     /// cluster balances; bulk follows persistence).
     /// Fewest handshakes running; among agents running as many, the one that has done fewest
     /// so far. Turn-taking alone would let the counts drift apart whenever one agent was busy

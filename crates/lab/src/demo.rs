@@ -1,5 +1,5 @@
 //! `baton demo`: the README's main job. On embedded defaults (generated certificates, no
-//! external server) it runs seed 000's Scenario B on this machine — many clients, each
+//! external server) it runs the CSSL paper's Scenario B on this machine — many clients, each
 //! reconnecting with 1 full : 2 resumed handshakes, through a dispatcher in front of N agents —
 //! for round robin without shared sessions (LB-RR), round robin with sessions shared between
 //! agents (CSSL-SL) and session affinity, and prints the table side by side.
@@ -109,7 +109,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
     }
     let ideal = args.connections.div_ceil(3);
     println!(
-        "\n  ideal: {ideal} full handshakes (each client's own); seed 000 Scenario B measured LB-RR 1,893 and CSSL-SL 1,124 of 3,000."
+        "\n  ideal: {ideal} full handshakes (each client's own); the CSSL paper's Scenario B measured LB-RR 1,893 and CSSL-SL 1,124 of 3,000."
     );
     Ok(())
 }

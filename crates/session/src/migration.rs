@@ -1,4 +1,4 @@
-//! The session object of a migrated connection (seed 000's `SESS_OBJ`): what the handshake
+//! The session object of a migrated connection (the CSSL paper's `SESS_OBJ`): what the handshake
 //! agent hands the home agent so it can carry on the same TLS connection — version, suite, both
 //! directions' keys, IVs, next sequence numbers and (TLS 1.3) traffic secrets for KeyUpdate,
 //! the client plaintext already decrypted, and what the application needs to know (ALPN, SNI,

@@ -586,7 +586,7 @@ pub struct Mix {
 
 /// `clients` threads, each making `per_client` one-request connections to `addr`, every
 /// `full_every`-th of them with a fresh session (full handshake) and the others resuming the
-/// client's last session — seed 001's 1 full : K-1 resumed browser pattern.
+/// client's last session — the SSL benchmark tool paper's 1 full : K-1 resumed browser pattern.
 pub fn virtual_clients(
     addr: SocketAddr,
     config: &rustls::ClientConfig,

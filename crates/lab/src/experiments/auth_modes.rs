@@ -1,4 +1,4 @@
-//! Seed 001 experiment A: server authentication vs mutual (client certificate) authentication,
+//! The SSL benchmark tool paper, experiment A: server authentication vs mutual (client certificate) authentication,
 //! new connections only, 1 vs 2 servers, time to complete N connections fetching a 5 KB page.
 //! Paper, 5,000 connections (RSA 1024, 3DES/RC4): one server 31 s (server auth) vs 46 s
 //! (mutual); two servers 16 s vs 29 s.
@@ -34,7 +34,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let client = pki::generate_client(&lab.dir.join("client-pki"))?;
     let mut t = Table::new(
         "auth-modes",
-        format!("seed 001 experiment A: server vs mutual authentication, new connections, {BODY}-byte page, baton agents ({}), 2 servers behind baton dispatch round-robin", KEY.name()),
+        format!("the SSL benchmark tool paper, experiment A: server vs mutual authentication, new connections, {BODY}-byte page, baton agents ({}), 2 servers behind baton dispatch round-robin", KEY.name()),
     )
     .column("servers", "servers")
     .column("auth", "auth")

@@ -1,6 +1,6 @@
-//! Seed 003: SSL TPS (TCP connect, handshake, request, response, close) as the server key
+//! The 2048-bit migration report: SSL TPS (TCP connect, handshake, request, response, close) as the server key
 //! grows — RSA 1024 (nginx/OpenSSL only: rustls refuses it), 2048, 3072, 4096, ECDSA P-256 and
-//! P-384 — for responses of 128 B to 32 KB. The seed's appliance kept 3,000 TPS at RSA 1024
+//! P-384 — for responses of 128 B to 32 KB. The report's appliance kept 3,000 TPS at RSA 1024
 //! and 2048 up to 1 KB (an SSL chip); a general-purpose CPU does not, and this shows by how much.
 
 use serde_json::json;
@@ -36,7 +36,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     crate::rig::nginx::write_bodies(&www, bodies)?;
     let mut t = Table::new(
         "key-sizes",
-        "seed 003: SSL TPS by server key and response size (TLS 1.2, new connections only, one capped server)",
+        "the 2048-bit migration report: SSL TPS by server key and response size (TLS 1.2, new connections only, one capped server)",
     )
     .column("server", "server")
     .column("key", "key")

@@ -1,4 +1,4 @@
-//! Seed 001 experiment B: what session resumption saves. 1,800 to 4,200 connections fetching a
+//! The SSL benchmark tool paper, experiment B: what session resumption saves. 1,800 to 4,200 connections fetching a
 //! 5 KB page from one server, with 2/3 of them resumed vs none. Paper: at 4,200 connections
 //! resumption saved more than 15 s on one server.
 
@@ -24,7 +24,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let mut t = Table::new(
         "resumption",
         format!(
-            "seed 001 experiment B: 2/3 resumed vs none, {BODY}-byte page, one server ({})",
+            "the SSL benchmark tool paper, experiment B: 2/3 resumed vs none, {BODY}-byte page, one server ({})",
             KEY.name()
         ),
     )

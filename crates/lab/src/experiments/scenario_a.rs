@@ -1,4 +1,4 @@
-//! Seed 000 Table 2 (Scenario A): services that need client affinity. Three client hosts, only
+//! The CSSL paper, Table 2 (Scenario A): services that need client affinity. Three client hosts, only
 //! full handshakes, a 5,120-byte response, two servers. The L4 balancer hashing client
 //! addresses (LB-IP) puts two hosts on one server; the single TLS proxy (Pound) does all TLS
 //! alone; CSSL-SF spreads full handshakes by load and migrates each session to the client's home
@@ -43,7 +43,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let mut t = policies::table(
         "scenario-a",
         format!(
-            "seed 000 Table 2: 3 client hosts, {n} full handshakes, {BODY}-byte response, 2 servers ({})",
+            "the CSSL paper, Table 2: 3 client hosts, {n} full handshakes, {BODY}-byte response, 2 servers ({})",
             key.name()
         ),
     )

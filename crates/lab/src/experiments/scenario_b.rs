@@ -1,4 +1,4 @@
-//! Seed 000 Table 3 (Scenario B): no affinity needed. Two client hosts, 3,000 connections of
+//! The CSSL paper, Table 3 (Scenario B): no affinity needed. Two client hosts, 3,000 connections of
 //! which 1,000 full and 2,000 resumption attempts (each client reconnects: 1 full : 2 resumed),
 //! a 1,024-byte response, two servers. Round robin without shared sessions (LB-RR) turns many
 //! resumptions into full handshakes; CSSL-SL shares sessions and ticket keys between agents so
@@ -49,7 +49,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let mut t = policies::table(
         "scenario-b",
         format!(
-            "seed 000 Table 3: 2 client hosts, {n} connections (1 full : 2 resumed per client), {BODY}-byte response, 2 servers ({})",
+            "the CSSL paper, Table 3: 2 client hosts, {n} connections (1 full : 2 resumed per client), {BODY}-byte response, 2 servers ({})",
             key.name()
         ),
     )

@@ -1,4 +1,4 @@
-//! Seed 004: what ECDHE costs. New TLS 1.2 connections per server CPU-second for ECDHE-ECDSA,
+//! The ATS cipher-suite post: what ECDHE costs. New TLS 1.2 connections per server CPU-second for ECDHE-ECDSA,
 //! ECDHE-RSA and (nginx only, with the OpenSSL engine: rustls refuses it) plain RSA key exchange,
 //! with X25519 and P-256, plus TLS 1.3. The blog measured, on 2016 Windows/IIS, 445.65 req/s with
 //! RSA key exchange and 276.14 with ECDHE-RSA (P-256): ECDHE 38% slower. A 689-byte page.
@@ -117,7 +117,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     crate::rig::nginx::write_bodies(&www, &[BODY])?;
     let mut t = Table::new(
         "suites",
-        format!("seed 004: new connections per server CPU-second by key exchange, {BODY}-byte page, one capped server"),
+        format!("the ATS cipher-suite post: new connections per server CPU-second by key exchange, {BODY}-byte page, one capped server"),
     )
     .column("server", "server")
     .column("kx", "key exchange")

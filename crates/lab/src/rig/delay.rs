@@ -1,5 +1,5 @@
 //! A user-space delay proxy: adds round-trip time between the clients and the system under test
-//! (seed 000 measured across 30 ms; this kernel has no netem).
+//! (the CSSL paper measured across 30 ms; this kernel has no netem).
 //!
 //! Every chunk read from one side is written to the other side `rtt / 2` later, in order, for
 //! both directions, so a handshake's flights each pay the delay as they would on a WAN link.

@@ -1,5 +1,5 @@
 //! nginx as a baseline: the TLS server (the papers' Apache/mod_ssl), the single TLS reverse proxy
-//! in front of plain HTTP backends (seed 000's Pound), and those plain backends.
+//! in front of plain HTTP backends (the CSSL paper's Pound), and those plain backends.
 //!
 //! Each instance runs in the foreground (`daemon off`, master + one worker) under its own prefix
 //! directory, capped like any other server, and logs every request with whether its TLS session

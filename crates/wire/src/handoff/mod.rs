@@ -1,4 +1,4 @@
-//! The handoff protocol (CSSL-SF, seed 000 section 4.4.1): how a TLS connection that one agent
+//! The handoff protocol (CSSL-SF, the CSSL paper, section 4.4.1): how a TLS connection that one agent
 //! (the *handshake agent*) has just finished the handshake for is switched, on the same client
 //! TCP stream, to another agent (the client's *home agent*), which carries the bulk traffic.
 //!
@@ -43,7 +43,7 @@
 //!  D->A  Resume             then the held bytes: A serves the session from its own record layer
 //! ```
 //!
-//! Why this keeps the invariants (shared/DESIGN.md): client bytes go to exactly one agent, cut
+//! Why this keeps the invariants: client bytes go to exactly one agent, cut
 //! only at a record boundary, so no record is split between two decryptors and none is lost or
 //! repeated. H has the session before the first record it must decrypt. Nobody encrypts twice
 //! under a key and sequence number: A sends nothing after Switch until D's verdict, H nothing
