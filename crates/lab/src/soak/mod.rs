@@ -88,7 +88,8 @@ pub fn run(lab: &Lab, args: SoakArgs) -> anyhow::Result<Vec<Table>> {
         bail!("the soak needs redis-server");
     }
     println!(
-        "soak: seed {}, {} s of load at {rate}/s per side, faults from {} s to {} s, then quiet",
+        "soak: seed {}, {} s of load at {rate}/s per side, faults from {} s to {} s, then quiet \
+         (servers not capped: --quota and --rtt do not apply)",
         args.seed,
         plan.duration.as_secs(),
         plan.warmup.as_secs(),
@@ -391,6 +392,38 @@ struct Slot {
 struct Counters {
     full: u64,
     resumed: u64,
+    /// The series of [`WATCHED`] families, agent labels dropped.
+    other: BTreeMap<String, u64>,
+}
+
+/// The servers' own counters the report shows besides handshakes: how agents ended the
+/// attackers' connections, how the dispatcher routed around dead agents, Redis fallbacks.
+const WATCHED: &[&str] = &[
+    "baton_handshake_failures_total",
+    "baton_handoff_failures_total",
+    "baton_session_store_events_total",
+    "baton_dispatch_connect_failures_total",
+    "baton_dispatch_handoffs_total",
+    "baton_dispatch_hellos_total",
+    "baton_dispatch_no_agent_total",
+    "baton_dispatch_rejected_total",
+];
+
+/// `family{a="1",agent="2"}` without its `agent` label (counts are summed over agents).
+fn without_agent(series: &str) -> String {
+    let Some((family, labels)) = series.split_once('{') else {
+        return series.to_string();
+    };
+    let labels: Vec<&str> = labels
+        .trim_end_matches('}')
+        .split(',')
+        .filter(|l| !l.is_empty() && !l.starts_with("agent="))
+        .collect();
+    if labels.is_empty() {
+        family.to_string()
+    } else {
+        format!("{family}{{{}}}", labels.join(","))
+    }
 }
 
 /// Full and resumed handshakes from an agent's /metrics (short timeouts: a stopped agent
@@ -411,9 +444,16 @@ fn scrape(addr: SocketAddr) -> Option<Counters> {
             .map(|(_, v)| *v as u64)
             .sum()
     };
+    let mut other = BTreeMap::new();
+    for (k, v) in &m {
+        if WATCHED.iter().any(|f| k.split('{').next() == Some(*f)) {
+            *other.entry(without_agent(k)).or_default() += *v as u64;
+        }
+    }
     Some(Counters {
         full: sum("kind=\"full\""),
         resumed: sum("kind=\"resumed\""),
+        other,
     })
 }
 
@@ -424,7 +464,11 @@ struct Watch {
 
 impl Watch {
     fn new(sys: &Systems, t0: Instant) -> Watch {
-        let mut slots = vec![Slot::new("A dispatcher", sys.a.dispatcher.child.id(), None)];
+        let mut slots = vec![Slot::new(
+            "A dispatcher",
+            sys.a.dispatcher.child.id(),
+            sys.a.dispatcher.addr("metrics"),
+        )];
         for (side, c) in [(Side::A, &sys.a), (Side::B, &sys.b)] {
             for (i, p) in c.agents.iter().enumerate() {
                 slots.push(Slot::new(
@@ -491,10 +535,20 @@ impl Slot {
     fn totals(&self) -> Counters {
         self.counters
             .values()
-            .fold(Counters::default(), |a, c| Counters {
-                full: a.full + c.full,
-                resumed: a.resumed + c.resumed,
+            .fold(Counters::default(), |mut a, c| {
+                a.add(c);
+                a
             })
+    }
+}
+
+impl Counters {
+    fn add(&mut self, c: &Counters) {
+        self.full += c.full;
+        self.resumed += c.resumed;
+        for (k, v) in &c.other {
+            *self.other.entry(k.clone()).or_default() += v;
+        }
     }
 }
 
@@ -723,7 +777,16 @@ fn inject(
             let (args, addrs, log) = {
                 let mut s = sys.lock().unwrap();
                 let p = &mut s.a.dispatcher;
-                let args = cmdline(p.child.id());
+                let pid = p.child.id();
+                let args = cmdline(pid);
+                if let Some(m) = p.addr("metrics").and_then(scrape) {
+                    watch
+                        .lock()
+                        .unwrap()
+                        .slot("A dispatcher")
+                        .counters
+                        .insert(pid, m);
+                }
                 at = t0.elapsed();
                 kill(&mut p.child);
                 let log = s.a.dir.join(format!("dispatch.{}.log", e.at.as_millis()));
@@ -846,12 +909,9 @@ fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
             .iter()
             .filter(|s| s.name.starts_with(&format!("{side} agent")))
             .collect();
-        let srv = agents.iter().fold(Counters::default(), |a, s| {
-            let c = s.totals();
-            Counters {
-                full: a.full + c.full,
-                resumed: a.resumed + c.resumed,
-            }
+        let srv = agents.iter().fold(Counters::default(), |mut a, s| {
+            a.add(&s.totals());
+            a
         });
         let missed: u64 = t.misses.values().sum();
         req.push(row![
@@ -1047,6 +1107,34 @@ fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
         o.attacks.first().map_or(0, |(_, s)| s.len())
     ));
 
+    // the servers' own counters, summed over each side's processes and their restarts
+    let mut counters = Table::new(
+        "soak-counters",
+        "the servers' own counters over the run (agents and dispatcher, summed over restarts)",
+    )
+    .column("side", "side")
+    .column("counter", "counter")
+    .column("value", "value");
+    for side in [Side::A, Side::B] {
+        let mut sum = Counters::default();
+        for s in &o.watch.slots {
+            if s.name.starts_with(&side.to_string()) {
+                sum.add(&s.totals());
+            }
+        }
+        for (k, v) in sum.other.iter().filter(|(_, v)| **v > 0) {
+            counters.push(row![
+                ("side", side.to_string()),
+                ("counter", k.clone()),
+                ("value", *v)
+            ]);
+        }
+    }
+    counters.note(
+        "each process is scraped once a second and just before it is killed; what it counted \
+         in the last moment before a kill is not seen",
+    );
+
     // processes
     let mut procs = Table::new(
         "soak-processes",
@@ -1104,5 +1192,63 @@ fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
             procs.failed.push(format!("{n} panics in {file}"));
         }
     }
-    vec![faults, req, att, procs]
+    vec![faults, req, att, counters, procs]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_labels_are_dropped_from_series() {
+        assert_eq!(
+            without_agent("baton_dispatch_connect_failures_total{agent=\"2\"}"),
+            "baton_dispatch_connect_failures_total"
+        );
+        assert_eq!(
+            without_agent("baton_dispatch_connections_total{agent=\"1\",reason=\"ticket\"}"),
+            "baton_dispatch_connections_total{reason=\"ticket\"}"
+        );
+        assert_eq!(without_agent("x_total"), "x_total");
+    }
+
+    #[test]
+    fn a_restart_keeps_the_announced_ports() {
+        let args: Vec<String> = [
+            "/bin/baton",
+            "agent",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--link-listen",
+            "127.0.0.1:0",
+            "--peer-listen",
+            "127.0.0.1:7000",
+        ]
+        .map(String::from)
+        .to_vec();
+        let addrs: HashMap<String, SocketAddr> = [
+            ("tls", "127.0.0.1:4001"),
+            ("metrics", "127.0.0.1:4002"),
+            ("link", "127.0.0.1:4003"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+        let p = pinned(
+            &args,
+            &addrs,
+            &[
+                ("--listen", "tls"),
+                ("--metrics", "metrics"),
+                ("--link-listen", "link"),
+            ],
+        );
+        assert_eq!(
+            p.join(" "),
+            "agent --listen 127.0.0.1:4001 --metrics 127.0.0.1:4002 --link-listen 127.0.0.1:4003 \
+             --peer-listen 127.0.0.1:7000"
+        );
+    }
 }
