@@ -32,7 +32,7 @@ enum Command {
     /// Local clusters under load, side by side: round robin with and without shared sessions,
     /// and session affinity (the CSSL paper's Scenario B).
     Demo(baton_lab::DemoArgs),
-    /// Reproduce the seed documents' experiments on this machine, baselines beside Baton.
+    /// Reproduce the source documents' experiments (docs/references.md) on this machine, baselines beside Baton.
     Lab(baton_lab::LabArgs),
     /// Start a local cluster: a dispatcher and N agents on this machine.
     Up(Box<baton_lab::UpArgs>),

@@ -1,4 +1,4 @@
-//! `baton lab EXPERIMENT`: one file per experiment of the seed documents. Each experiment is a
+//! `baton lab EXPERIMENT`: one file per experiment of the source documents (docs/references.md). Each experiment is a
 //! function `fn(&Lab) -> anyhow::Result<Table>` listed in [`EXPERIMENTS`]; it starts its systems
 //! under test with the rig (`crate::rig::Sut`), measures them with `Lab::run`, and returns a
 //! table whose rows put the paper's figure beside ours. This module owns what every experiment
@@ -28,7 +28,7 @@ use crate::rig::cap::CapMode;
 use crate::rig::Lab;
 use crate::table::Table;
 
-/// `baton lab`: reproduce the seed documents' experiments on this machine.
+/// `baton lab`: reproduce the source documents' experiments on this machine.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -43,7 +43,7 @@ pub struct LabArgs {
     #[arg(long, global = true, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Round-trip time added between clients and servers by the lab's delay proxy
-    /// (seed 000 used 30 ms). Default: 30ms, or 0 with --quick.
+    /// (the CSSL paper used 30 ms). Default: 30ms, or 0 with --quick.
     #[arg(long, global = true, value_name = "DURATION")]
     pub rtt: Option<String>,
     /// CPU cap of each server, percent of one core (cgroup v1; falls back to one core each
@@ -62,19 +62,19 @@ pub struct LabArgs {
 
 #[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Experiment {
-    /// Seed 000 Table 2: client affinity (LB-IP, TLS proxy, CSSL-SF with and without migration).
+    /// The CSSL paper, Table 2: client affinity (LB-IP, TLS proxy, CSSL-SF with and without migration).
     ScenarioA,
-    /// Seed 000 Table 3: no affinity (LB-RR, TLS proxy, CSSL-SL with and without sharing).
+    /// The CSSL paper, Table 3: no affinity (LB-RR, TLS proxy, CSSL-SL with and without sharing).
     ScenarioB,
-    /// Seed 001 experiment A: server vs mutual authentication, 1 vs 2 servers.
+    /// The SSL benchmark tool paper, experiment A: server vs mutual authentication, 1 vs 2 servers.
     AuthModes,
-    /// Seed 001 experiment B: 2/3 resumed vs none.
+    /// The SSL benchmark tool paper, experiment B: 2/3 resumed vs none.
     Resumption,
-    /// Seed 003: SSL TPS by key size (RSA 1024-4096, ECDSA P-256/P-384) and response size.
+    /// The 2048-bit migration report: SSL TPS by key size (RSA 1024-4096, ECDSA P-256/P-384) and response size.
     KeySizes,
-    /// Seed 004: ECDHE-ECDSA vs ECDHE-RSA vs RSA key exchange, X25519 vs P-256.
+    /// The ATS cipher-suite post: ECDHE-ECDSA vs ECDHE-RSA vs RSA key exchange, X25519 vs P-256.
     Suites,
-    /// Seed 002: crypto's share of the agent's CPU by op (metering beside perf), full vs
+    /// The crypto offload paper: crypto's share of the agent's CPU by op (metering beside perf), full vs
     /// resumed, key in the agent vs in `baton signer`.
     CryptoShare,
     /// Every experiment, one after another, into one report.
