@@ -25,7 +25,7 @@ mod record;
 mod report;
 mod runner;
 mod scenario;
-mod scrape;
+pub mod scrape;
 mod search;
 mod stats;
 mod svg;

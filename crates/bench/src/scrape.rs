@@ -1,6 +1,7 @@
 //! `--server-metrics`: a Baton agent's Prometheus counters before and after the run, so the
 //! result carries what the server saw (full vs resumed handshakes) and what it spent (CPU,
-//! crypto seconds) next to what the client measured.
+//! crypto seconds) next to what the client measured. Also the one reader of metrics pages the
+//! lab uses: [`samples`] parses the Prometheus text format and OpenMetrics alike.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -40,33 +41,140 @@ pub async fn scrape(url: &str) -> anyhow::Result<Sample> {
     .await
     .with_context(|| format!("{url}: timed out"))?
     .with_context(|| url.to_string())?;
-    let text = String::from_utf8_lossy(&body);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        bail!("{url}: no HTTP response")
-    };
-    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|s| s != "200") {
-        bail!("{url}: {}", head.lines().next().unwrap_or(""));
-    }
-    Ok(parse(body))
+    let body = body_of(&String::from_utf8_lossy(&body), url)?;
+    Ok(parse(&body))
 }
 
-/// Prometheus text format: `name{labels} value [timestamp]`; label values may hold spaces.
-pub fn parse(text: &str) -> Sample {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let end = match l.find('{') {
-                Some(_) => l.rfind('}')? + 1,
-                None => l.find(char::is_whitespace)?,
+/// One sample of a metrics page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series<'a> {
+    /// The sample's name (`baton_handshakes_total`, `x_bucket`).
+    pub name: &'a str,
+    /// `name{labels}` as the page wrote it: the key of a [`Sample`].
+    pub key: &'a str,
+    /// Label names and values, unescaped, in the page's order.
+    pub labels: Vec<(&'a str, String)>,
+    pub value: f64,
+}
+
+impl Series<'_> {
+    /// The value of label `name`.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every sample of a metrics page: the Prometheus text format (0.0.4) or OpenMetrics 1.0
+/// (`# EOF`, exemplars after the value, float values and bucket bounds). A line that is not a
+/// well-formed sample is skipped. Label values may hold spaces, `}`, `,` and escaped quotes.
+pub fn samples(text: &str) -> Vec<Series<'_>> {
+    text.lines().filter_map(sample).collect()
+}
+
+/// `name{labels} value [timestamp] [# exemplar]`.
+fn sample(line: &str) -> Option<Series<'_>> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let name = &line[..name_end];
+    let mut labels = Vec::new();
+    let mut rest = &line[name_end..];
+    if let Some(body) = rest.strip_prefix('{') {
+        let mut at = body;
+        loop {
+            at = at.trim_start_matches([' ', ',']);
+            if let Some(after) = at.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let (key, after) = at.split_once('=')?;
+            let mut chars = after.strip_prefix('"')?.char_indices();
+            let mut value = String::new();
+            let end = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (_, c) => value.push(c),
+                }
             };
-            let (series, rest) = l.split_at(end);
-            let value = rest.split_whitespace().next()?;
-            KEPT.iter()
-                .any(|k| series == *k || series.starts_with(&format!("{k}{{")))
-                .then(|| Some((series.to_string(), value.parse().ok()?)))?
-        })
+            labels.push((key.trim(), value));
+            at = &after[1 + end + 1..];
+        }
+    }
+    let key = &line[..line.len() - rest.len()];
+    if !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some(Series {
+        name,
+        key,
+        labels,
+        value,
+    })
+}
+
+/// The sum of the samples named `name` that carry every label in `with` (all of them, for
+/// none).
+pub fn sum(samples: &[Series], name: &str, with: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && with.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// The samples named `name`, by the value of their label `label`.
+pub fn by_label(samples: &[Series], name: &str, label: &str) -> BTreeMap<String, f64> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter_map(|s| Some((s.label(label)?.to_string(), s.value)))
         .collect()
+}
+
+/// The series of the families `--server-metrics` keeps (handshakes, migrations, requests,
+/// crypto seconds, failures, process CPU), by `name{labels}`.
+pub fn parse(text: &str) -> Sample {
+    samples(text)
+        .into_iter()
+        .filter(|s| KEPT.contains(&s.name))
+        .map(|s| (s.key.to_string(), s.value))
+        .collect()
+}
+
+/// `GET /metrics` from `addr` over plain HTTP/1.0, blocking (for callers without a runtime):
+/// the page's text, or why not.
+pub fn page_blocking(addr: std::net::SocketAddr) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let timeout = Duration::from_secs(5);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .with_context(|| format!("metrics at {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut raw = Vec::new();
+    s.take(8 << 20).read_to_end(&mut raw)?;
+    body_of(&String::from_utf8_lossy(&raw), &addr.to_string())
+}
+
+/// The body of a `200` HTTP/1 response, or the status line as the error.
+fn body_of(response: &str, from: &str) -> anyhow::Result<String> {
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        bail!("{from}: no HTTP response")
+    };
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|s| s != "200") {
+        bail!("{from}: {}", head.lines().next().unwrap_or(""));
+    }
+    Ok(body.to_string())
 }
 
 /// After minus before, per series.
@@ -98,5 +206,44 @@ mod tests {
             s["baton_handshake_failures_total{reason=\"bad cert\"}"],
             2.0
         );
+    }
+
+    #[test]
+    fn reads_openmetrics_pages() {
+        let page = "# HELP baton_handshakes Completed TLS handshakes.\n\
+                    # TYPE baton_handshakes counter\n\
+                    baton_handshakes_total{version=\"1.3\",kind=\"full\"} 5\n\
+                    baton_handshakes_total{version=\"1.2\",kind=\"full\"} 1\n\
+                    baton_handshakes_total{version=\"1.3\",kind=\"resumed\"} 2\n\
+                    baton_crypto_seconds_total{op=\"sign\"} 1.0e-3\n\
+                    baton_crypto_seconds_total{op=\"hash\"} 0.5\n\
+                    x_seconds_bucket{le=\"1.0\"} 3 # {trace_id=\"a b\"} 0.2 1.7e9\n\
+                    x_seconds_bucket{le=\"+Inf\"} 4\n\
+                    y{path=\"a}b, \\\"c\\\"\",code=\"200\"} 7 1700000000\n\
+                    broken{x=\"1} 3\n\
+                    process_cpu_seconds_total 0.25\n\
+                    # EOF\n";
+        let all = samples(page);
+        assert_eq!(all.len(), 9, "{all:?}");
+        assert_eq!(
+            sum(&all, "baton_handshakes_total", &[("kind", "full")]),
+            6.0
+        );
+        assert_eq!(sum(&all, "baton_handshakes_total", &[]), 8.0);
+        let crypto = by_label(&all, "baton_crypto_seconds_total", "op");
+        assert_eq!(crypto["sign"], 0.001);
+        assert_eq!(crypto["hash"], 0.5);
+        assert_eq!(sum(&all, "x_seconds_bucket", &[("le", "1.0")]), 3.0);
+        let y = all.iter().find(|s| s.name == "y").unwrap();
+        assert_eq!(y.label("path"), Some("a}b, \"c\""));
+        assert_eq!(y.label("code"), Some("200"));
+        assert_eq!(y.value, 7.0);
+        let kept = parse(page);
+        assert_eq!(kept.len(), 6, "{kept:?}");
+        assert_eq!(
+            kept["baton_handshakes_total{version=\"1.3\",kind=\"full\"}"],
+            5.0
+        );
+        assert_eq!(kept["process_cpu_seconds_total"], 0.25);
     }
 }

@@ -21,16 +21,10 @@ pub struct Snapshot {
 /// the agent waiting for `baton signer` (`--key-signer`), whose CPU is the signer's.
 pub const WAITING_OPS: [&str; 1] = ["sign_remote"];
 
-/// `baton_crypto_seconds_total{op="..."} V` lines of a metrics page, by op.
+/// `baton_crypto_seconds_total{op="..."} V` samples of a metrics page, by op.
 pub fn crypto_seconds(metrics: &str) -> BTreeMap<String, f64> {
-    metrics
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("baton_crypto_seconds_total{op=\"")?;
-            let (op, rest) = rest.split_once("\"}")?;
-            Some((op.to_string(), rest.trim().parse().ok()?))
-        })
-        .collect()
+    let samples = baton_bench::scrape::samples(metrics);
+    baton_bench::scrape::by_label(&samples, "baton_crypto_seconds_total", "op")
 }
 
 /// User + system CPU seconds from the text of `/proc/PID/stat`, `ticks` per second

@@ -35,8 +35,7 @@ pub mod classify;
 pub mod compare;
 pub mod script;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -195,19 +194,5 @@ pub fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 
 /// `GET /metrics` over plain HTTP/1.0.
 pub fn metrics_page(addr: SocketAddr) -> anyhow::Result<String> {
-    let timeout = Duration::from_secs(5);
-    let mut s = TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("{addr}"))?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.take(8 << 20).read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        bail!("{addr}: no HTTP response");
-    };
-    if head.split_whitespace().nth(1) != Some("200") {
-        bail!("{addr}: {}", head.lines().next().unwrap_or(""));
-    }
-    Ok(body.to_string())
+    baton_bench::scrape::page_blocking(addr)
 }

@@ -615,32 +615,18 @@ impl Drop for Sut {
 
 /// Full/resumed handshakes and requests from a Baton agent's /metrics.
 fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .with_context(|| format!("agent metrics at {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
-    let mut raw = Vec::new();
-    s.take(8 << 20).read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let sample = baton_bench::parse_metrics(body);
-    let sum = |family: &str, label: &str| -> u64 {
-        sample
-            .iter()
-            .filter(|(k, _)| {
-                k.split('{').next() == Some(family) && (label.is_empty() || k.contains(label))
-            })
-            .map(|(_, v)| *v as u64)
-            .sum()
+    let page = baton_bench::scrape::page_blocking(addr)?;
+    let samples = baton_bench::scrape::samples(&page);
+    let sum = |name: &str, with: &[(&str, &str)]| -> u64 {
+        baton_bench::scrape::sum(&samples, name, with) as u64
     };
     Ok(ServerCounts {
-        full: sum("baton_handshakes_total", "kind=\"full\""),
-        resumed: sum("baton_handshakes_total", "kind=\"resumed\""),
-        requests: sum("baton_http_requests_total", ""),
-        migrated_out: sum("baton_sessions_migrated_total", "direction=\"out\""),
-        migrated_in: sum("baton_sessions_migrated_total", "direction=\"in\""),
-        handoff_failures: sum("baton_handoff_failures_total", ""),
+        full: sum("baton_handshakes_total", &[("kind", "full")]),
+        resumed: sum("baton_handshakes_total", &[("kind", "resumed")]),
+        requests: sum("baton_http_requests_total", &[]),
+        migrated_out: sum("baton_sessions_migrated_total", &[("direction", "out")]),
+        migrated_in: sum("baton_sessions_migrated_total", &[("direction", "in")]),
+        handoff_failures: sum("baton_handoff_failures_total", &[]),
         ..Default::default()
     })
 }
