@@ -181,6 +181,7 @@ fn merge_of_two_runs_is_their_exact_sum() {
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn html_report_is_self_contained_and_renders() {
     let pki = Pki::new();
     let dir = TempDir::new("bench-reports-report");
@@ -242,6 +243,7 @@ fn html_report_is_self_contained_and_renders() {
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn find_max_converges_under_a_cpu_cap() {
     let pki = Pki::new();
     let dir = TempDir::new("bench-reports-findmax");

@@ -136,6 +136,7 @@ fn check_baselines(rows: &[Value], connections: u64) {
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn scenario_b_quick_shared_sessions_need_fewer_full_handshakes_than_round_robin() {
     let dir = TempDir::new("lab-b");
     let rows = lab("scenario-b", &dir);
@@ -162,6 +163,7 @@ fn scenario_b_quick_shared_sessions_need_fewer_full_handshakes_than_round_robin(
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn scenario_a_quick_handoff_spreads_full_handshakes_evenly() {
     let dir = TempDir::new("lab-a");
     let rows = lab("scenario-a", &dir);

@@ -513,6 +513,7 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> std::process::Output {
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn records_a_page_loaded_by_headless_chromium() {
     let Some(chromium) = chromium() else { return };
     let certutil = Command::new("certutil")

@@ -34,6 +34,7 @@ fn servers_installed() -> bool {
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn quick_soak_accounts_for_every_failure() {
     if !servers_installed() {
         return;

@@ -27,6 +27,7 @@ fn scenario_b(up: &Up, v: &'static rustls::SupportedProtocolVersion) -> (Mix, u6
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn round_robin_with_peers_needs_only_the_clients_full_handshakes() {
     let up = Up::start(&[
         "--agents",
@@ -53,6 +54,7 @@ fn round_robin_with_peers_needs_only_the_clients_full_handshakes() {
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn round_robin_with_memory_loses_resumptions_and_session_affinity_recovers_them() {
     let rr = Up::start(&[
         "--agents",
@@ -78,6 +80,7 @@ fn round_robin_with_memory_loses_resumptions_and_session_affinity_recovers_them(
 }
 
 #[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn redis_store_needs_only_the_clients_full_handshakes() {
     let Some(redis) = Redis::start() else { return };
     let store = format!("redis={}", redis.url());
