@@ -28,7 +28,7 @@ mod scenario;
 pub mod scrape;
 mod search;
 mod stats;
-mod svg;
+pub mod svg;
 mod sweep;
 mod tls;
 mod transaction;

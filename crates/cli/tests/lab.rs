@@ -49,6 +49,17 @@ fn lab(experiment: &str, dir: &TempDir) -> Vec<Value> {
             "report refers to something outside: {external}"
         );
     }
+    // ours beside the paper's figure in one chart, a colour per system and a legend
+    assert!(
+        page.contains(">this machine</text>") && page.contains(">paper</text>"),
+        "no grouped chart with the paper beside ours: {page}"
+    );
+    if let Some(chromium) = common::chromium() {
+        let png = dir.path("lab.png");
+        common::screenshot(chromium, &html, &png, 900, 1600);
+        let (_, _, colours) = common::png_colours(&png);
+        assert!(colours > 20, "{colours} distinct colours: blank?");
+    }
     let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let exp = &v["experiments"][0];
     assert_eq!(exp["experiment"], experiment);

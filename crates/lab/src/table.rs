@@ -22,9 +22,44 @@ pub struct Table {
     /// Rows that measured something else than they claim (e.g. a CSSL-SF row where nothing
     /// migrated): printed and kept like the others, and the lab run fails.
     pub failed: Vec<String>,
-    /// Which numeric column the report's bar chart shows.
+    /// How the report draws the table.
     #[serde(skip)]
-    pub chart: Option<String>,
+    pub chart: Option<Chart>,
+}
+
+/// A table's chart in the HTML report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chart {
+    /// Grouped bars, one group per row (labelled by its first columns): our column `ours`
+    /// beside the paper's figure for the same configuration (`paper`, same unit), one colour
+    /// per system and a legend.
+    Beside { ours: String, paper: Option<String> },
+    /// A sweep: `y` over `x`, one line per distinct value of the `series` columns (log x for
+    /// sizes that double).
+    Lines {
+        x: String,
+        y: String,
+        series: Vec<String>,
+        log_x: bool,
+    },
+}
+
+impl Chart {
+    pub fn beside(ours: &str, paper: Option<&str>) -> Chart {
+        Chart::Beside {
+            ours: ours.into(),
+            paper: paper.map(String::from),
+        }
+    }
+
+    pub fn lines(x: &str, y: &str, series: &[&str], log_x: bool) -> Chart {
+        Chart::Lines {
+            x: x.into(),
+            y: y.into(),
+            series: series.iter().map(|s| s.to_string()).collect(),
+            log_x,
+        }
+    }
 }
 
 impl Table {

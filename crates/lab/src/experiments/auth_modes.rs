@@ -10,7 +10,7 @@ use crate::cluster::Store;
 use crate::pki::{self, KeyKind};
 use crate::rig::{Lab, Run, Sut};
 use crate::row;
-use crate::table::{ratio, Table};
+use crate::table::{ratio, Chart, Table};
 
 const KEY: KeyKind = KeyKind::Rsa(2048);
 const BODY: usize = 5120;
@@ -46,7 +46,12 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("mutual_over_server", "mutual / server")
     .column("paper_seconds_5000", "paper s @5000")
     .column("paper_mutual_over_server", "paper mutual / server");
-    t.chart = Some("seconds".into());
+    t.chart = Some(Chart::lines(
+        "connections",
+        "seconds",
+        &["servers", "auth"],
+        false,
+    ));
     let mut runs: Vec<(String, Run)> = Vec::new();
     for servers in [1usize, 2] {
         let mut server_auth_seconds = Vec::new();

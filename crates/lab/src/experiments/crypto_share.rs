@@ -23,7 +23,7 @@ use crate::pki::KeyKind;
 use crate::profile::{self, Attribution, Comparison, Recording, WAITING_OPS};
 use crate::rig::{Counter, Lab, Run, Sut};
 use crate::row;
-use crate::table::{ratio, Table};
+use crate::table::{ratio, Chart, Table};
 
 const BODY: usize = 51_200;
 /// The crypto offload paper, Table 2 and 3: crypto's share of the server's time without offload.
@@ -236,7 +236,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("perf_leaf", "perf leaf %")
     .column("paper_crypto", "paper crypto %")
     .column("vs_paper", "x paper");
-    t.chart = Some("crypto".into());
+    t.chart = Some(Chart::beside("crypto", Some("paper_crypto")));
     let mut runs: Vec<(String, Run)> = Vec::new();
     let mut worst: f64 = 0.0;
     for case in cases(lab.quick) {

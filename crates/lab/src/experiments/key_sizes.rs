@@ -9,7 +9,7 @@ use super::ssl_tps;
 use crate::pki::KeyKind;
 use crate::rig::{Lab, Run};
 use crate::row;
-use crate::table::{ratio, Table};
+use crate::table::{ratio, Chart, Table};
 
 pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let (keys, bodies, n): (&[KeyKind], &[usize], u64) = if lab.quick {
@@ -46,7 +46,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("per_cpu_second", "tx per srv CPU-s")
     .column("vs_rsa2048", "x RSA 2048")
     .column("paper_vs_rsa1024", "paper x RSA 1024");
-    t.chart = Some("per_cpu_second".into());
+    t.chart = Some(Chart::lines("body", "tps", &["server", "key"], true));
     let mut runs: Vec<(String, Run)> = Vec::new();
     let mut rsa2048: std::collections::HashMap<(String, usize), f64> = Default::default();
     let mut rows = Vec::new();

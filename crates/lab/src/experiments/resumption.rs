@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::pki::KeyKind;
 use crate::rig::{Lab, Run, Sut};
 use crate::row;
-use crate::table::Table;
+use crate::table::{Chart, Table};
 
 const KEY: KeyKind = KeyKind::Rsa(2048);
 const BODY: usize = 5120;
@@ -38,7 +38,12 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("server_resumed", "resumed (server)")
     .column("server_cpu_ms_per_tx", "srv CPU ms/tx")
     .column("saved_percent", "time saved %");
-    t.chart = Some("seconds".into());
+    t.chart = Some(Chart::lines(
+        "connections",
+        "seconds",
+        &["server", "resumed"],
+        false,
+    ));
     let mut runs: Vec<(String, Run)> = Vec::new();
     for server in ["baton", "nginx"] {
         if server == "nginx"

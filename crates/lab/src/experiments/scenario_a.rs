@@ -11,7 +11,7 @@ use super::policies::{self, Lineup};
 use crate::cluster::Store;
 use crate::pki::KeyKind;
 use crate::rig::Lab;
-use crate::table::Table;
+use crate::table::{Chart, Table};
 
 const PAPER_SINGLE: f64 = 100.5;
 /// The paper used 1,024-bit RSA; rustls will not sign with it, so both servers get RSA 2048
@@ -56,7 +56,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("ratio_to_single", "x single")
     .column("paper_tps", "paper")
     .column("paper_ratio", "paper x single");
-    t.chart = Some("tps".into());
+    t.chart = Some(Chart::beside("ratio_to_single", Some("paper_ratio")));
     let bench = || BenchArgs {
         url: Some(format!("https://{{addr}}/bytes/{BODY}")),
         connections: Some(n),

@@ -13,7 +13,7 @@ use super::policies::{self, Lineup};
 use crate::cluster::Store;
 use crate::pki::KeyKind;
 use crate::rig::Lab;
-use crate::table::Table;
+use crate::table::{Chart, Table};
 
 const PAPER_SINGLE: f64 = 319.1;
 const KEY: KeyKind = KeyKind::Rsa(2048);
@@ -61,7 +61,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("ratio_to_single", "x single")
     .column("paper_tps", "paper")
     .column("paper_ratio", "paper x single");
-    t.chart = Some("full_handshakes".into());
+    t.chart = Some(Chart::beside("full_of_3000", Some("paper_full")));
     let bench = || BenchArgs {
         url: Some(format!("https://{{addr}}/bytes/{BODY}")),
         connections: Some(n),

@@ -10,7 +10,7 @@ use super::ssl_tps;
 use crate::pki::KeyKind;
 use crate::rig::{Lab, Run};
 use crate::row;
-use crate::table::{ratio, Table};
+use crate::table::{ratio, Chart, Table};
 
 const BODY: usize = 689;
 const PAPER_RSA_KX: f64 = 445.65;
@@ -128,7 +128,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("per_cpu_second", "conn per srv CPU-s")
     .column("vs_rsa_kx", "x RSA kx")
     .column("paper_vs_rsa_kx", "paper x RSA kx");
-    t.chart = Some("per_cpu_second".into());
+    t.chart = Some(Chart::beside("vs_rsa_kx", Some("paper_vs_rsa_kx")));
     let mut runs: Vec<(String, Run)> = Vec::new();
     let mut rsa_kx = None;
     for case in cases(lab.quick) {
