@@ -110,6 +110,8 @@ pub struct Tally {
     pub misses: BTreeMap<String, u64>,
     /// The first few unexplained failures, for the report: (start s, end s, error).
     pub unexplained_examples: Vec<(f64, f64, String)>,
+    /// When the first few misses outside every fault started, s.
+    pub stray_misses: Vec<f64>,
 }
 
 impl Tally {
@@ -144,6 +146,9 @@ pub fn account(requests: &[Request], windows: &[Window]) -> BTreeMap<Side, Tally
                             .filter(|w| w.explains_miss(r))
                             .max_by_key(|w| w.at)
                             .map_or("none", |w| w.fault.kind());
+                        if by == "none" && t.stray_misses.len() < 10 {
+                            t.stray_misses.push(r.start.as_secs_f64());
+                        }
                         *t.misses.entry(by.to_string()).or_default() += 1;
                     }
                 }
@@ -322,6 +327,7 @@ mod tests {
         assert_eq!(a.unexplained_total(), 1);
         assert_eq!(a.misses["redis SIGKILL"], 1);
         assert_eq!(a.misses["none"], 1);
+        assert_eq!(a.stray_misses, vec![40.0]);
         assert_eq!((a.sent, a.ok, a.failed), (5, 4, 1));
         assert_eq!((a.resumed, a.full_new), (1, 1));
     }

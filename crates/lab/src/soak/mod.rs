@@ -409,6 +409,22 @@ const WATCHED: &[&str] = &[
     "baton_dispatch_rejected_total",
 ];
 
+/// Every sample of a Prometheus / OpenMetrics text page: (series with labels, value).
+fn series(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            // `name{labels} value [timestamp]`; label values may hold spaces, so split after '}'
+            let (key, rest) = match l.rfind('}') {
+                Some(i) => (&l[..=i], &l[i + 1..]),
+                None => l.split_once(' ')?,
+            };
+            let value = rest.split_whitespace().next()?.parse().ok()?;
+            Some((key.trim().to_string(), value))
+        })
+        .collect()
+}
+
 /// `family{a="1",agent="2"}` without its `agent` label (counts are summed over agents).
 fn without_agent(series: &str) -> String {
     let Some((family, labels)) = series.split_once('{') else {
@@ -437,7 +453,7 @@ fn scrape(addr: SocketAddr) -> Option<Counters> {
     s.take(8 << 20).read_to_end(&mut raw).ok()?;
     let text = String::from_utf8_lossy(&raw);
     let body = text.split_once("\r\n\r\n")?.1;
-    let m = baton_bench::parse_metrics(body);
+    let m = series(body);
     let sum = |label: &str| -> u64 {
         m.iter()
             .filter(|(k, _)| k.starts_with("baton_handshakes_total{") && k.contains(label))
@@ -953,6 +969,12 @@ fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
             join_counts(&t.misses),
             srv.full as i64 - t.full_new as i64
         ));
+        if !t.stray_misses.is_empty() {
+            req.note(format!(
+                "{side}: resumptions lost outside every fault started at (s): {:.1?}",
+                t.stray_misses
+            ));
+        }
         let skipped = o.skipped.get(side).copied().unwrap_or(0);
         if skipped > 0 {
             req.note(format!(
@@ -1198,6 +1220,28 @@ fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_pages_are_read_whole() {
+        let page = "# TYPE baton_dispatch_connect_failures counter\n\
+                    baton_dispatch_connect_failures_total{agent=\"0\"} 3\n\
+                    baton_handshakes_total{version=\"1.3\",kind=\"full\"} 12 1700000000\n\
+                    process_cpu_seconds_total 1.5\n# EOF\n";
+        assert_eq!(
+            series(page),
+            vec![
+                (
+                    "baton_dispatch_connect_failures_total{agent=\"0\"}".to_string(),
+                    3.0
+                ),
+                (
+                    "baton_handshakes_total{version=\"1.3\",kind=\"full\"}".to_string(),
+                    12.0
+                ),
+                ("process_cpu_seconds_total".to_string(), 1.5),
+            ]
+        );
+    }
 
     #[test]
     fn agent_labels_are_dropped_from_series() {
