@@ -7,95 +7,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use common::recorder::Recorder;
 use common::*;
 use serde_json::Value;
-
-/// A running `baton record`: its proxy address, what it printed on stdout up to `ready`, and
-/// its stderr as it comes.
-struct Recorder {
-    child: Child,
-    proxy: String,
-    stdout: String,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Recorder {
-    fn start(ca_dir: &Path, out: &str, args: &[&str]) -> Recorder {
-        let mut child = Command::new(BATON)
-            .args([
-                "record",
-                "--listen",
-                "127.0.0.1:0",
-                "--out",
-                out,
-                "--ca-dir",
-            ])
-            .arg(ca_dir)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn baton record");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while err.read_line(&mut line).is_ok_and(|n| n > 0) {
-                eprint!("record: {line}");
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (mut proxy, mut stdout) = (None, String::new());
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            stdout.push_str(&line);
-            stdout.push('\n');
-            if let Some(a) = line.strip_prefix("listening proxy ") {
-                proxy = Some(format!("http://{a}"));
-            } else if line == "ready" {
-                break;
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        Recorder {
-            proxy: proxy.unwrap_or_else(|| panic!("no proxy address: {stdout}")),
-            stdout,
-            child,
-            stderr,
-        }
-    }
-
-    /// Waits for the recording to end on its own; its exit status and all of its stderr.
-    fn wait(&mut self) -> (ExitStatus, String) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return (s, self.stderr.lock().unwrap().clone());
-            }
-            assert!(Instant::now() < deadline, "baton record did not end");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `baton record ...` that is expected to stop before it listens: its output.
 fn record_fails(args: &[&str]) -> String {
@@ -173,10 +92,11 @@ fn scenario_files_are_private_and_credentials_redacted_unless_kept() {
         let mut rec = Recorder::start(&ca_dir, &out, &args);
         let ca = ca_dir.join("ca.pem");
         let url = |path: &str| format!("https://localhost:{port}{path}");
+        let proxy = rec.proxy();
         let via = |extra: &[&str]| {
             let mut all = vec![
                 "--proxy",
-                &rec.proxy,
+                &proxy,
                 "--cacert",
                 path_str(&ca),
                 "-o",
@@ -198,7 +118,7 @@ fn scenario_files_are_private_and_credentials_redacted_unless_kept() {
             &url("/tls?access_token=QUERY-SECRET&page=2"),
         ]);
         via(&["-d", "user=me&password=BODY-SECRET", &url("/login")]);
-        let (status, said) = rec.wait();
+        let (status, said) = rec.wait(Duration::from_secs(20));
         assert!(status.success(), "{said}");
         assert!(said.contains("--max-requests reached"), "{said}");
 
@@ -323,7 +243,7 @@ fn the_ca_lives_ca_days_and_says_how_to_remove_it() {
         .unwrap()
         .0
         .to_string();
-    let (_, said) = rec.wait();
+    let (_, said) = rec.wait(Duration::from_secs(20));
     assert!(said.contains("baton installs its CA nowhere"), "{said}");
     assert!(
         said.contains(&format!("certutil -d sql:$HOME/.pki/nssdb -D -n '{name}'")),
@@ -342,7 +262,7 @@ fn the_ca_lives_ca_days_and_says_how_to_remove_it() {
     }
     let week = dir.path("week");
     let mut rec = Recorder::start(&week, &out, &["--duration", "200ms", "--ca-days", "7"]);
-    rec.wait();
+    rec.wait(Duration::from_secs(20));
     assert!(valid_in(&week.join("ca.pem"), 6) && !valid_in(&week.join("ca.pem"), 8));
 
     // a run with a shorter --ca-days than the stored CA has left: refused, left alone,

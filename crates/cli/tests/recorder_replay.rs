@@ -4,111 +4,17 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::recorder::Recorder;
 use common::*;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-
-/// A running `baton record`, its stderr collected (the summary is printed there).
-struct Recorder {
-    child: Child,
-    addr: SocketAddr,
-    ca: PathBuf,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Recorder {
-    fn start(ca_dir: &Path, out: &str, args: &[&str]) -> Recorder {
-        let mut child = Command::new(BATON)
-            .args([
-                "record",
-                "--listen",
-                "127.0.0.1:0",
-                "--out",
-                out,
-                "--ca-dir",
-            ])
-            .arg(ca_dir)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn baton record");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while err.read_line(&mut line).is_ok_and(|n| n > 0) {
-                eprint!("record: {line}");
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (mut addr, mut ca) = (None, None);
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            if let Some(rest) = line.strip_prefix("ca certificate ") {
-                ca = rest.split_whitespace().next().map(PathBuf::from);
-            } else if let Some(a) = line.strip_prefix("listening proxy ") {
-                addr = Some(a.parse().unwrap());
-            } else if line == "ready" {
-                break;
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        Recorder {
-            addr: addr.unwrap_or_else(|| panic!("no proxy address: {:?}", child.try_wait())),
-            ca: ca.expect("the CA certificate's path is printed"),
-            child,
-            stderr,
-        }
-    }
-
-    fn proxy(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Waits for the recording to end on its own (`--duration`, `--max-requests`).
-    fn wait(&mut self, limit: Duration) -> (ExitStatus, String) {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                // the stderr reader finishes with the process
-                std::thread::sleep(Duration::from_millis(100));
-                return (s, self.stderr.lock().unwrap().clone());
-            }
-            assert!(Instant::now() < deadline, "baton record did not end");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Ends the recording with SIGINT, as Ctrl-C does.
-    fn interrupt(&mut self) -> (ExitStatus, String) {
-        let ok = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        self.wait(Duration::from_secs(20))
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `baton bench URL --scenario FILE --alpn ALPN`, then what the agent served for it.
 fn replay(

@@ -2,6 +2,8 @@
 //! directory, and blocking TLS/HTTP clients (rustls, `openssl s_client`, `curl`).
 #![allow(dead_code)]
 
+pub mod recorder;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
