@@ -42,15 +42,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let clock = Clock::new();
-    let mut client = Client {
-        tcp: client,
-        read_eof: false,
-        clock: &clock,
-    };
-    let mut agent = Watched {
-        inner: agent,
-        clock: &clock,
-    };
+    let mut client = Side::new(client, &clock, true);
+    let mut agent = Side::new(agent, &clock, false);
     let copy = tokio::io::copy_bidirectional(&mut client, &mut agent);
     tokio::pin!(copy);
     loop {
@@ -109,99 +102,46 @@ impl Clock {
     }
 }
 
-/// Polls a read and tells the clock what it got.
-fn poll_watched_read<R: AsyncRead + Unpin>(
-    r: &mut R,
-    clock: &Clock,
-    cx: &mut Context<'_>,
-    buf: &mut ReadBuf<'_>,
-) -> Poll<io::Result<usize>> {
-    let before = buf.filled().len();
-    match Pin::new(r).poll_read(cx, buf) {
-        Poll::Ready(Ok(())) => {
-            let n = buf.filled().len() - before;
-            clock.read(n);
-            Poll::Ready(Ok(n))
-        }
-        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        Poll::Pending => Poll::Pending,
-    }
-}
-
-struct Client<'a, C> {
-    tcp: &'a mut C,
-    read_eof: bool,
-    clock: &'a Clock,
-}
-
-impl<C: AsyncRead + Unpin> AsyncRead for Client<'_, C> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let r = poll_watched_read(&mut *this.tcp, this.clock, cx, buf);
-        if matches!(r, Poll::Ready(Ok(0))) {
-            this.read_eof = true;
-        }
-        r.map_ok(drop)
-    }
-}
-
-impl<C: AsyncWrite + Unpin> AsyncWrite for Client<'_, C> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.get_mut().tcp).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.get_mut().tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.get_mut().tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.read_eof {
-            // Both directions are over: the caller closes the socket next.
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut *this.tcp).poll_shutdown(cx)
-    }
-}
-
-/// The agent's side, reads reported to the clock.
-struct Watched<'a, S> {
+/// One end of the splice: reads reported to the clock. For the client's end (`close_after_eof`),
+/// a shutdown after its read side has ended is skipped: both directions are over, and the
+/// caller closes the socket next.
+struct Side<'a, S> {
     inner: &'a mut S,
     clock: &'a Clock,
+    read_eof: bool,
+    close_after_eof: bool,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<'_, S> {
+impl<'a, S> Side<'a, S> {
+    fn new(inner: &'a mut S, clock: &'a Clock, close_after_eof: bool) -> Self {
+        Self {
+            inner,
+            clock,
+            read_eof: false,
+            close_after_eof,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Side<'_, S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        poll_watched_read(&mut *this.inner, this.clock, cx, buf).map_ok(drop)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut *this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            let n = buf.filled().len() - before;
+            this.read_eof |= n == 0;
+            this.clock.read(n);
+        }
+        r
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<'_, S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Side<'_, S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -227,7 +167,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<'_, S> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.close_after_eof && this.read_eof {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut *this.inner).poll_shutdown(cx)
     }
 }
 
