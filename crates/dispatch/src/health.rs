@@ -36,14 +36,31 @@ pub async fn check_forever(
         }
         let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
         for (i, ok) in results.into_iter().enumerate() {
-            failures[i] = if ok { 0 } else { failures[i] + 1 };
-            let healthy = failures[i] < 2;
-            if r.is_healthy(i) != healthy {
-                tracing::warn!(agent = i, addr = %agents[i], healthy, "agent health changed");
+            let was = r.is_healthy(i);
+            let (healthy, n) = next(was, failures[i], ok);
+            failures[i] = n;
+            match (was, healthy) {
+                (true, false) => {
+                    tracing::warn!(agent = i, addr = %agents[i], "agent out: health checks failed")
+                }
+                (false, true) => tracing::info!(agent = i, addr = %agents[i], "agent back in"),
+                _ => {}
             }
             r.set_health(i, healthy);
         }
     }
+}
+
+/// One probe's verdict: `(healthy, failures in a row)` from the agent's state, the failures
+/// so far and this probe. A success brings an agent in; the second failure in a row takes it
+/// out; a single failure changes nothing, in particular it never brings back an agent that a
+/// failed relay took out (`server.rs`), which is dead as far as anyone knows.
+fn next(healthy: bool, failures: u32, ok: bool) -> (bool, u32) {
+    if ok {
+        return (true, 0);
+    }
+    let failures = failures.saturating_add(1);
+    (healthy && failures < 2, failures)
 }
 
 async fn probe(addr: SocketAddr, timeout: Duration, proxy_protocol: bool) -> bool {
@@ -57,5 +74,24 @@ async fn probe(addr: SocketAddr, timeout: Duration, proxy_protocol: bool) -> boo
             true
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next;
+
+    #[test]
+    fn one_failure_never_brings_an_agent_back() {
+        // up: one failure keeps it, the second takes it out, a success brings it back
+        assert_eq!(next(true, 0, false), (true, 1));
+        assert_eq!(next(true, 1, false), (false, 2));
+        assert_eq!(next(false, 2, false), (false, 3));
+        assert_eq!(next(false, 3, true), (true, 0));
+        // taken out by a failed relay: a failing probe leaves it out (it used to bring it
+        // back, then the next relay failed again)
+        assert_eq!(next(false, 0, false), (false, 1));
+        assert_eq!(next(false, 1, true), (true, 0));
+        assert_eq!(next(true, u32::MAX, false), (false, u32::MAX));
     }
 }
