@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use anyhow::{bail, Context};
-
 use super::classify::{Attribution, Family, OpGroup, Profile};
 
 /// What the agent said about itself at one moment.
@@ -25,28 +23,6 @@ pub const WAITING_OPS: [&str; 1] = ["sign_remote"];
 pub fn crypto_seconds(metrics: &str) -> BTreeMap<String, f64> {
     let samples = baton_bench::scrape::samples(metrics);
     baton_bench::scrape::by_label(&samples, "baton_crypto_seconds_total", "op")
-}
-
-/// User + system CPU seconds from the text of `/proc/PID/stat`, `ticks` per second
-/// (`sysconf(_SC_CLK_TCK)`). The command name (field 2) may hold spaces and parentheses, so
-/// fields are counted from the last `)`: utime and stime are fields 14 and 15.
-pub fn proc_cpu_seconds(stat: &str, ticks: u64) -> anyhow::Result<f64> {
-    let (_, rest) = stat
-        .rsplit_once(')')
-        .context("/proc/PID/stat without a command name")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // after `)`: field 3 (state) is fields[0], so field N is fields[N - 3]
-    let tick = |n: usize| -> anyhow::Result<u64> {
-        fields
-            .get(n - 3)
-            .context("/proc/PID/stat too short")?
-            .parse()
-            .with_context(|| format!("/proc/PID/stat field {n}"))
-    };
-    if ticks == 0 {
-        bail!("clock ticks per second is 0");
-    }
-    Ok((tick(14)? + tick(15)?) as f64 / ticks as f64)
 }
 
 /// One run as both accounts saw it.
@@ -229,15 +205,6 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!(m["sign"], 1.5);
         assert_eq!(m["hash"], 0.25);
-    }
-
-    #[test]
-    fn reads_cpu_from_proc_stat_with_an_awkward_command_name() {
-        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-        let stat = "4242 (baton (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 5 0";
-        assert_eq!(proc_cpu_seconds(stat, 100).unwrap(), 3.0);
-        assert!(proc_cpu_seconds("4242 (baton) S 1", 100).is_err());
-        assert!(proc_cpu_seconds("no parens", 100).is_err());
     }
 
     #[test]

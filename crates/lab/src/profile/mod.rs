@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 pub use classify::{classify, Attribution, Family, OpGroup, Profile};
-pub use compare::{crypto_seconds, proc_cpu_seconds, Comparison, Snapshot, WAITING_OPS};
+pub use compare::{crypto_seconds, Comparison, Snapshot, WAITING_OPS};
 
 /// How far apart (percentage points of the agent's CPU) the metered crypto share and perf's
 /// share of samples inside metered calls may be for the accounting to be called right: the
@@ -185,11 +185,7 @@ pub fn snapshot(pid: u32, metrics: SocketAddr) -> anyhow::Result<Snapshot> {
 }
 
 pub fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("process {pid}"))?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    proc_cpu_seconds(&stat, u64::try_from(ticks).unwrap_or(100))
+    baton_ops::process::cpu_seconds_of(pid).with_context(|| format!("process {pid}: gone"))
 }
 
 /// `GET /metrics` over plain HTTP/1.0.

@@ -633,12 +633,7 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
 
 /// utime + stime of one process (the fallback when no cpuacct group counts the server).
 pub(crate) fn proc_cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
+    baton_ops::process::cpu_seconds_of(pid)
 }
 
 pub fn free_port() -> anyhow::Result<u16> {

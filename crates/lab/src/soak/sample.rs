@@ -25,15 +25,11 @@ pub struct Sample {
 /// Reads `pid`'s descriptor count and RSS; `None` once it is gone (or stopped mid-read).
 pub fn sample(pid: u32, t: Duration) -> Option<Sample> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
     Some(Sample {
         t,
         pid,
         fds,
-        rss: pages * page,
+        rss: baton_ops::process::rss_bytes_of(pid)?,
     })
 }
 
