@@ -655,12 +655,7 @@ fn mutual_tls_and_failures_are_classified_never_counted_as_success() {
 fn open_loop_rate_and_source_ips() {
     let pki = Pki::new();
     let dir = TempDir::new("bench-rate");
-    let agent = Agent::start(
-        &pki.server_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let agent = Agent::serving(&pki, &[]);
     let (_, j) = bench(
         &[
             &agent.url("/tls"),

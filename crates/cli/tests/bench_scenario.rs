@@ -73,12 +73,7 @@ fn har_import_then_replay_against_baton_agent() {
         "{text}"
     );
 
-    let agent = Agent::start(
-        &pki.server_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let agent = Agent::serving(&pki, &[]);
     let before = agent.served();
     let json = dir.arg("run.json");
     let started = Instant::now();

@@ -70,20 +70,13 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-fn agent(pki: &Pki, extra: &[&str]) -> Agent {
-    let mut args = pki.server_args();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Agent::start(&args)
-}
-
 /// Finding 1: clients that send a ClientHello and go quiet used to hold their dispatcher slot
 /// until they left, long after the agent gave up on them; with every slot taken, everyone
 /// else was turned away at accept.
 #[test]
 fn quiet_clients_give_their_dispatcher_slots_back() {
     let pki = Pki::new();
-    let agent = agent(&pki, &["--handshake-timeout", "1s"]);
+    let agent = Agent::serving(&pki, &["--handshake-timeout", "1s"]);
     let dispatcher = Dispatcher::start(
         &[&agent],
         &["--max-connections", "3", "--half-close-timeout", "1"],
@@ -123,7 +116,7 @@ fn quiet_clients_give_their_dispatcher_slots_back() {
 #[test]
 fn a_silent_splice_is_closed_by_the_dispatcher() {
     let pki = Pki::new();
-    let agent = agent(&pki, &["--idle-timeout", "60s"]);
+    let agent = Agent::serving(&pki, &["--idle-timeout", "60s"]);
     let dispatcher = Dispatcher::start(&[&agent], &["--idle-timeout", "1"]);
     let mut tls = handshaken(dispatcher.addr, &pki);
     let took = closed_within(&mut tls, Duration::from_secs(20));
@@ -148,7 +141,7 @@ fn proxy_header(source: &str, destination: SocketAddr) -> Vec<u8> {
 fn proxy_headers_are_believed_only_from_configured_networks() {
     let pki = Pki::new();
     let config = tls13(&pki);
-    let untrusted = agent(
+    let untrusted = Agent::serving(
         &pki,
         &[
             "--proxy-protocol",
@@ -166,7 +159,7 @@ fn proxy_headers_are_believed_only_from_configured_networks() {
     assert_eq!(untrusted.handshakes("1.3", "full"), 0);
 
     // loopback is trusted by default: the dispatcher in front sends headers from there
-    let trusting = agent(&pki, &["--proxy-protocol", "true"]);
+    let trusting = Agent::serving(&pki, &["--proxy-protocol", "true"]);
     let front = Dispatcher::start(&[&trusting], &["--proxy-protocol", "true"]);
     assert_eq!(fetch(&front, &config, "/").unwrap().status, 200);
     assert_eq!(trusting.failures("untrusted_source"), 0);
@@ -234,7 +227,7 @@ fn socket_from(from: &str, to: SocketAddr) -> TcpStream {
 #[test]
 fn a_trickled_record_cannot_hold_an_agent_connection() {
     let pki = Pki::new();
-    let agent = agent(&pki, &["--request-timeout", "3s", "--idle-timeout", "60s"]);
+    let agent = Agent::serving(&pki, &["--request-timeout", "3s", "--idle-timeout", "60s"]);
     let mut tls = handshaken(agent.addr, &pki);
     tls.sock
         .set_read_timeout(Some(Duration::from_millis(900)))
@@ -277,7 +270,7 @@ fn a_trickled_record_cannot_hold_an_agent_connection() {
 #[test]
 fn a_request_head_below_the_minimum_rate_is_cut() {
     let pki = Pki::new();
-    let agent = agent(
+    let agent = Agent::serving(
         &pki,
         &[
             "--header-timeout",
@@ -331,7 +324,7 @@ fn a_request_head_below_the_minimum_rate_is_cut() {
 #[test]
 fn a_hello_in_one_byte_records_is_cut_at_the_raw_bound() {
     let pki = Pki::new();
-    let agent = agent(&pki, &[]);
+    let agent = Agent::serving(&pki, &[]);
     let dispatcher = Dispatcher::start(&[&agent], &["--hello-timeout", "60"]);
     let mut s = TcpStream::connect(dispatcher.addr).unwrap();
     // a handshake message header promising a 60,000-byte ClientHello, then its body, each

@@ -63,12 +63,7 @@ const SECRETS: &[&str] = &[
 fn scenario_files_are_private_and_credentials_redacted_unless_kept() {
     let pki = Pki::new();
     let dir = TempDir::new("recorder");
-    let agent = Agent::start(
-        &pki.server_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let agent = Agent::serving(&pki, &[]);
     let ca_dir = dir.path("ca");
     let upstream = pki.arg("ca.pem");
     for keep in [false, true] {

@@ -122,12 +122,7 @@ fn tunnel_get(rec: &Recorder, port: u16, path: &str) -> String {
 fn records_rustls_and_curl_through_the_proxy_then_replays() {
     let pki = Pki::new();
     let dir = TempDir::new("record");
-    let agent = Agent::start(
-        &pki.server_args()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let agent = Agent::serving(&pki, &[]);
     let out = dir.arg("recorded.toml");
     let ca_dir = dir.path("ca");
     let mut rec = Recorder::start(

@@ -42,6 +42,13 @@ impl Agent {
         }
     }
 
+    /// [`Agent::start`] serving `pki`'s ECDSA and RSA certificates, with `extra` flags.
+    pub fn serving(pki: &Pki, extra: &[&str]) -> Agent {
+        let mut args = pki.server_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
