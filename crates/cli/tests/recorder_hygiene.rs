@@ -12,9 +12,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::recorder::Recorder;
+use common::recorder::{replay, Recorder};
 use common::*;
-use serde_json::Value;
 
 /// `baton record ...` that is expected to stop before it listens: its output.
 fn record_fails(args: &[&str]) -> String {
@@ -159,7 +158,7 @@ fn scenario_files_are_private_and_credentials_redacted_unless_kept() {
             assert!(said.contains("redacted: header values 3"), "{said}");
 
             // a redacted scenario replays: every request sent and answered
-            let (v, served) = replay(&agent, &pki.arg("ca.pem"), &out, &dir);
+            let (v, served) = replay(&agent, &pki.arg("ca.pem"), &out, 2, &[], &dir);
             assert_eq!(
                 (n(&v, "requests.ok"), n(&v, "requests.failed")),
                 (4, 0),
@@ -168,35 +167,6 @@ fn scenario_files_are_private_and_credentials_redacted_unless_kept() {
             assert_eq!(served, 4);
         }
     }
-}
-
-/// `baton bench` of `scenario` against `agent`, 2 connections, then what the agent served.
-fn replay(agent: &Agent, ca: &str, scenario: &str, dir: &TempDir) -> (Value, u64) {
-    let before = agent.served();
-    let json = dir.arg("replay.json");
-    let out = Command::new(BATON)
-        .args([
-            "bench",
-            &format!("https://localhost:{}/", agent.port()),
-            "--ca",
-            ca,
-            "-n",
-            "2",
-            "-c",
-            "1",
-            "--scenario",
-            scenario,
-            "--think",
-            "none",
-            "--json",
-            &json,
-            "--quiet",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text_of(&out));
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (v, agent.served() - before)
 }
 
 #[test]

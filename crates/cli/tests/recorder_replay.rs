@@ -10,49 +10,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::recorder::Recorder;
+use common::recorder::{replay, Recorder};
 use common::*;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::Value;
-
-/// `baton bench URL --scenario FILE --alpn ALPN`, then what the agent served for it.
-fn replay(
-    agent: &Agent,
-    ca: &str,
-    scenario: &str,
-    conns: u64,
-    alpn: &str,
-    dir: &TempDir,
-) -> (Value, u64) {
-    let before = agent.served();
-    let json = dir.arg("replay.json");
-    let out = Command::new(BATON)
-        .args([
-            "bench",
-            &format!("https://localhost:{}/", agent.port()),
-            "--ca",
-            ca,
-            "-n",
-            &conns.to_string(),
-            "-c",
-            "1",
-            "--scenario",
-            scenario,
-            "--think",
-            "none",
-            "--alpn",
-            alpn,
-            "--json",
-            &json,
-            "--quiet",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text_of(&out));
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (v, agent.served() - before)
-}
 
 /// (method, path) of each request of a scenario file.
 fn requests(scenario: &str) -> Vec<(String, String)> {
@@ -267,7 +228,14 @@ fn records_rustls_and_curl_through_the_proxy_then_replays() {
         .contains(".tmp-")));
 
     // the recording replays: 3 connections x 2 requests, every one served
-    let (v, served) = replay(&agent, &pki.arg("ca.pem"), &out, 3, "http/1.1", &dir);
+    let (v, served) = replay(
+        &agent,
+        &pki.arg("ca.pem"),
+        &out,
+        3,
+        &["--alpn", "http/1.1"],
+        &dir,
+    );
     assert_eq!(
         (n(&v, "requests.ok"), n(&v, "requests.failed")),
         (6, 0),
@@ -522,7 +490,14 @@ fn records_a_page_loaded_by_headless_chromium() {
     // between two requests, about 1 request in 60).
     let mut conns = 0;
     for (alpn, n_conns) in [("h2", 4), ("http/1.1", 20)] {
-        let (v, served) = replay(&agent, &pki.arg("ca.pem"), &out, n_conns, alpn, &dir);
+        let (v, served) = replay(
+            &agent,
+            &pki.arg("ca.pem"),
+            &out,
+            n_conns,
+            &["--alpn", alpn],
+            &dir,
+        );
         assert_eq!(n(&v, "config.requests_per_conn"), per_conn, "{v}");
         assert_eq!(
             (n(&v, "requests.ok"), n(&v, "requests.failed")),

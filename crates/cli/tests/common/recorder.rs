@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::BATON;
+use super::{text_of, Agent, TempDir, BATON};
 
 /// A running `baton record`: its proxy address, its CA certificate's path, what it printed on
 /// stdout up to `ready`, and its stderr as it comes (the summary is printed there).
@@ -109,4 +109,30 @@ impl Drop for Recorder {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `baton bench` of a recorded `scenario` against `agent` (`conns` connections, one at a time,
+/// no think time, `extra` flags), then its JSON result and what the agent served for it.
+pub fn replay(
+    agent: &Agent,
+    ca: &str,
+    scenario: &str,
+    conns: u64,
+    extra: &[&str],
+    dir: &TempDir,
+) -> (serde_json::Value, u64) {
+    let before = agent.served();
+    let json = dir.arg("replay.json");
+    let url = format!("https://localhost:{}/", agent.port());
+    let conns = conns.to_string();
+    let out = Command::new(BATON)
+        .args(["bench", &url, "--ca", ca, "-n", &conns, "-c", "1"])
+        .args(["--scenario", scenario, "--think", "none"])
+        .args(extra)
+        .args(["--json", &json, "--quiet"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text_of(&out));
+    let v = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (v, agent.served() - before)
 }
