@@ -692,36 +692,19 @@ fn inject(
     e: Event,
     t0: Instant,
 ) -> anyhow::Result<Window> {
-    let kill = |c: &mut Child| {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
-        let _ = c.wait();
-    };
     match e.fault {
         Fault::KillAgent { side, agent } => {
-            let at;
-            let (args, addrs, log) = {
+            let (args, at, addrs, log) = {
                 let mut s = sys.lock().unwrap();
                 let c = s.cluster(side);
                 let p = &mut c.agents[agent];
-                let pid = p.child.id();
-                let args = cmdline(pid);
-                // its counters up to the kill
-                if let Some(m) = p.addr("metrics").and_then(scrape) {
-                    watch
-                        .lock()
-                        .unwrap()
-                        .slot(&format!("{side} agent{agent}"))
-                        .counters
-                        .insert(pid, m);
-                }
-                at = t0.elapsed();
-                kill(&mut p.child);
+                let (args, at) =
+                    kill_keeping_counters(p, &format!("{side} agent{agent}"), watch, t0);
                 let addrs = p.addrs.clone();
                 let log = c
                     .dir
                     .join(format!("agent-{agent}.{}.log", e.at.as_millis()));
-                (args, addrs, log)
+                (args, at, addrs, log)
             };
             let dead = t0.elapsed();
             std::thread::sleep(e.len);
@@ -789,24 +772,12 @@ fn inject(
             })
         }
         Fault::RestartDispatcher => {
-            let at;
-            let (args, addrs, log) = {
+            let (args, at, addrs, log) = {
                 let mut s = sys.lock().unwrap();
-                let p = &mut s.a.dispatcher;
-                let pid = p.child.id();
-                let args = cmdline(pid);
-                if let Some(m) = p.addr("metrics").and_then(scrape) {
-                    watch
-                        .lock()
-                        .unwrap()
-                        .slot("A dispatcher")
-                        .counters
-                        .insert(pid, m);
-                }
-                at = t0.elapsed();
-                kill(&mut p.child);
+                let (args, at) =
+                    kill_keeping_counters(&mut s.a.dispatcher, "A dispatcher", watch, t0);
                 let log = s.a.dir.join(format!("dispatch.{}.log", e.at.as_millis()));
-                (args, s.a.dispatcher.addrs.clone(), log)
+                (args, at, s.a.dispatcher.addrs.clone(), log)
             };
             let dead = t0.elapsed();
             std::thread::sleep(e.len);
@@ -830,6 +801,26 @@ fn inject(
         }
         Fault::Attack(_) => bail!("attacks are not process faults"),
     }
+}
+
+/// SIGKILLs `p` and reaps it, keeping its counters up to the kill in `slot` (a restarted
+/// process counts from zero); its command line, to start it again, and when the signal went.
+fn kill_keeping_counters(
+    p: &mut Proc,
+    slot: &str,
+    watch: &Mutex<Watch>,
+    t0: Instant,
+) -> (Vec<String>, Duration) {
+    let pid = p.child.id();
+    let args = cmdline(pid);
+    if let Some(m) = p.addr("metrics").and_then(scrape) {
+        watch.lock().unwrap().slot(slot).counters.insert(pid, m);
+    }
+    let at = t0.elapsed();
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = p.child.wait();
+    (args, at)
 }
 
 /// Starts a process again on its ports; a port still held a moment after a kill is retried.
