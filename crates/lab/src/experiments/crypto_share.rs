@@ -284,7 +284,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
                 signer
                     .as_ref()
                     .filter(|_| remote)
-                    .and_then(|s| crate::rig::proc_cpu_seconds(s.proc.child.id()))
+                    .and_then(|s| baton_ops::process::cpu_seconds_of(s.proc.child.id()))
             };
             let signer_before = signer_cpu();
             let m = measure(lab, &sut, args, perf.is_none())?;

@@ -11,6 +11,7 @@ pub mod delay;
 pub mod haproxy;
 pub mod nginx;
 
+use baton_ops::process::cpu_seconds_of;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -125,7 +126,7 @@ impl Lab {
         args.quiet = true;
         let cfg = Arc::new(args.resolve()?);
         let before = sut.snapshot()?;
-        let balancer0 = sut.balancer_pid().and_then(proc_cpu_seconds);
+        let balancer0 = sut.balancer_pid().and_then(cpu_seconds_of);
         let client0 = baton_ops::process::usage().cpu_seconds;
         let t0 = Instant::now();
         let report = baton_bench::execute(cfg)?;
@@ -133,7 +134,7 @@ impl Lab {
         let client_cpu = baton_ops::process::usage().cpu_seconds - client0;
         drop(proxy);
         let after = sut.settled(&before, report.requests.ok)?;
-        let balancer1 = sut.balancer_pid().and_then(proc_cpu_seconds);
+        let balancer1 = sut.balancer_pid().and_then(cpu_seconds_of);
         let per_server = before.iter().zip(&after).map(|(b, a)| a.minus(b)).collect();
         Ok(Run {
             report,
@@ -334,7 +335,8 @@ impl Sut {
                     }
                     Counter::None => ServerCounts::default(),
                 };
-                c.cpu_s = s.confine.cpu_seconds().or_else(|| proc_cpu_seconds(s.pid));
+                // no cpuacct group counting the server: its process alone
+                c.cpu_s = s.confine.cpu_seconds().or_else(|| cpu_seconds_of(s.pid));
                 c.throttled = s.confine.throttled();
                 Ok(c)
             })
@@ -629,11 +631,6 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
         handoff_failures: sum("baton_handoff_failures_total", &[]),
         ..Default::default()
     })
-}
-
-/// utime + stime of one process (the fallback when no cpuacct group counts the server).
-pub(crate) fn proc_cpu_seconds(pid: u32) -> Option<f64> {
-    baton_ops::process::cpu_seconds_of(pid)
 }
 
 pub fn free_port() -> anyhow::Result<u16> {
