@@ -2,9 +2,9 @@
 //! (SIGHUP reloads certificates and ticket keys, SIGTERM/SIGINT drain).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
+use baton_ops::accept::{Acceptor, Admitted};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
@@ -165,32 +165,17 @@ async fn accept_loop(
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shared.draining.cancelled() => return,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of file descriptors or similar: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            shared.metrics.connection_rejected();
-            drop(tcp);
-            continue;
-        };
+    let metrics = shared.metrics.clone();
+    let acceptor = Acceptor::new(listener, shared.draining.clone())
+        .capped(permits, move || metrics.connection_rejected());
+    while let Some(Admitted { tcp, peer, slot }) = acceptor.next().await {
         let _ = tcp.set_nodelay(true);
         let shared = shared.clone();
         tracker.spawn(async move {
             shared.metrics.connection_opened();
             crate::conn::serve_tcp(tcp, peer, shared.clone()).await;
             shared.metrics.connection_closed();
-            drop(permit);
+            drop(slot);
         });
     }
 }

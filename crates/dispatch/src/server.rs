@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_link::{LinkPool, LinkStream, StreamMeta};
+use baton_ops::accept::{Acceptor, Admitted};
 use baton_ops::cidr::Cidr;
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{HelloReader, Progress, ServerHelloReader};
@@ -150,23 +151,15 @@ async fn accept_loop(
         .local_addr()
         .ok()
         .filter(|a| !a.ip().is_unspecified());
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.cancelled() => return,
-        };
-        let (client, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            shared.metrics.rejected();
-            continue;
-        };
+    let counted = shared.clone();
+    let acceptor =
+        Acceptor::new(listener, stop).capped(permits, move || counted.metrics.rejected());
+    while let Some(Admitted {
+        tcp: client,
+        peer,
+        slot,
+    }) = acceptor.next().await
+    {
         // A PROXY header names the client to route as: only the balancers may send one.
         if shared.config.accept_proxy_protocol
             && !Cidr::any_contains(&shared.config.proxy_protocol_from, peer.ip())
@@ -187,7 +180,7 @@ async fn accept_loop(
             if let Err(e) = handle(client, peer, bound, &shared).await {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
-            drop(permit);
+            drop(slot);
         });
     }
 }

@@ -1,8 +1,9 @@
 //! Operations plumbing shared by the agent and the dispatcher: the plain-HTTP Prometheus
 //! endpoint and `prometheus-client` helpers (OpenMetrics text, collectors, the process's own
-//! CPU and memory), listening sockets with their start-up lines, reading PROXY v2 headers (and who may send them), and
-//! client-address affinity.
+//! CPU and memory), listening sockets with their start-up lines and the one accept loop,
+//! reading PROXY v2 headers (and who may send them), and client-address affinity.
 
+pub mod accept;
 pub mod affinity;
 pub mod cidr;
 pub mod listen;
@@ -24,24 +25,22 @@ use tokio_util::sync::CancellationToken;
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
 
+/// Connections the metrics endpoint serves at once.
+const METRICS_CONNECTIONS: usize = 64;
+
 /// Serves `GET /metrics`: the registry as OpenMetrics text ([`metrics::encode`]), until `stop`.
 pub async fn serve_metrics(
     listener: TcpListener,
     registry: Arc<Registry>,
     stop: CancellationToken,
 ) {
-    loop {
-        let (tcp, _) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(_) => {
-                    // Out of descriptors or similar: back off instead of spinning.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            _ = stop.cancelled() => return,
-        };
+    // Scrapers are few; a cap keeps a flood of connections to this port from costing more
+    // than a few tasks.
+    let acceptor = accept::Acceptor::new(listener, stop).capped(
+        Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS)),
+        || {},
+    );
+    while let Some(accept::Admitted { tcp, slot, .. }) = acceptor.next().await {
         let registry = registry.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
@@ -73,6 +72,7 @@ pub async fn serve_metrics(
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10));
             let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+            drop(slot);
         });
     }
 }
