@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
 use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -260,20 +261,34 @@ where
         .max_concurrent_streams(256)
         .max_pending_accept_reset_streams(64);
     // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
-    let mut conn = Box::pin(builder.serve_connection(io, service));
-    let result = tokio::select! {
+    let conn = Box::pin(builder.serve_connection(io, service));
+    if let Err(e) = drive(conn, pace, &state, shared).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Runs an HTTP connection to its end: gracefully (in-flight requests finish) once the agent
+/// drains, at once if the first request's head falls behind its pace (counted as a slow
+/// request, which is not an error of the connection).
+async fn drive<C>(
+    mut conn: Pin<Box<C>>,
+    pace: HeadPace,
+    state: &RequestState,
+    shared: &Shared,
+) -> Result<(), C::Error>
+where
+    C: GracefulConnection,
+{
+    tokio::select! {
         r = conn.as_mut() => r,
         _ = shared.draining.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
-        why = pace::overdue(pace, &state) => {
+        why = pace::overdue(pace, state) => {
             shared.metrics.slow_request(why == TooSlow::Rate);
-            return;
+            Ok(())
         }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
@@ -304,19 +319,8 @@ where
         .max_headers(cfg.max_headers)
         .max_header_size(cfg.max_header_bytes)
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
-    let mut conn = Box::pin(builder.serve_connection(TokioIo::new(stream), service));
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        _ = shared.draining.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        why = pace::overdue(pace, &state) => {
-            shared.metrics.slow_request(why == TooSlow::Rate);
-            return;
-        }
-    };
-    if let Err(e) = result {
+    let conn = Box::pin(builder.serve_connection(TokioIo::new(stream), service));
+    if let Err(e) = drive(conn, pace, &state, shared).await {
         tracing::debug!(%peer, error = %e, "migrated connection ended with an error");
     }
 }

@@ -75,6 +75,23 @@ impl<T> ConnIo<T> {
             Poll::Pending => Poll::Pending,
         }
     }
+
+    /// Counts what a write moved; a write that would block waits on the idle clock.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                self.metrics.bytes_out(n);
+                self.active();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.poll_idle(cx).map(Err),
+        }
+    }
 }
 
 impl ConnIo<crate::transport::AgentIo> {
@@ -134,15 +151,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                this.metrics.bytes_out(n);
-                this.active();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_idle(cx).map(Err),
-        }
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.wrote(cx, r)
     }
 
     fn poll_write_vectored(
@@ -151,15 +161,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.metrics.bytes_out(n);
-                this.active();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_idle(cx).map(Err),
-        }
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.wrote(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
