@@ -24,5 +24,5 @@ pub use memory::MemoryStore;
 pub use migration::{ImportError, ReplayGuard, SessionObject};
 pub use peers::{AllowFrom, PeerStore, PeersConfig, SharedRing};
 pub use redis::{RedisConfig, RedisStore};
-pub use store::{SessionStore, StoreStats};
+pub use store::{SessionStore, StoreStats, Taken, TakenKind};
 pub use ticket::{generate_key_line, KeyRing, Rotation, TicketHeader, TicketKey, TicketSealer};

@@ -157,6 +157,16 @@ impl SessionStore for MemoryStore {
         inner.remove(key).map(|mut e| std::mem::take(&mut *e.value))
     }
 
+    /// Exclusive: a memory store is used alone (`--store memory`) only where no other process
+    /// holds its sessions, and its lock makes the removal atomic. (The shared stores keep a
+    /// `MemoryStore` as their local cache, but answer `take_once` themselves.)
+    fn take_once(&self, key: &[u8], now: Instant) -> crate::Taken {
+        match self.take(key, now) {
+            Some(v) => crate::Taken::Exclusive(v),
+            None => crate::Taken::Absent,
+        }
+    }
+
     fn stats(&self) -> StoreStats {
         let inner = self.lock();
         StoreStats {
@@ -177,6 +187,29 @@ impl MemoryStore {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// However many threads race for one session, exactly one is handed it, exclusively.
+    #[test]
+    fn take_once_is_single_use_under_races() {
+        for round in 0..50 {
+            let store = std::sync::Arc::new(MemoryStore::new(16, Duration::from_secs(60)));
+            let now = Instant::now();
+            store.put(b"ticket", b"secret", now);
+            let winners: usize = std::thread::scope(|s| {
+                let takers: Vec<_> = (0..8)
+                    .map(|_| {
+                        let store = store.clone();
+                        s.spawn(move || {
+                            matches!(store.take_once(b"ticket", now), crate::Taken::Exclusive(_))
+                        })
+                    })
+                    .collect();
+                takers.into_iter().map(|t| t.join().unwrap() as usize).sum()
+            });
+            assert_eq!(winners, 1, "round {round}");
+            assert_eq!(store.take_once(b"ticket", now), crate::Taken::Absent);
+        }
+    }
 
     const TTL: Duration = Duration::from_secs(10);
 

@@ -46,11 +46,19 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
+/// The worker's answer to a Get.
+enum Reply {
+    Value(Vec<u8>),
+    Nil,
+    /// Redis down or failing: a miss the caller must not take for "absent".
+    Failed,
+}
+
 enum Op {
     Get {
         key: Vec<u8>,
         take: bool,
-        reply: SyncSender<Option<Vec<u8>>>,
+        reply: SyncSender<Reply>,
     },
     Set {
         key: Vec<u8>,
@@ -149,6 +157,14 @@ impl RedisStore {
     }
 
     fn fetch(&self, key: &[u8], take: bool, now: Instant) -> Option<Vec<u8>> {
+        match self.ask(key, take, now) {
+            Shared::Found(v) => Some(v),
+            Shared::Absent | Shared::Unavailable => None,
+        }
+    }
+
+    /// Asks Redis for `key` (GETDEL when `take`), waiting at most `wait`.
+    fn ask(&self, key: &[u8], take: bool, now: Instant) -> Shared {
         let (reply, answer) = mpsc::sync_channel(1);
         let op = Op::Get {
             key: key.to_vec(),
@@ -157,25 +173,53 @@ impl RedisStore {
         };
         if self.ops.try_send(op).is_err() {
             self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return Shared::Unavailable;
         }
         let sealed = match answer.recv_timeout(self.wait) {
-            Ok(Some(sealed)) => sealed,
-            Ok(None) => return None, // a plain miss (or Redis down: counted by the worker)
+            Ok(Reply::Value(sealed)) => sealed,
+            Ok(Reply::Nil) => return Shared::Absent,
+            // Redis down: counted by the worker.
+            Ok(Reply::Failed) => return Shared::Unavailable,
             Err(_) => {
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                return None;
+                return Shared::Unavailable;
             }
         };
         let Some((value, left)) = self.open(key, &sealed) else {
+            // Deleted by the GETDEL all the same: nobody else gets it either.
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return Shared::Absent;
         };
         self.counters.received.fetch_add(1, Ordering::Relaxed);
         if !take {
             self.local.put_for(key, &value, left, now);
         }
-        Some(value.to_vec())
+        Shared::Found(value.to_vec())
+    }
+}
+
+/// What Redis answered for a key.
+enum Shared {
+    /// A blob that opened (and, for a take, that this GETDEL deleted).
+    Found(Vec<u8>),
+    /// Redis answered: no such key (or a blob that does not open).
+    Absent,
+    /// Redis did not answer in time, or is down.
+    Unavailable,
+}
+
+/// The single-use decision of a take: only Redis's own GETDEL can say that this agent is the
+/// one that removed the session. A copy in the local cache is never exclusive: another agent
+/// may have taken the shared copy already (the local cache of the agent that issued a ticket
+/// keeps it after a peer resumed it), or will take it once Redis is back.
+fn combine(local: Option<Vec<u8>>, shared: Shared) -> crate::Taken {
+    use crate::Taken;
+    match (shared, local) {
+        (Shared::Found(v), _) => Taken::Exclusive(v),
+        (Shared::Absent, Some(v)) => Taken::Reused(v),
+        (Shared::Unavailable, Some(v)) => Taken::Local(v),
+        (Shared::Absent, None) => Taken::Absent,
+        (Shared::Unavailable, None) => Taken::Unavailable,
     }
 }
 
@@ -210,6 +254,11 @@ impl SessionStore for RedisStore {
         let local = self.local.take(key, now);
         let shared = self.fetch(key, true, now);
         local.or(shared)
+    }
+
+    fn take_once(&self, key: &[u8], now: Instant) -> crate::Taken {
+        let local = self.local.take(key, now);
+        combine(local, self.ask(key, true, now))
     }
 
     fn stats(&self) -> StoreStats {
@@ -264,7 +313,7 @@ fn worker(client: redis::Client, ops: Receiver<Op>, counters: Arc<Counters>) {
             match ops.recv_timeout(left) {
                 Ok(Op::Get { reply, .. }) => {
                     counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                    let _ = reply.try_send(None);
+                    let _ = reply.try_send(Reply::Failed);
                 }
                 Ok(Op::Set { .. }) => {
                     counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -285,12 +334,12 @@ fn serve(con: &mut redis::Connection, op: Op, counters: &Counters) -> redis::Red
                 .query::<Option<Vec<u8>>>(con)
             {
                 Ok(v) => {
-                    let _ = reply.try_send(v);
+                    let _ = reply.try_send(v.map_or(Reply::Nil, Reply::Value));
                     Ok(())
                 }
                 Err(e) => {
                     counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                    let _ = reply.try_send(None);
+                    let _ = reply.try_send(Reply::Failed);
                     Err(e)
                 }
             }
@@ -307,6 +356,39 @@ fn serve(con: &mut redis::Connection, op: Op, counters: &Counters) -> redis::Red
                 Err(_) => counters.dropped.fetch_add(1, Ordering::Relaxed),
             };
             r
+        }
+    }
+}
+
+#[cfg(test)]
+mod take_tests {
+    use super::{combine, Shared};
+    use crate::TakenKind;
+
+    /// Every combination of the local cache and Redis's answer: exclusive only when Redis's
+    /// GETDEL handed the value over, whatever the local cache holds.
+    #[test]
+    fn only_redis_getdel_is_exclusive() {
+        let v = || vec![7u8; 4];
+        let shared = || [Shared::Found(v()), Shared::Absent, Shared::Unavailable];
+        for local in [Some(v()), None] {
+            for (i, s) in shared().into_iter().enumerate() {
+                let taken = combine(local.clone(), s);
+                let want = match (i, local.is_some()) {
+                    (0, _) => TakenKind::Exclusive,
+                    (1, true) => TakenKind::Reused,
+                    (_, true) => TakenKind::Local,
+                    (1, false) => TakenKind::Absent,
+                    _ => TakenKind::Unavailable,
+                };
+                assert_eq!(
+                    taken.kind(),
+                    want,
+                    "local {:?}, shared #{i}",
+                    local.is_some()
+                );
+                assert_eq!(taken.into_value().is_some(), local.is_some() || i == 0);
+            }
         }
     }
 }

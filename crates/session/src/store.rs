@@ -14,8 +14,74 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     fn get(&self, key: &[u8], now: Instant) -> Option<Vec<u8>>;
     /// Removes and returns the value under `key` (single-use TLS 1.3 tickets).
     fn take(&self, key: &[u8], now: Instant) -> Option<Vec<u8>>;
+    /// [`take`](Self::take), saying whether this call is the only one anywhere in the cluster
+    /// that can have been handed this value (what TLS 1.3 0-RTT needs: RFC 8446 section 8.1).
+    /// The default promises nothing: a found value is `Local`.
+    fn take_once(&self, key: &[u8], now: Instant) -> Taken {
+        match self.take(key, now) {
+            Some(value) => Taken::Local(value),
+            None => Taken::Absent,
+        }
+    }
     /// Counters for metrics.
     fn stats(&self) -> StoreStats;
+}
+
+/// What [`SessionStore::take_once`] found.
+#[derive(PartialEq, Eq)]
+pub enum Taken {
+    /// Removed by this call from the one place it lived cluster-wide (a Redis GETDEL, or the
+    /// only store that ever held it): no other take anywhere can return it again.
+    Exclusive(Vec<u8>),
+    /// A copy from somewhere that cannot promise the value was not (or will not be) handed out
+    /// elsewhere too: a local cache while the shared store is down or slow, or a replicated
+    /// copy whose removal reaches the peers only after the fact. Good for a 1-RTT resumption.
+    Local(Vec<u8>),
+    /// A local copy of a session the shared store answered it no longer has: taken by another
+    /// agent already (a replay, or a second use of the ticket), or lost by the store.
+    Reused(Vec<u8>),
+    /// Nowhere: never stored, expired, or taken already (a replay, or a second use).
+    Absent,
+    /// Not found locally, and the shared store could not be asked (down, slow, queue full).
+    Unavailable,
+}
+
+impl Taken {
+    /// The value, if any, whatever its guarantee.
+    pub fn into_value(self) -> Option<Vec<u8>> {
+        match self {
+            Taken::Exclusive(v) | Taken::Local(v) | Taken::Reused(v) => Some(v),
+            Taken::Absent | Taken::Unavailable => None,
+        }
+    }
+
+    /// The outcome without the value (for decisions and logs: values are secrets).
+    pub fn kind(&self) -> TakenKind {
+        match self {
+            Taken::Exclusive(_) => TakenKind::Exclusive,
+            Taken::Local(_) => TakenKind::Local,
+            Taken::Reused(_) => TakenKind::Reused,
+            Taken::Absent => TakenKind::Absent,
+            Taken::Unavailable => TakenKind::Unavailable,
+        }
+    }
+}
+
+/// The value never appears in debug output: it holds a resumption secret.
+impl std::fmt::Debug for Taken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.kind())
+    }
+}
+
+/// [`Taken`] without its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakenKind {
+    Exclusive,
+    Local,
+    Reused,
+    Absent,
+    Unavailable,
 }
 
 /// Counters a store keeps for the agent's metrics.
