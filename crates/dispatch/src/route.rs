@@ -138,10 +138,22 @@ impl Router {
         Some(choice)
     }
 
-    /// The client's home agent under `handoff` (and `client-ip`): `None` if it is down.
+    /// The client's home agent under `handoff` (and `client-ip`): its first choice by
+    /// rendezvous hashing ([`baton_ops::affinity`]) among the healthy agents. While its first
+    /// choice is down a client lives at its second, and no other client moves; every
+    /// dispatcher with the same agents makes the same choice. `None` when all are down.
     pub fn home_of(&self, client: IpAddr) -> Option<usize> {
-        let home = baton_ops::affinity::slot(client, self.agents.len())?;
-        self.agents[home].healthy.then_some(home)
+        // Keyed by agent id (today the agent's position, which its --agent-id must match).
+        let agents = self.agents.iter().enumerate();
+        baton_ops::affinity::best(client, agents.map(|(id, a)| (id as u64, a.healthy)))
+    }
+
+    /// The client's home and whether it is its first choice (`Reason::Home`, or
+    /// `Reason::Fallback` while that agent is down).
+    fn home_with_reason(&self, client: IpAddr, first: Reason) -> Option<(usize, Reason)> {
+        let home = self.home_of(client)?;
+        let all_up = baton_ops::affinity::slot(client, self.agents.len()) == Some(home);
+        Some((home, if all_up { first } else { Reason::Fallback }))
     }
 
     /// A connection counted at `from` now lives at `to` (a session migrated home).
@@ -218,10 +230,7 @@ impl Router {
     }
 
     fn by_client(&mut self, client: IpAddr) -> Option<(usize, Reason)> {
-        match self.home_of(client) {
-            Some(home) => Some((home, Reason::Policy)),
-            None => self.least_conn().map(|a| (a, Reason::Fallback)),
-        }
+        self.home_with_reason(client, Reason::Policy)
     }
 
     fn for_handoff(
@@ -230,10 +239,7 @@ impl Router {
         client: IpAddr,
     ) -> Option<(usize, Reason)> {
         if hello.is_some_and(offers_resumption) {
-            return match self.home_of(client) {
-                Some(home) => Some((home, Reason::Home)),
-                None => self.least_conn().map(|a| (a, Reason::Fallback)),
-            };
+            return self.home_with_reason(client, Reason::Home);
         }
         self.least_handshaking().map(|a| (a, Reason::Handshake))
     }
@@ -526,10 +532,38 @@ mod tests {
             r.route(Some(&fresh13), client).unwrap().1,
             Reason::Handshake
         );
-        // home down: no home, resumptions go to the least loaded
+        // home down: the client's second choice is its home meanwhile, and says so
         r.set_health(home, false);
+        assert_eq!(r.home_of(client), Some(1 - home));
+        assert_eq!(
+            r.route(Some(&resume), client),
+            Some((1 - home, Reason::Fallback))
+        );
+        r.set_health(1 - home, false);
         assert_eq!(r.home_of(client), None);
-        assert_eq!(r.route(Some(&resume), client).unwrap().1, Reason::Fallback);
+        assert_eq!(r.route(Some(&resume), client), None);
+    }
+
+    #[test]
+    fn an_agent_down_moves_only_its_own_clients() {
+        let clients: Vec<IpAddr> = (1..=200u8).map(|i| IpAddr::from([10, 0, 1, i])).collect();
+        let mut r = Router::new(Policy::Handoff, 4);
+        let before: Vec<_> = clients.iter().map(|c| r.home_of(*c).unwrap()).collect();
+        r.set_health(2, false);
+        for (c, was) in clients.iter().zip(&before) {
+            let now = r.home_of(*c).unwrap();
+            if *was == 2 {
+                assert_ne!(now, 2);
+            } else {
+                assert_eq!(now, *was, "{c} moved though its home is up");
+            }
+        }
+        // and two routers (two dispatchers) with the same agents agree
+        let mut other = Router::new(Policy::ClientIp, 4);
+        other.set_health(2, false);
+        for c in &clients {
+            assert_eq!(other.route(None, *c).map(|x| x.0), r.home_of(*c));
+        }
     }
 
     #[test]
