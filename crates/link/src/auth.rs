@@ -113,6 +113,25 @@ mod tests {
     const A: &str = "00000001 1111111111111111111111111111111111111111111111111111111111111111";
     const B: &str = "00000001 2222222222222222222222222222222222222222222222222222222222222222";
 
+    /// The hello and the proof framing as the code before `baton_wire::codec` wrote them (a
+    /// dispatcher and its agents may run different versions during an upgrade).
+    #[test]
+    fn encoding_is_unchanged() {
+        let hello = AgentHello {
+            agent_id: 0x0102,
+            link_id: [0xab; 16],
+        };
+        let golden =
+            b"BTLK\x01\x01\x02\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab";
+        assert_eq!(&hello.encode(), golden);
+        assert_eq!(AgentHello::decode(golden), Some(hello));
+        let mut other = *golden;
+        other[4] = 2;
+        assert_eq!(AgentHello::decode(&other), None, "another version");
+        assert_eq!(framed(&[7, 8, 9]), [0, 3, 7, 8, 9]);
+        assert_eq!(framed(&[]), [0, 0]);
+    }
+
     #[test]
     fn both_sides_prove_with_the_same_key_only() {
         let hello = AgentHello {

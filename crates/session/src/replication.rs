@@ -405,6 +405,33 @@ mod tests {
         assert_eq!(Message::decode(&Message::Ping.encode()), Ok(Message::Ping));
     }
 
+    /// Encodings made by the code before it moved onto `baton_wire::codec` (agents of both
+    /// versions share a cluster while it is upgraded).
+    #[test]
+    fn encoding_is_unchanged() {
+        let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(hex(&put(b"id", b"val").encode()), "010269640000ea6076616c");
+        assert_eq!(
+            hex(&Message::Remove { key: vec![0xab; 3] }.encode()),
+            "0203ababab"
+        );
+        assert_eq!(hex(&Message::Ping.encode()), "03");
+        let (rx, mut tx) = pair(0x5a);
+        assert_eq!(
+            hex(&rx.hello()),
+            "42544e50025a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+        );
+        let key = ring("00000001 0000000000000000000000000000000000000000000000000000000000000000");
+        tx.frame(&key, &Message::Ping).unwrap();
+        let f = tx.frame(&key, &put(b"k", b"v")).unwrap();
+        // len u32 | seq u64 | the sealed message (random salt and nonce)
+        assert_eq!(hex(&f[..FRAME_HEADER]), "0000003b0000000000000001");
+        assert_eq!(
+            f.len(),
+            FRAME_HEADER + crate::ticket::OVERHEAD + 1 + 1 + 1 + 4 + 1
+        );
+    }
+
     fn message() -> impl Strategy<Value = Message> {
         prop_oneof![
             Just(Message::Ping),

@@ -662,6 +662,31 @@ mod tests {
         assert_eq!(TicketHeader::parse(&v3), None);
     }
 
+    /// The clear header as the code before `baton_wire::codec` wrote and read it: version,
+    /// key id u32, issuer u16, then (version 2) the salt.
+    #[test]
+    fn header_encoding_is_unchanged() {
+        let blob = ring42().seal(0x0a0b, b"x", b"").unwrap();
+        assert_eq!(blob[..HEADER_LEN], unhex("02000000070a0b")[..]);
+        let v1 = seal_v1(&ring42(), 0x0a0b, b"x", b"");
+        assert_eq!(v1[..HEADER_LEN], unhex("01000000070a0b")[..]);
+        let mut forged = unhex("02a1b2c3d4e5f6");
+        forged.resize(OVERHEAD, 0);
+        let header = TicketHeader {
+            key_id: 0xa1b2_c3d4,
+            issuer: 0xe5f6,
+        };
+        assert_eq!(TicketHeader::parse(&forged), Some(header));
+        assert_eq!(TicketHeader::parse(&forged[..OVERHEAD - 1]), None);
+        forged[0] = LEGACY_TICKET_VERSION;
+        assert_eq!(
+            TicketHeader::parse(&forged[..LEGACY_OVERHEAD]),
+            Some(header)
+        );
+        assert_eq!(TicketHeader::parse(&forged[..LEGACY_OVERHEAD - 1]), None);
+        assert_eq!(TicketHeader::parse(&[]), None);
+    }
+
     #[test]
     fn version_1_blobs_still_open() {
         let ring = ring42();

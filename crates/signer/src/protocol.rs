@@ -497,6 +497,99 @@ mod tests {
         );
     }
 
+    /// Frames as the code before `baton_wire::codec` wrote them (agents and signers of both
+    /// versions meet during an upgrade). Each value decodes back from its golden bytes.
+    #[test]
+    fn encoding_is_unchanged() {
+        let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let id = 0x0102_0304_0506_0708;
+        let requests = [
+            (
+                Request::Auth {
+                    client_nonce: [0xaa; 32],
+                    proof: [0xbb; 32],
+                },
+                "0000004a01010102030405060708aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\
+                    aaaaaaaaaaaaaaaaaaaaaaaaaaaabbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\
+                    bbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+            ),
+            (Request::ListKeys, "0000000a01020102030405060708"),
+            (
+                Request::Sign {
+                    key_id: [0x11; 32],
+                    scheme: 0x0804,
+                    message: b"tbs".to_vec(),
+                },
+                "0000003101030102030405060708111111111111111111111111111111111111\
+                    111111111111111111111111111108040003746273",
+            ),
+        ];
+        for (req, golden) in requests {
+            let mut out = Vec::new();
+            req.encode(id, &mut out);
+            assert_eq!(hex(&out), golden);
+            assert_eq!(Request::decode(one_frame(&out)), Ok((id, req)));
+        }
+        let responses = [
+            (
+                Response::Challenge {
+                    server_nonce: [0xcc; 32],
+                },
+                "0000002a01810102030405060708cccccccccccccccccccccccccccccccccccc\
+                    cccccccccccccccccccccccccccc",
+            ),
+            (
+                Response::Welcome { proof: [0xdd; 32] },
+                "0000002a01820102030405060708dddddddddddddddddddddddddddddddddddd\
+                dddddddddddddddddddddddddddd",
+            ),
+            (
+                Response::Keys(vec![
+                    KeyInfo {
+                        key_id: [0x22; 32],
+                        algorithm: 3,
+                        schemes: vec![0x0403, 0x0804],
+                        spki: vec![0x30, 0x59],
+                    },
+                    KeyInfo {
+                        key_id: [0x33; 32],
+                        algorithm: 1,
+                        schemes: vec![],
+                        spki: vec![],
+                    },
+                ]),
+                "0000005901830102030405060708022222222222222222222222222222222222\
+                    2222222222222222222222222222220302040308040002305933333333333333\
+                    3333333333333333333333333333333333333333333333333301000000",
+            ),
+            (Response::Keys(vec![]), "0000000b0183010203040506070800"),
+            (
+                Response::Signature(vec![1, 2, 3]),
+                "0000000f018401020304050607080003010203",
+            ),
+            (
+                Response::Error {
+                    code: ErrorCode::UnknownKey,
+                    detail: "no é".into(),
+                },
+                "000000110185010203040506070802056e6f20c3a9",
+            ),
+            (
+                Response::Error {
+                    code: ErrorCode::Other(200),
+                    detail: String::new(),
+                },
+                "0000000c01850102030405060708c800",
+            ),
+        ];
+        for (resp, golden) in responses {
+            let mut out = Vec::new();
+            resp.encode(id, &mut out);
+            assert_eq!(hex(&out), golden);
+            assert_eq!(Response::decode(one_frame(&out)), Ok((id, resp)));
+        }
+    }
+
     #[test]
     fn two_frames_in_one_buffer() {
         let mut out = Vec::new();

@@ -47,6 +47,33 @@ fn frames_round_trip_and_hide_sessions_in_debug() {
     assert_eq!(dbg, "Switch(<40 sealed bytes>)");
 }
 
+/// Frames as the code before `baton_wire::codec` wrote them, in the order of [`all_frames`]
+/// (a dispatcher and its agents may run different versions during an upgrade).
+#[test]
+fn encoding_is_unchanged() {
+    let golden = [
+        format!("ba42540023010201{}", "07".repeat(32)),
+        "ba4254000102".into(),
+        "ba4254000103".into(),
+        "ba4254000104".into(),
+        "ba4254000405010203".into(),
+        "ba4254000106".into(),
+        "ba4254000107".into(),
+        "ba4254000108".into(),
+        format!("ba4254012d09{}", "09".repeat(300)),
+        "ba425400010a".into(),
+        "ba425400020b02".into(),
+        "ba425400010c".into(),
+    ];
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    for (f, golden) in all_frames().iter().zip(golden) {
+        assert_eq!(hex(&f.to_bytes()), golden, "{f:?}");
+    }
+    let other = Frame::Refused(RefuseReason::Other).to_bytes();
+    assert_eq!(hex(&other), "ba425400020bff");
+    assert_eq!(hex(&Frame::Switch(vec![]).to_bytes()), "ba4254000105");
+}
+
 #[test]
 fn malformed_frames_are_errors() {
     let mut s = Splitter::new();
