@@ -124,6 +124,15 @@ impl Codec for u32 {
     }
 }
 
+impl Codec for u64 {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_be_bytes());
+    }
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        Ok(u64::from_be_bytes(r.take_array("u64")?))
+    }
+}
+
 /// Reads a 24-bit big-endian integer (handshake message lengths).
 pub fn read_u24(r: &mut Reader<'_>) -> Result<usize, Error> {
     let [a, b, c] = r.take_array::<3>("u24")?;
@@ -140,55 +149,78 @@ enum Width {
     U8,
     U16,
     U24,
+    U32,
 }
 
-/// The rule of a vector's length prefix: its width and whether the vector may be empty
-/// (RFC 8446 3.4 writes these as `<0..2^16-1>` versus `<1..2^16-1>`).
+impl Width {
+    const fn bytes(self) -> usize {
+        match self {
+            Width::U8 => 1,
+            Width::U16 => 2,
+            Width::U24 => 3,
+            Width::U32 => 4,
+        }
+    }
+
+    const fn max(self) -> usize {
+        match self {
+            Width::U8 => 0xff,
+            Width::U16 => 0xffff,
+            Width::U24 => 0xff_ffff,
+            Width::U32 => u32::MAX as usize,
+        }
+    }
+}
+
+/// The rule of a vector's length prefix: its width, whether the vector may be empty
+/// (RFC 8446 3.4 writes these as `<0..2^16-1>` versus `<1..2^16-1>`), and optionally a limit
+/// below what the width can say (`<0..MAX_MESSAGE>`), checked before the body is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Len {
     width: Width,
     non_empty: bool,
+    max: usize,
 }
 
 impl Len {
     /// `<0..2^8-1>`
-    pub const U8: Len = Len {
-        width: Width::U8,
-        non_empty: false,
-    };
+    pub const U8: Len = Len::new(Width::U8, false);
     /// `<1..2^8-1>`
-    pub const U8_NON_EMPTY: Len = Len {
-        width: Width::U8,
-        non_empty: true,
-    };
+    pub const U8_NON_EMPTY: Len = Len::new(Width::U8, true);
     /// `<0..2^16-1>`
-    pub const U16: Len = Len {
-        width: Width::U16,
-        non_empty: false,
-    };
+    pub const U16: Len = Len::new(Width::U16, false);
     /// `<1..2^16-1>`
-    pub const U16_NON_EMPTY: Len = Len {
-        width: Width::U16,
-        non_empty: true,
-    };
+    pub const U16_NON_EMPTY: Len = Len::new(Width::U16, true);
     /// `<0..2^24-1>`
-    pub const U24: Len = Len {
-        width: Width::U24,
-        non_empty: false,
-    };
+    pub const U24: Len = Len::new(Width::U24, false);
     /// `<1..2^24-1>`
-    pub const U24_NON_EMPTY: Len = Len {
-        width: Width::U24,
-        non_empty: true,
-    };
+    pub const U24_NON_EMPTY: Len = Len::new(Width::U24, true);
+    /// `<0..2^32-1>`
+    pub const U32: Len = Len::new(Width::U32, false);
+    /// `<1..2^32-1>`
+    pub const U32_NON_EMPTY: Len = Len::new(Width::U32, true);
 
-    /// The longest vector the prefix can describe.
-    pub const fn max(self) -> usize {
-        match self.width {
-            Width::U8 => 0xff,
-            Width::U16 => 0xffff,
-            Width::U24 => 0xff_ffff,
+    const fn new(width: Width, non_empty: bool) -> Len {
+        Len {
+            width,
+            non_empty,
+            max: width.max(),
         }
+    }
+
+    /// The same prefix, but a reader refuses a vector longer than `max` with
+    /// [`Error::TooLarge`] before reading (or allocating for) its body. Writers keep within it
+    /// themselves: a format may cut a field to its limit, or refuse to write it.
+    pub const fn at_most(self, max: usize) -> Len {
+        Len {
+            max: if max < self.max { max } else { self.max },
+            ..self
+        }
+    }
+
+    /// The longest vector a reader accepts under this rule.
+    pub const fn max(self) -> usize {
+        self.max
     }
 }
 
@@ -198,9 +230,18 @@ pub fn read_vec<'a>(r: &mut Reader<'a>, len: Len, what: &'static str) -> Result<
         Width::U8 => usize::from(u8::read(r)?),
         Width::U16 => usize::from(u16::read(r)?),
         Width::U24 => read_u24(r)?,
+        // A length usize cannot hold is more than any slice has: the take below fails.
+        Width::U32 => usize::try_from(u32::read(r)?).unwrap_or(usize::MAX),
     };
     if n == 0 && len.non_empty {
         return Err(Malformed::Empty(what).into());
+    }
+    if n > len.max {
+        return Err(Error::TooLarge {
+            what,
+            len: n,
+            max: len.max,
+        });
     }
     r.take(n, what)
 }
@@ -226,18 +267,14 @@ pub fn read_list<T: Codec>(
 /// prefix can describe is a bug of the caller (the parser would refuse the result).
 pub fn encode_vec(out: &mut Vec<u8>, len: Len, body: impl FnOnce(&mut Vec<u8>)) {
     let at = out.len();
-    let width = match len.width {
-        Width::U8 => 1,
-        Width::U16 => 2,
-        Width::U24 => 3,
-    };
+    let width = len.width.bytes();
     out.resize(at + width, 0);
     body(out);
     let n = out.len() - at - width;
     debug_assert!(
-        n <= len.max(),
+        n <= len.width.max(),
         "vector of {n} bytes under a prefix of max {}",
-        len.max()
+        len.width.max()
     );
     let prefix = (n as u32).to_be_bytes();
     if let (Some(dst), Some(src)) = (out.get_mut(at..at + width), prefix.get(4 - width..)) {
@@ -305,6 +342,7 @@ mod tests {
             (Len::U8, &[2][..]),
             (Len::U16, &[0, 2]),
             (Len::U24, &[0, 0, 2]),
+            (Len::U32, &[0, 0, 0, 2]),
         ] {
             let mut out = Vec::new();
             encode_bytes(&mut out, len, &[7, 8]);
@@ -321,5 +359,47 @@ mod tests {
         encode_u24(0x01_02_03, &mut out);
         assert_eq!(out, [1, 2, 3]);
         assert_eq!(read_u24(&mut Reader::new(&out)), Ok(0x01_02_03));
+    }
+
+    #[test]
+    fn u64_round_trips_big_endian() {
+        let v = 0x0102_0304_0506_0708u64;
+        assert_eq!(v.get_encoding(), [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(u64::read_bytes(&v.get_encoding()), Ok(v));
+        assert_eq!(
+            u64::read(&mut Reader::new(&[0; 7])),
+            Err(Error::Truncated("u64"))
+        );
+    }
+
+    #[test]
+    fn u32_prefixes_read_and_refuse_like_the_others() {
+        let mut r = Reader::new(&[0, 0, 0, 0]);
+        assert_eq!(
+            read_vec(&mut r, Len::U32_NON_EMPTY, "x"),
+            Err(Malformed::Empty("x").into())
+        );
+        let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 1]);
+        assert_eq!(read_vec(&mut r, Len::U32, "x"), Err(Error::Truncated("x")));
+        assert_eq!(Len::U32.max(), u32::MAX as usize);
+    }
+
+    #[test]
+    fn a_capped_prefix_refuses_long_vectors_before_their_body() {
+        const CAPPED: Len = Len::U16.at_most(3);
+        assert_eq!(CAPPED.max(), 3);
+        assert_eq!(Len::U8.at_most(1000).max(), 0xff, "no cap above the width");
+        let mut r = Reader::new(&[0, 3, 7, 8, 9]);
+        assert_eq!(read_vec(&mut r, CAPPED, "v"), Ok(&[7, 8, 9][..]));
+        // only the prefix is there: the refusal comes before the missing body
+        let mut r = Reader::new(&[0, 4]);
+        assert_eq!(
+            read_vec(&mut r, CAPPED, "v"),
+            Err(Error::TooLarge {
+                what: "v",
+                len: 4,
+                max: 3
+            })
+        );
     }
 }

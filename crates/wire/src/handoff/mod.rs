@@ -57,6 +57,8 @@
 //! [`Exporter`] and [`Importer`] are the handshake and home agents' sides, with
 //! their deadlines given as instants (virtual time in tests).
 
+use crate::codec::{encode_bytes, Codec, Len, Reader};
+use crate::error::Error;
 use crate::record::{HEADER_LEN, MAX_CIPHERTEXT_LEN};
 
 /// The content type of a frame: unassigned in TLS (RFC 8446 B.1, IANA TLS ContentType).
@@ -65,6 +67,8 @@ pub const FRAME_TYPE: u8 = 0xBA;
 pub const FRAME_MAGIC: [u8; 2] = *b"BT";
 /// The largest frame body: a sealed session object plus the client plaintext it carries.
 pub const MAX_FRAME_BODY: usize = u16::MAX as usize;
+/// A frame's body, after its type and magic: `body<0..MAX_FRAME_BODY>`, the kind byte first.
+const BODY_LEN: Len = Len::U16;
 /// Client bytes the dispatcher holds while a connection is frozen; it stops reading the client
 /// beyond this (TCP backpressure), so a frozen connection costs bounded memory.
 pub const MAX_HELD: usize = 256 * 1024;
@@ -113,6 +117,16 @@ impl RefuseReason {
             Self::Unavailable => "unavailable",
             Self::Other => "other",
         }
+    }
+}
+
+impl Codec for RefuseReason {
+    fn encode(&self, out: &mut Vec<u8>) {
+        (*self as u8).encode(out);
+    }
+    // A newer home agent's reason reads as `Other`: it is still a refusal.
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        u8::read(r).map(Self::from_u8)
     }
 }
 
@@ -214,19 +228,20 @@ impl Frame {
         let mut body = vec![self.kind()];
         match self {
             Frame::Offer { home, binding } => {
-                body.extend_from_slice(&home.to_be_bytes());
+                home.encode(&mut body);
                 body.extend_from_slice(binding);
             }
             Frame::Switch(b) | Frame::Import(b) => body.extend_from_slice(b),
-            Frame::Refused(r) => body.push(*r as u8),
+            Frame::Refused(r) => r.encode(&mut body),
             _ => {}
         }
+        // Cut rather than write a length that disagrees with the body: the stream would lose
+        // its framing, not just this frame.
         debug_assert!(body.len() <= MAX_FRAME_BODY);
-        let len = body.len().min(MAX_FRAME_BODY);
-        out.push(FRAME_TYPE);
+        let body = &body[..body.len().min(MAX_FRAME_BODY)];
+        FRAME_TYPE.encode(out);
         out.extend_from_slice(&FRAME_MAGIC);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-        out.extend_from_slice(&body[..len]);
+        encode_bytes(out, BODY_LEN, body);
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -240,40 +255,39 @@ impl Frame {
         len < MAX_FRAME_BODY
     }
 
+    /// Reads a frame's body (what its length covers). Not a [`Codec`]: the splitter has read
+    /// the header already, among TLS records, and the errors name the frame kind.
     fn decode(body: &[u8]) -> Result<Frame, HandoffError> {
-        let (&kind, rest) = body.split_first().ok_or(HandoffError::Malformed("empty"))?;
-        let empty = |f: Frame| {
-            if rest.is_empty() {
-                Ok(f)
-            } else {
-                Err(HandoffError::Malformed(f.name()))
+        let mut r = Reader::new(body);
+        let kind = u8::read(&mut r).map_err(|_| HandoffError::Malformed("empty"))?;
+        let frame = match kind {
+            1 => {
+                let offer = |r: &mut Reader<'_>| -> Result<Frame, Error> {
+                    Ok(Frame::Offer {
+                        home: u16::read(r)?,
+                        binding: r.take_array("binding")?,
+                    })
+                };
+                offer(&mut r).map_err(|_| HandoffError::Malformed("Offer"))?
             }
+            2 => Frame::Freeze,
+            3 => Frame::Decline,
+            4 => Frame::Frozen,
+            5 => Frame::Switch(r.rest().to_vec()),
+            6 => Frame::Abort,
+            7 => Frame::Done,
+            8 => Frame::Resume,
+            IMPORT_KIND => Frame::Import(r.rest().to_vec()),
+            10 => Frame::Ready,
+            11 => Frame::Refused(
+                RefuseReason::read(&mut r).map_err(|_| HandoffError::Malformed("Refused"))?,
+            ),
+            12 => Frame::Commit,
+            k => return Err(HandoffError::UnknownKind(k)),
         };
-        match kind {
-            1 => match rest {
-                [a, b, binding @ ..] if binding.len() == BINDING_LEN => Ok(Frame::Offer {
-                    home: u16::from_be_bytes([*a, *b]),
-                    binding: binding
-                        .try_into()
-                        .map_err(|_| HandoffError::Malformed("Offer"))?,
-                }),
-                _ => Err(HandoffError::Malformed("Offer")),
-            },
-            2 => empty(Frame::Freeze),
-            3 => empty(Frame::Decline),
-            4 => empty(Frame::Frozen),
-            5 => Ok(Frame::Switch(rest.to_vec())),
-            6 => empty(Frame::Abort),
-            7 => empty(Frame::Done),
-            8 => empty(Frame::Resume),
-            IMPORT_KIND => Ok(Frame::Import(rest.to_vec())),
-            10 => empty(Frame::Ready),
-            11 => match rest {
-                [r] => Ok(Frame::Refused(RefuseReason::from_u8(*r))),
-                _ => Err(HandoffError::Malformed("Refused")),
-            },
-            12 => empty(Frame::Commit),
-            k => Err(HandoffError::UnknownKind(k)),
+        match r.expect_empty("frame") {
+            Ok(()) => Ok(frame),
+            Err(_) => Err(HandoffError::Malformed(frame.name())),
         }
     }
 }
@@ -354,7 +368,7 @@ impl Splitter {
                 return Err(HandoffError::FrameFromClient);
             }
             if self.head.len() == HEADER_LEN {
-                let len = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+                let len = body_len(&self.head)?;
                 if len > MAX_CIPHERTEXT_LEN {
                     return Err(HandoffError::RecordTooLarge(len));
                 }
@@ -383,7 +397,7 @@ impl Splitter {
                 let need = if self.head.len() < HEADER_LEN {
                     HEADER_LEN - self.head.len()
                 } else {
-                    frame_len(&self.head) - self.head.len()
+                    HEADER_LEN + body_len(&self.head)? - self.head.len()
                 };
                 let n = need.min(data.len() - i);
                 self.head.extend_from_slice(&data[i..i + n]);
@@ -393,7 +407,7 @@ impl Splitter {
             if self.head.len() < HEADER_LEN {
                 continue;
             }
-            let len = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+            let len = body_len(&self.head)?;
             if !is_frame {
                 if len > MAX_CIPHERTEXT_LEN {
                     return Err(HandoffError::RecordTooLarge(len));
@@ -417,8 +431,15 @@ impl Splitter {
     }
 }
 
-fn frame_len(head: &[u8]) -> usize {
-    HEADER_LEN + usize::from(u16::from_be_bytes([head[3], head[4]]))
+/// The body length a whole unit header announces: records and frames both end it with a
+/// u16, after a type byte and two bytes of version or magic.
+fn body_len(head: &[u8]) -> Result<usize, HandoffError> {
+    let mut r = Reader::new(head);
+    let len = r
+        .take(3, "unit header")
+        .and_then(|_| u16::read(&mut r))
+        .map_err(|_| HandoffError::Malformed("header"))?;
+    Ok(usize::from(len))
 }
 
 mod agent_side;

@@ -382,7 +382,27 @@ fn chunks(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+fn any_frame() -> impl Strategy<Value = Frame> {
+    let payload = proptest::collection::vec(any::<u8>(), 0..2000);
+    prop_oneof![
+        (any::<u16>(), any::<[u8; BINDING_LEN]>())
+            .prop_map(|(home, binding)| Frame::Offer { home, binding }),
+        payload.clone().prop_map(Frame::Switch),
+        payload.prop_map(Frame::Import),
+        any::<u8>().prop_map(|r| Frame::Refused(RefuseReason::from_u8(r))),
+        proptest::sample::select(all_frames()),
+    ]
+}
+
 proptest! {
+    #[test]
+    fn any_frame_round_trips(frame in any_frame()) {
+        let bytes = frame.to_bytes();
+        let s = Splitter::new().split(&bytes).unwrap();
+        prop_assert_eq!(s.frame, Some(frame));
+        prop_assert_eq!(s.consumed, bytes.len());
+    }
+
     #[test]
     fn splitter_any_chunking(
         lens in proptest::collection::vec(0usize..400, 1..12),
