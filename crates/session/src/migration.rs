@@ -9,10 +9,21 @@
 //! expires within seconds: a blob opens once, at one agent, soon. [`ReplayGuard`] makes "once"
 //! true: importing the same object twice would have two agents encrypt under one key and nonce.
 //! Decoded secrets live in `Zeroizing` buffers.
+//!
+//! ```text
+//! object    = version u8 (1) | id[16] | home u16 | expires_ms u64 | version u16 | suite u16
+//!             | tx | rx | resumed u8 | alpn<u32> | sni<u32> | client_subject<u32>
+//!             | plaintext<u32, at most MAX_CARRIED_PLAINTEXT>
+//! direction = seq u64 | key<u32> | iv[12] | secret<u32>
+//! ```
+//!
+//! An absent option is an empty string (none of them is ever present and empty).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use baton_wire::codec::{encode_bytes, read_vec, Codec, Len, Reader};
+use baton_wire::{Error, Malformed};
 use zeroize::Zeroizing;
 
 use crate::ticket::KeyRing;
@@ -22,6 +33,10 @@ const VERSION: u8 = 1;
 /// Client plaintext a session object carries at most; a handshake agent holding more keeps the
 /// connection itself (a frame holds 64 KiB, and a request this large is not worth moving).
 pub const MAX_CARRIED_PLAINTEXT: usize = 32 * 1024;
+/// Keys, secrets, ALPN, SNI and the client subject. The seal authenticates the object, so
+/// their only bound is the blob's own length.
+const FIELD_LEN: Len = Len::U32;
+const PLAINTEXT_LEN: Len = Len::U32.at_most(MAX_CARRIED_PLAINTEXT);
 /// How long a sealed object stays valid: it crosses one dispatcher on a LAN.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
@@ -34,6 +49,28 @@ pub struct DirectionState {
     pub iv: [u8; 12],
     /// TLS 1.3: this generation's application traffic secret (for KeyUpdate).
     pub secret: Option<Zeroizing<Vec<u8>>>,
+}
+
+impl Codec for DirectionState {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.seq.encode(out);
+        encode_bytes(out, FIELD_LEN, &self.key);
+        out.extend_from_slice(&self.iv);
+        encode_bytes(
+            out,
+            FIELD_LEN,
+            self.secret.as_deref().map_or(&[], |s| &s[..]),
+        );
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        Ok(Self {
+            seq: u64::read(r)?,
+            key: Zeroizing::new(read_vec(r, FIELD_LEN, "key")?.to_vec()),
+            iv: r.take_array("iv")?,
+            secret: read_optional(r, "secret")?.map(|s| Zeroizing::new(s.to_vec())),
+        })
+    }
 }
 
 impl std::fmt::Debug for DirectionState {
@@ -134,7 +171,11 @@ impl SessionObject {
     /// Seals for `self.home` and `binding`, issued by `issuer` (in clear, for metrics at the
     /// receiver). `None` if the ring has no key or the object is too large.
     pub fn seal(&self, ring: &KeyRing, issuer: u16, binding: &[u8]) -> Option<Vec<u8>> {
-        let plain = Zeroizing::new(self.encode());
+        // Sized up front: a reallocation would leave a copy of the keys behind, unzeroized.
+        let mut plain = Zeroizing::new(Vec::with_capacity(
+            160 + self.tx.key.len() + self.rx.key.len() + 2 * 64 + self.plaintext.len(),
+        ));
+        self.encode(&mut plain);
         ring.seal_large(issuer, &plain, &context(self.home, binding))
     }
 
@@ -155,7 +196,7 @@ impl SessionObject {
             ring.open(sealed, &context(me, binding))
                 .ok_or(ImportError::Seal)?,
         );
-        let obj = Self::decode(&plain).ok_or(ImportError::Invalid)?;
+        let obj = Self::read_bytes(&plain).map_err(|_| ImportError::Invalid)?;
         if obj.home != me {
             return Err(ImportError::Seal);
         }
@@ -174,109 +215,61 @@ impl SessionObject {
         }
         Ok(obj)
     }
+}
 
-    pub fn encode(&self) -> Vec<u8> {
-        let mut o = Vec::with_capacity(160 + self.plaintext.len());
-        o.push(VERSION);
-        o.extend_from_slice(&self.id);
-        o.extend_from_slice(&self.home.to_be_bytes());
-        o.extend_from_slice(&self.expires_ms.to_be_bytes());
-        o.extend_from_slice(&self.version.to_be_bytes());
-        o.extend_from_slice(&self.suite.to_be_bytes());
-        for d in [&self.tx, &self.rx] {
-            o.extend_from_slice(&d.seq.to_be_bytes());
-            put(&mut o, &d.key);
-            o.extend_from_slice(&d.iv);
-            put(&mut o, d.secret.as_deref().map_or(&[][..], |s| &s[..]));
-        }
-        o.push(self.resumed as u8);
-        put(&mut o, self.alpn.as_deref().unwrap_or(&[]));
-        put(&mut o, self.sni.as_deref().unwrap_or("").as_bytes());
-        put(
-            &mut o,
-            self.client_subject.as_deref().unwrap_or("").as_bytes(),
+impl Codec for SessionObject {
+    fn encode(&self, out: &mut Vec<u8>) {
+        VERSION.encode(out);
+        out.extend_from_slice(&self.id);
+        self.home.encode(out);
+        self.expires_ms.encode(out);
+        self.version.encode(out);
+        self.suite.encode(out);
+        self.tx.encode(out);
+        self.rx.encode(out);
+        u8::from(self.resumed).encode(out);
+        encode_bytes(out, FIELD_LEN, self.alpn.as_deref().unwrap_or_default());
+        encode_bytes(
+            out,
+            FIELD_LEN,
+            self.sni.as_deref().unwrap_or_default().as_bytes(),
         );
-        put(&mut o, &self.plaintext);
-        o
+        let subject = self.client_subject.as_deref().unwrap_or_default();
+        encode_bytes(out, FIELD_LEN, subject.as_bytes());
+        encode_bytes(out, PLAINTEXT_LEN, &self.plaintext);
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = bytes;
-        if take::<1>(&mut r)? != [VERSION] {
-            return None;
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        if u8::read(r)? != VERSION {
+            return Err(Malformed::Unknown("session object version").into());
         }
-        let id = take::<16>(&mut r)?;
-        let home = u16::from_be_bytes(take(&mut r)?);
-        let expires_ms = u64::from_be_bytes(take(&mut r)?);
-        let version = u16::from_be_bytes(take(&mut r)?);
-        let suite = u16::from_be_bytes(take(&mut r)?);
-        let mut dir = || -> Option<DirectionState> {
-            let seq = u64::from_be_bytes(take(&mut r)?);
-            let key = Zeroizing::new(get(&mut r)?.to_vec());
-            let iv = take::<12>(&mut r)?;
-            let secret = get(&mut r)?;
-            let secret = (!secret.is_empty()).then(|| Zeroizing::new(secret.to_vec()));
-            Some(DirectionState {
-                seq,
-                key,
-                iv,
-                secret,
-            })
-        };
-        let tx = dir()?;
-        let rx = dir()?;
-        let resumed = take::<1>(&mut r)?[0] == 1;
-        let text = |b: &[u8]| -> Option<Option<String>> {
-            if b.is_empty() {
-                Some(None)
-            } else {
-                String::from_utf8(b.to_vec()).ok().map(Some)
-            }
-        };
-        let alpn = get(&mut r)?;
-        let alpn = (!alpn.is_empty()).then(|| alpn.to_vec());
-        let sni = text(get(&mut r)?)?;
-        let client_subject = text(get(&mut r)?)?;
-        let plaintext = Zeroizing::new(get(&mut r)?.to_vec());
-        if !r.is_empty() || plaintext.len() > MAX_CARRIED_PLAINTEXT {
-            return None;
-        }
-        Some(Self {
-            id,
-            home,
-            expires_ms,
-            version,
-            suite,
-            tx,
-            rx,
-            resumed,
-            alpn,
-            sni,
-            client_subject,
-            plaintext,
+        Ok(Self {
+            id: r.take_array("id")?,
+            home: u16::read(r)?,
+            expires_ms: u64::read(r)?,
+            version: u16::read(r)?,
+            suite: u16::read(r)?,
+            tx: DirectionState::read(r)?,
+            rx: DirectionState::read(r)?,
+            // Any byte but 1 has always read as "not resumed".
+            resumed: u8::read(r)? == 1,
+            alpn: read_optional(r, "ALPN")?.map(<[u8]>::to_vec),
+            sni: read_text(r, "SNI")?,
+            client_subject: read_text(r, "client subject")?,
+            plaintext: Zeroizing::new(read_vec(r, PLAINTEXT_LEN, "plaintext")?.to_vec()),
         })
     }
 }
 
-fn put(o: &mut Vec<u8>, b: &[u8]) {
-    o.extend_from_slice(&(b.len() as u32).to_be_bytes());
-    o.extend_from_slice(b);
+fn read_optional<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<Option<&'a [u8]>, Error> {
+    let bytes = read_vec(r, FIELD_LEN, what)?;
+    Ok((!bytes.is_empty()).then_some(bytes))
 }
 
-fn take<const N: usize>(r: &mut &[u8]) -> Option<[u8; N]> {
-    let (head, rest) = r.split_first_chunk::<N>()?;
-    *r = rest;
-    Some(*head)
-}
-
-fn get<'a>(r: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let len = u32::from_be_bytes(take(r)?) as usize;
-    if len > r.len() {
-        return None;
-    }
-    let (head, rest) = r.split_at(len);
-    *r = rest;
-    Some(head)
+fn read_text(r: &mut Reader<'_>, what: &'static str) -> Result<Option<String>, Error> {
+    read_optional(r, what)?
+        .map(|b| String::from_utf8(b.to_vec()).map_err(|_| Malformed::NotUtf8(what).into()))
+        .transpose()
 }
 
 /// The ids of session objects imported and not yet expired. Bounded: an object is remembered
@@ -435,13 +428,16 @@ mod tests {
 
     #[test]
     fn decode_refuses_truncations_and_trailing_bytes() {
-        let bytes = object(SystemTime::now()).encode();
+        let bytes = object(SystemTime::now()).get_encoding();
         for n in 0..bytes.len() {
-            assert!(SessionObject::decode(&bytes[..n]).is_none(), "prefix {n}");
+            assert!(
+                SessionObject::read_bytes(&bytes[..n]).is_err(),
+                "prefix {n}"
+            );
         }
         let mut long = bytes.clone();
         long.push(0);
-        assert!(SessionObject::decode(&long).is_none());
+        assert!(SessionObject::read_bytes(&long).is_err());
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -481,8 +477,11 @@ mod tests {
             ..full.clone()
         };
         for (obj, golden) in [(&full, FULL), (&empty, EMPTY)] {
-            assert_eq!(hex(&obj.encode()), golden);
-            assert_eq!(SessionObject::decode(&obj.encode()).as_ref(), Some(obj));
+            assert_eq!(hex(&obj.get_encoding()), golden);
+            assert_eq!(
+                SessionObject::read_bytes(&obj.get_encoding()).as_ref(),
+                Ok(obj)
+            );
         }
     }
 

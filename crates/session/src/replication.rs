@@ -23,9 +23,11 @@
 //! then sends them no pings. Version 1 senders cannot serve version 2 receivers (they refuse the
 //! hello), so while a cluster is upgraded, sessions flow only from upgraded agents.
 
+use baton_wire::codec::{encode_bytes, read_vec, Codec, Len, Reader};
+use baton_wire::{Error, Malformed};
 use zeroize::Zeroizing;
 
-use crate::ticket::KeyRing;
+use crate::ticket::{KeyRing, TicketHeader};
 
 pub const MAGIC: &[u8; 4] = b"BTNP";
 pub const VERSION: u8 = 2;
@@ -37,6 +39,8 @@ pub const HELLO_LEN: usize = MAGIC.len() + 1 + CHALLENGE_LEN;
 pub const MAX_FRAME: usize = 80 * 1024;
 /// A frame's length and sequence number, before the sealed message.
 pub const FRAME_HEADER: usize = 4 + 8;
+/// A message's key: a TLS session id or stateful ticket.
+const KEY_LEN: Len = Len::U8;
 
 /// What one agent tells another.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,55 +74,50 @@ pub enum ReplicationError {
     Sender { expected: u16, got: u16 },
 }
 
-impl Message {
-    pub fn encode(&self) -> Zeroizing<Vec<u8>> {
-        let mut out = Zeroizing::new(Vec::new());
+impl From<Error> for ReplicationError {
+    fn from(_: Error) -> Self {
+        ReplicationError::Malformed
+    }
+}
+
+impl Codec for Message {
+    fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Message::Put { key, value, ttl_ms } => {
-                out.push(1);
-                out.push(key.len() as u8);
-                out.extend_from_slice(key);
-                out.extend_from_slice(&ttl_ms.to_be_bytes());
+                1u8.encode(out);
+                encode_bytes(out, KEY_LEN, key);
+                ttl_ms.encode(out);
                 out.extend_from_slice(value);
             }
             Message::Remove { key } => {
-                out.push(2);
-                out.push(key.len() as u8);
-                out.extend_from_slice(key);
+                2u8.encode(out);
+                encode_bytes(out, KEY_LEN, key);
             }
-            Message::Ping => out.push(3),
+            Message::Ping => 3u8.encode(out),
         }
-        out
     }
 
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        match u8::read(r)? {
+            1 => Ok(Message::Put {
+                key: read_vec(r, KEY_LEN, "key")?.to_vec(),
+                ttl_ms: u32::read(r)?,
+                // The value is the rest: the seal's length is the message's.
+                value: Zeroizing::new(r.rest().to_vec()),
+            }),
+            2 => Ok(Message::Remove {
+                key: read_vec(r, KEY_LEN, "key")?.to_vec(),
+            }),
+            3 => Ok(Message::Ping),
+            _ => Err(Malformed::Unknown("replication message").into()),
+        }
+    }
+}
+
+impl Message {
+    /// Reads a whole opened message.
     pub fn decode(bytes: &[u8]) -> Result<Self, ReplicationError> {
-        let (&op, rest) = bytes.split_first().ok_or(ReplicationError::Malformed)?;
-        if op == 3 {
-            return match rest {
-                [] => Ok(Message::Ping),
-                _ => Err(ReplicationError::Malformed),
-            };
-        }
-        let (&klen, rest) = rest.split_first().ok_or(ReplicationError::Malformed)?;
-        let key = rest
-            .get(..klen as usize)
-            .ok_or(ReplicationError::Malformed)?
-            .to_vec();
-        let rest = &rest[klen as usize..];
-        match op {
-            1 => {
-                let ttl = rest.get(..4).ok_or(ReplicationError::Malformed)?;
-                let ttl_ms =
-                    u32::from_be_bytes(ttl.try_into().map_err(|_| ReplicationError::Malformed)?);
-                Ok(Message::Put {
-                    key,
-                    value: Zeroizing::new(rest[4..].to_vec()),
-                    ttl_ms,
-                })
-            }
-            2 if rest.is_empty() => Ok(Message::Remove { key }),
-            _ => Err(ReplicationError::Malformed),
-        }
+        Ok(Self::read_bytes(bytes)?)
     }
 
     /// Whether the message fits the protocol (keys are at most 255 bytes).
@@ -158,7 +157,11 @@ impl Inbound {
 
     /// The bytes to send to the peer first.
     pub fn hello(&self) -> Vec<u8> {
-        [&MAGIC[..], &[VERSION], &self.challenge].concat()
+        Hello {
+            version: VERSION,
+            challenge: self.challenge,
+        }
+        .get_encoding()
     }
 
     /// Bytes received and not yet part of a whole frame.
@@ -175,28 +178,25 @@ impl Inbound {
     ) -> Result<Vec<(u16, Message)>, ReplicationError> {
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        while let Some(len) = self.buf.get(..4) {
-            let len = u32::from_be_bytes(len.try_into().map_err(|_| ReplicationError::Malformed)?)
-                as usize;
+        loop {
+            // The length covers the sealed message only, not the sequence number after it.
+            let mut r = Reader::new(&self.buf);
+            let Ok(len) = u32::read(&mut r) else { break };
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            // Refused as soon as the length arrives: a receiver buffers at most one frame.
             if len > MAX_FRAME {
                 return Err(ReplicationError::TooLarge(len));
             }
-            if self.buf.len() < FRAME_HEADER + len {
+            let (Ok(seq), Ok(sealed)) = (u64::read(&mut r), r.take(len, "sealed message")) else {
                 break;
-            }
-            let seq = u64::from_be_bytes(
-                self.buf[4..12]
-                    .try_into()
-                    .map_err(|_| ReplicationError::Malformed)?,
-            );
+            };
             if seq != self.expected_seq {
                 return Err(ReplicationError::Sequence {
                     expected: self.expected_seq,
                     got: seq,
                 });
             }
-            let sealed = &self.buf[FRAME_HEADER..FRAME_HEADER + len];
-            let sender = crate::ticket::TicketHeader::parse(sealed)
+            let sender = TicketHeader::parse(sealed)
                 .ok_or(ReplicationError::Auth)?
                 .issuer;
             let plain = Zeroizing::new(
@@ -214,7 +214,8 @@ impl Inbound {
             }
             out.push((sender, Message::decode(&plain)?));
             self.expected_seq += 1;
-            self.buf.drain(..FRAME_HEADER + len);
+            let used = r.used();
+            self.buf.drain(..used);
         }
         Ok(out)
     }
@@ -232,19 +233,15 @@ pub struct Outbound {
 
 impl Outbound {
     pub fn new(sender: u16, hello: &[u8]) -> Result<Self, ReplicationError> {
-        if hello.len() != HELLO_LEN
-            || &hello[..4] != MAGIC
-            || !matches!(hello[4], VERSION | VERSION_NO_PING)
-        {
+        let hello = Hello::read_bytes(hello).map_err(|_| ReplicationError::BadHello)?;
+        if !matches!(hello.version, VERSION | VERSION_NO_PING) {
             return Err(ReplicationError::BadHello);
         }
-        let mut challenge = [0u8; CHALLENGE_LEN];
-        challenge.copy_from_slice(&hello[5..]);
         Ok(Self {
             sender,
-            challenge,
+            challenge: hello.challenge,
             next_seq: 0,
-            pings: hello[4] != VERSION_NO_PING,
+            pings: hello.version != VERSION_NO_PING,
         })
     }
 
@@ -261,16 +258,43 @@ impl Outbound {
             return None;
         }
         let seq = self.next_seq;
-        let sealed = ring.seal(self.sender, &msg.encode(), &context(&self.challenge, seq))?;
+        let mut plain = Zeroizing::new(Vec::new());
+        msg.encode(&mut plain);
+        let sealed = ring.seal(self.sender, &plain, &context(&self.challenge, seq))?;
         if sealed.len() > MAX_FRAME {
             return None;
         }
+        let len = u32::try_from(sealed.len()).ok()?;
         self.next_seq += 1;
         let mut out = Vec::with_capacity(FRAME_HEADER + sealed.len());
-        out.extend_from_slice(&(sealed.len() as u32).to_be_bytes());
-        out.extend_from_slice(&seq.to_be_bytes());
+        len.encode(&mut out);
+        seq.encode(&mut out);
         out.extend_from_slice(&sealed);
         Some(out)
+    }
+}
+
+/// The receiver's greeting: magic, the protocol version it speaks, and its challenge.
+struct Hello {
+    version: u8,
+    challenge: [u8; CHALLENGE_LEN],
+}
+
+impl Codec for Hello {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(MAGIC);
+        self.version.encode(out);
+        out.extend_from_slice(&self.challenge);
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        if r.take_array::<4>("magic")? != *MAGIC {
+            return Err(Malformed::Unknown("replication protocol").into());
+        }
+        Ok(Self {
+            version: u8::read(r)?,
+            challenge: r.take_array("challenge")?,
+        })
     }
 }
 
@@ -402,7 +426,10 @@ mod tests {
         assert_eq!(&f[4..12], &0u64.to_be_bytes());
         assert!(pair(1).1.pings());
         assert_eq!(Message::decode(&[3, 0]), Err(ReplicationError::Malformed));
-        assert_eq!(Message::decode(&Message::Ping.encode()), Ok(Message::Ping));
+        assert_eq!(
+            Message::decode(&Message::Ping.get_encoding()),
+            Ok(Message::Ping)
+        );
     }
 
     /// Encodings made by the code before it moved onto `baton_wire::codec` (agents of both
@@ -410,12 +437,15 @@ mod tests {
     #[test]
     fn encoding_is_unchanged() {
         let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        assert_eq!(hex(&put(b"id", b"val").encode()), "010269640000ea6076616c");
         assert_eq!(
-            hex(&Message::Remove { key: vec![0xab; 3] }.encode()),
+            hex(&put(b"id", b"val").get_encoding()),
+            "010269640000ea6076616c"
+        );
+        assert_eq!(
+            hex(&Message::Remove { key: vec![0xab; 3] }.get_encoding()),
             "0203ababab"
         );
-        assert_eq!(hex(&Message::Ping.encode()), "03");
+        assert_eq!(hex(&Message::Ping.get_encoding()), "03");
         let (rx, mut tx) = pair(0x5a);
         assert_eq!(
             hex(&rx.hello()),
@@ -483,10 +513,10 @@ mod tests {
         #[test]
         fn messages_round_trip(key in proptest::collection::vec(any::<u8>(), 0..255), value in proptest::collection::vec(any::<u8>(), 0..500), ttl in any::<u32>()) {
             let m = Message::Put { key: key.clone(), value: Zeroizing::new(value), ttl_ms: ttl };
-            prop_assert_eq!(Message::decode(&m.encode()).unwrap(), m);
+            prop_assert_eq!(Message::decode(&m.get_encoding()).unwrap(), m);
             let r = Message::Remove { key };
-            prop_assert_eq!(Message::decode(&r.encode()).unwrap(), r);
-            prop_assert_eq!(Message::decode(&Message::Ping.encode()).unwrap(), Message::Ping);
+            prop_assert_eq!(Message::decode(&r.get_encoding()).unwrap(), r);
+            prop_assert_eq!(Message::decode(&Message::Ping.get_encoding()).unwrap(), Message::Ping);
         }
     }
 }

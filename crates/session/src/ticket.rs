@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::hkdf::{Prk, Salt, HKDF_SHA256};
+use baton_wire::codec::{Codec, Reader};
 use zeroize::Zeroizing;
 
 use crate::Error;
@@ -85,7 +86,8 @@ impl TicketHeader {
     /// Reads the clear header of a ticket sealed by [`TicketSealer`] (either format); `None` if
     /// it is not one.
     pub fn parse(ticket: &[u8]) -> Option<Self> {
-        let min = match *ticket.first()? {
+        let mut r = Reader::new(ticket);
+        let min = match u8::read(&mut r).ok()? {
             TICKET_VERSION => OVERHEAD,
             LEGACY_TICKET_VERSION => LEGACY_OVERHEAD,
             _ => return None,
@@ -93,9 +95,21 @@ impl TicketHeader {
         if ticket.len() < min {
             return None;
         }
-        Some(Self {
-            key_id: u32::from_be_bytes(ticket[1..5].try_into().ok()?),
-            issuer: u16::from_be_bytes(ticket[5..7].try_into().ok()?),
+        Self::read(&mut r).ok()
+    }
+}
+
+/// The header after its version byte (the same in both formats).
+impl Codec for TicketHeader {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.key_id.encode(out);
+        self.issuer.encode(out);
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, baton_wire::Error> {
+        Ok(Self {
+            key_id: u32::read(r)?,
+            issuer: u16::read(r)?,
         })
     }
 }
@@ -268,9 +282,12 @@ impl KeyRing {
         let sealing = key.derive(salt)?;
         key.seals.fetch_add(1, Ordering::Relaxed);
         let mut out = Vec::with_capacity(plain.len() + OVERHEAD + context.len());
-        out.push(TICKET_VERSION);
-        out.extend_from_slice(&key.id.to_be_bytes());
-        out.extend_from_slice(&issuer.to_be_bytes());
+        TICKET_VERSION.encode(&mut out);
+        TicketHeader {
+            key_id: key.id,
+            issuer,
+        }
+        .encode(&mut out);
         out.extend_from_slice(salt);
         let clear = out.len();
         out.extend_from_slice(context);
@@ -577,8 +594,11 @@ mod tests {
         let mut nonce = [0u8; NONCE_LEN];
         aws_lc_rs::rand::fill(&mut nonce).unwrap();
         let mut out = vec![LEGACY_TICKET_VERSION];
-        out.extend_from_slice(&key.id.to_be_bytes());
-        out.extend_from_slice(&issuer.to_be_bytes());
+        TicketHeader {
+            key_id: key.id,
+            issuer,
+        }
+        .encode(&mut out);
         out.extend_from_slice(&nonce);
         let mut body = plain.to_vec();
         let aad = [&out[..HEADER_LEN], context].concat();

@@ -61,6 +61,12 @@ pub enum Malformed {
         /// Binders sent.
         binders: usize,
     },
+    /// `what` is a version or kind code this side does not know.
+    #[error("unknown {0}")]
+    Unknown(&'static str),
+    /// `what` is text that is not UTF-8.
+    #[error("{0} is not UTF-8")]
+    NotUtf8(&'static str),
     /// A zero-length handshake record (forbidden by RFC 8446 5.1).
     #[error("empty handshake record")]
     EmptyRecord,
