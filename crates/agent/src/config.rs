@@ -154,6 +154,18 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N")]
     pub agent_id: Option<u16>,
 
+    /// Accept up to BYTES of TLS 1.3 early data (0-RTT) from resuming clients, where a ticket
+    /// can be made single-use cluster-wide: stateful tickets (`--tickets false`) in
+    /// `--store redis` (taken with GETDEL) or `memory`, no `--client-ca`. Elsewhere early data
+    /// is refused and the handshake goes on as 1-RTT. Default 0 (off).
+    #[arg(long, value_name = "BYTES")]
+    pub early_data: Option<u32>,
+
+    /// Methods besides the safe ones (GET, HEAD, OPTIONS, TRACE) served when they arrive in
+    /// early data (comma separated, e.g. POST); others get `425 Too Early` (RFC 8470).
+    #[arg(long, value_name = "METHOD,..", value_delimiter = ',')]
+    pub early_data_methods: Vec<String>,
+
     /// Take part in session migration (CSSL-SF, `baton dispatch --policy handoff`): hand a
     /// finished handshake's session to the home agent the dispatcher names, and import sessions
     /// handed to this agent. Needs --cluster-key-file (it seals the session objects). Only for
@@ -453,6 +465,10 @@ pub struct AgentConfig {
     pub ticket_lifetime: Duration,
     pub ticket_key_file: Option<PathBuf>,
     pub agent_id: u16,
+    /// `--early-data`: bytes of 0-RTT data accepted (0: off).
+    pub early_data: u32,
+    /// Unsafe methods served in early data anyway (`--early-data-methods`).
+    pub early_data_methods: Vec<http::Method>,
     pub body_size: usize,
     pub max_bytes: u64,
     pub upstream: Vec<String>,
@@ -502,11 +518,11 @@ impl AgentArgs {
             };
         }
         pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, upstream,
-            proxy_protocol_from;
+            proxy_protocol_from, early_data_methods;
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
-            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, handoff, handoff_timeout, link_listen, body_size,
+            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, early_data, handoff, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, request_timeout, min_header_rate, drain_timeout, max_header_bytes,
             max_headers)
@@ -640,6 +656,15 @@ impl AgentArgs {
             ticket_lifetime: dur(self.ticket_lifetime, 6 * 3600),
             ticket_key_file: self.ticket_key_file,
             agent_id: self.agent_id.unwrap_or(0),
+            early_data: self.early_data.unwrap_or(0),
+            early_data_methods: self
+                .early_data_methods
+                .iter()
+                .map(|m| {
+                    http::Method::from_bytes(m.trim().to_ascii_uppercase().as_bytes())
+                        .with_context(|| format!("--early-data-methods: `{m}` is not a method"))
+                })
+                .collect::<anyhow::Result<_>>()?,
             body_size: self.body_size.unwrap_or(1024),
             max_bytes: self.max_bytes.unwrap_or(64 << 20),
             upstream: self.upstream,
@@ -679,6 +704,12 @@ impl AgentConfig {
         }
         if self.ticket_lifetime.as_secs() == 0 || self.ticket_lifetime.as_secs() > 7 * 86400 {
             bail!("--ticket-lifetime must be between 1s and 7d (RFC 8446 section 4.6.1)");
+        }
+        if self.early_data > crate::early::MAX_EARLY_DATA {
+            bail!(
+                "--early-data must be at most {} bytes",
+                crate::early::MAX_EARLY_DATA
+            );
         }
         if self.tls13_tickets > 16 {
             bail!("--tls13-tickets must be at most 16");

@@ -146,8 +146,19 @@ async fn serve(
     if offer.is_some() {
         io.track_records();
     }
-    let acceptor = TlsAcceptor::from(shared.tls.config());
-    let stream = match tokio::time::timeout_at(deadline, acceptor.accept(io)).await {
+    let accept = if cfg.early_data > 0 {
+        // `--early-data`: the hello is read first, to decide about its early data
+        match crate::early_tls::start(io, offer.is_some(), deadline, &shared).await {
+            crate::early_tls::Start::Plain(accept) => accept,
+            crate::early_tls::Start::Early(conn) => {
+                return crate::early_tls::serve(*conn, peer, first_by, deadline, shared).await
+            }
+            crate::early_tls::Start::Done => return,
+        }
+    } else {
+        TlsAcceptor::from(shared.tls.config()).accept(io)
+    };
+    let stream = match tokio::time::timeout_at(deadline, accept).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             let reason = FailureReason::of(&e);
@@ -193,6 +204,7 @@ async fn serve(
                 .peer_certificates()
                 .and_then(|chain| chain.first())
                 .and_then(subject_of),
+            early: None,
         }
     };
     let h2 = info.alpn.as_deref() == Some("h2");
@@ -295,8 +307,12 @@ where
 /// HTTP/1.1 (keep-alive, pipelining) or HTTP/2 by ALPN over a migrated connection. Unlike
 /// rustls streams, these are not parked between requests: a migrated connection is one that
 /// carries bulk traffic, and its record layer has no buffers to give back.
-async fn serve_stream<S>(stream: S, info: ConnInfo, first_by: Instant, shared: &Arc<Shared>)
-where
+pub(crate) async fn serve_stream<S>(
+    stream: S,
+    info: ConnInfo,
+    first_by: Instant,
+    shared: &Arc<Shared>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     if info.alpn.as_deref() == Some("h2") {

@@ -32,6 +32,9 @@ pub struct ConnInfo {
     pub resumed: bool,
     /// Subject of the verified client certificate (mutual TLS), RFC 4514.
     pub client_subject: Option<String>,
+    /// A connection whose early data (0-RTT) was accepted: says whether its handshake is
+    /// still running, i.e. whether a request read now came in early data.
+    pub early: Option<Arc<crate::early_tls::EarlyState>>,
 }
 
 /// Shared by every connection: what to answer and where to count it.
@@ -44,6 +47,9 @@ pub struct HttpService {
     pub max_bytes: u64,
     pub draining: tokio_util::sync::CancellationToken,
 }
+
+/// RFC 8470 section 5.1: set on requests received in early data.
+pub const EARLY_DATA: header::HeaderName = header::HeaderName::from_static("early-data");
 
 /// Generated bodies are slices of this one buffer.
 const CHUNK: usize = 64 * 1024;
@@ -72,8 +78,24 @@ impl HttpService {
     pub async fn handle(
         self: Arc<Self>,
         conn: Arc<ConnInfo>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
+        if let Some(early) = conn.early.as_ref().filter(|e| e.handshaking()) {
+            // RFC 8470: unsafe methods wait for the handshake (425: the client sends them
+            // again after it); the rest go on marked, so an upstream can decide for itself.
+            let too_early = crate::early::too_early(req.method(), true, early.allowed_methods());
+            self.metrics.early_request(too_early);
+            if too_early {
+                let status = StatusCode::from_u16(425).expect("425 is a status code");
+                self.metrics.request(425);
+                return Ok(text(
+                    status,
+                    "too early: send the request again after the handshake\n",
+                ));
+            }
+            req.headers_mut()
+                .insert(EARLY_DATA, header::HeaderValue::from_static("1"));
+        }
         // hyper keeps the box holding this future for the connection's life, so it must stay
         // small: the proxy's (large) future gets a box of its own, freed with the request.
         let response = match &self.proxy {

@@ -14,6 +14,8 @@
 mod certs;
 mod config;
 mod conn;
+mod early;
+mod early_tls;
 mod handoff;
 mod http;
 mod io;

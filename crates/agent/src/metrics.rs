@@ -109,6 +109,7 @@ impl FailureReason {
     }
 }
 
+const EARLY_RESULTS: [&str; 3] = ["accepted", "rejected", "replay_refused"];
 const TICKET_RESULTS: [&str; 4] = ["issued", "opened", "rejected", "seal_failed"];
 const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -130,6 +131,12 @@ pub struct Metrics {
     requests: [AtomicU64; 5],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// ClientHellos that offered TLS 1.3 early data.
+    early_offered: AtomicU64,
+    /// What became of it: [accepted, rejected, replay_refused].
+    early_results: [AtomicU64; 3],
+    /// Requests received in early data: [served, too_early (425)].
+    early_requests: [AtomicU64; 2],
     /// Session migration (CSSL-SF).
     pub handoff: crate::handoff::metrics::HandoffMetrics,
     /// The session store, for its size and hit counters.
@@ -183,6 +190,23 @@ impl Metrics {
         if let Some(i) = TICKET_RESULTS.iter().position(|r| *r == result) {
             self.tickets[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A ClientHello offered early data.
+    pub fn early_offered(&self) {
+        self.early_offered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What became of offered early data: `accepted`, `rejected` or `replay_refused`.
+    pub fn early_result(&self, result: &str) {
+        if let Some(i) = EARLY_RESULTS.iter().position(|r| *r == result) {
+            self.early_results[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request received in early data was served, or answered `425 Too Early`.
+    pub fn early_request(&self, too_early: bool) {
+        self.early_requests[too_early as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn request(&self, status: u16) {
@@ -299,6 +323,31 @@ impl Metrics {
             TICKET_RESULTS
                 .into_iter()
                 .zip(&self.tickets)
+                .map(|(result, n)| (ResultLabel { result }, load(n))),
+        )?;
+
+        counter(
+            e,
+            "baton_early_data_offered",
+            "TLS 1.3 ClientHellos that offered early data (0-RTT).",
+            load(&self.early_offered),
+        )?;
+        counters(
+            e,
+            "baton_early_data",
+            "Offered early data by outcome: accepted; rejected (no single-use guarantee here: early data off, store down or slow, a connection that may migrate); replay_refused (the ticket was taken already, or its age is outside the window).",
+            EARLY_RESULTS
+                .into_iter()
+                .zip(&self.early_results)
+                .map(|(result, n)| (ResultLabel { result }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_early_data_requests",
+            "HTTP requests received in early data, before the handshake completed: served (marked Early-Data: 1) or too_early (425).",
+            ["served", "too_early"]
+                .into_iter()
+                .zip(&self.early_requests)
                 .map(|(result, n)| (ResultLabel { result }, load(n))),
         )?;
 

@@ -43,6 +43,8 @@ struct Parts {
     metrics: Arc<Metrics>,
     /// TLS 1.3 traffic secrets of connections that may migrate (`--handoff`).
     secret_log: Arc<SecretLog>,
+    /// `--early-data`: the bytes accepted, or why this configuration accepts none.
+    early_data: Result<u32, &'static str>,
 }
 
 impl Tls {
@@ -85,7 +87,22 @@ impl Tls {
         } else {
             None
         };
+        let early_data = crate::early::configuration(
+            cfg.early_data,
+            &cfg.store,
+            cfg.tickets,
+            cfg.session_cache_size,
+            cfg.client_ca.is_some(),
+        );
+        match early_data {
+            Ok(n) => tracing::info!(bytes = n, "TLS 1.3 early data (0-RTT) accepted"),
+            Err(why) if cfg.early_data > 0 => {
+                tracing::warn!("--early-data: early data will be refused: {why}")
+            }
+            Err(_) => {}
+        }
         let parts = Parts {
+            early_data,
             cluster_ring: opened.ring,
             policy,
             resolver,
@@ -118,6 +135,16 @@ impl Tls {
     /// Where TLS 1.3 traffic secrets of migrating connections are captured.
     pub fn secret_log(&self) -> &Arc<SecretLog> {
         &self.parts.secret_log
+    }
+
+    /// `--early-data`: the bytes accepted, or why none are.
+    pub fn early_data(&self) -> Result<u32, &'static str> {
+        self.parts.early_data
+    }
+
+    /// The session store behind the session cache, if any.
+    pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
+        self.parts.store.as_ref()
     }
 
     /// The config for the next connection.
@@ -202,6 +229,9 @@ impl Parts {
             config.enable_secret_extraction = true;
             config.key_log = self.secret_log.clone();
         }
+        // Advertised in the tickets (clients send early data only where a ticket says so);
+        // each connection is then accepted or refused by `early_tls`.
+        config.max_early_data_size = self.early_data.unwrap_or(0);
         config.send_tls13_tickets = if self.sealer.is_some() || self.store.is_some() {
             cfg.tls13_tickets
         } else {

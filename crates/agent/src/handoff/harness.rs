@@ -752,6 +752,7 @@ fn conn_info() -> ConnInfo {
         sni: None,
         resumed: false,
         client_subject: None,
+        early: None,
     }
 }
 

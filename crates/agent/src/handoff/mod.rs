@@ -86,6 +86,8 @@ pub fn conn_info(obj: &SessionObject, peer: std::net::SocketAddr) -> ConnInfo {
         sni: obj.sni.clone(),
         resumed: obj.resumed,
         client_subject: obj.client_subject.clone(),
+        // Early data never rides a migration: a migrated connection's handshake is over.
+        early: None,
     }
 }
 

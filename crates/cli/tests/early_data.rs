@@ -1,0 +1,533 @@
+//! TLS 1.3 0-RTT across the cluster (`--early-data`): accepted once per ticket cluster-wide
+//! (Redis GETDEL), refused on replay to the same or another agent and while Redis is down
+//! (the handshake goes on as 1-RTT), `Early-Data: 1` upstream, 425 for unsafe methods.
+//! Real processes: agents, a dispatcher, redis-server, a counting upstream, rustls and
+//! `openssl s_client` clients.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Agent, Dispatcher, Pki, Redis, TempDir};
+use rustls::client::{ClientSessionStore, Tls12ClientSessionValue, Tls13ClientSessionValue};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, NamedGroup};
+
+/// One request as the upstream saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    early: bool,
+}
+
+/// A plain HTTP/1.1 upstream that records every request (method, path, `Early-Data`) and
+/// answers 200 `ok`: what reached it is what was executed.
+struct Upstream {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let s = s.clone();
+                std::thread::spawn(move || serve_upstream(conn, s));
+            }
+        });
+        Upstream { addr, seen }
+    }
+
+    fn arg(&self) -> String {
+        format!("--upstream=http://{}", self.addr)
+    }
+
+    fn requests(&self, path: &str) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+}
+
+fn serve_upstream(mut conn: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match conn.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let mut first = lines.next().unwrap_or("").split(' ');
+        let method = first.next().unwrap_or("").to_string();
+        let path = first.next().unwrap_or("").to_string();
+        let mut early = false;
+        let mut length = 0usize;
+        for l in lines {
+            let (k, v) = l.split_once(':').unwrap_or((l, ""));
+            match k.trim().to_ascii_lowercase().as_str() {
+                "early-data" => early = v.trim() == "1",
+                "content-length" => length = v.trim().parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        while buf.len() < end + 4 + length {
+            match conn.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..end + 4 + length);
+        seen.lock().unwrap().push(Seen {
+            method,
+            path,
+            early,
+        });
+        if conn
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// A client session store that never forgets a TLS 1.3 ticket: each connection offers the
+/// newest one again, as an attacker replaying a ticket would (rustls' own store hands each out
+/// once).
+#[derive(Debug, Default)]
+struct Replaying {
+    tickets: Mutex<Vec<Tls13ClientSessionValue>>,
+    kx: Mutex<Option<NamedGroup>>,
+}
+
+impl ClientSessionStore for Replaying {
+    fn set_kx_hint(&self, _: ServerName<'static>, group: NamedGroup) {
+        *self.kx.lock().unwrap() = Some(group);
+    }
+    fn kx_hint(&self, _: &ServerName<'_>) -> Option<NamedGroup> {
+        *self.kx.lock().unwrap()
+    }
+    fn set_tls12_session(&self, _: ServerName<'static>, _: Tls12ClientSessionValue) {}
+    fn tls12_session(&self, _: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
+        None
+    }
+    fn remove_tls12_session(&self, _: &ServerName<'static>) {}
+    fn insert_tls13_ticket(&self, _: ServerName<'static>, value: Tls13ClientSessionValue) {
+        let mut t = self.tickets.lock().unwrap();
+        // keep the first ticket only: every later connection offers the same one
+        if t.is_empty() {
+            t.push(value);
+        }
+    }
+    fn take_tls13_ticket(&self, _: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
+        self.tickets.lock().unwrap().first().cloned()
+    }
+}
+
+/// A TLS 1.3 client config trusting `pki`, with early data enabled and `store` for sessions.
+fn early_client(pki: &Pki, store: Option<Arc<dyn ClientSessionStore>>) -> Arc<ClientConfig> {
+    let mut c = pki.client(&[&rustls::version::TLS13], None);
+    c.enable_early_data = true;
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if let Some(store) = store {
+        c.resumption = rustls::client::Resumption::store(store);
+    }
+    Arc::new(c)
+}
+
+/// What one connection did.
+#[derive(Debug)]
+struct Outcome {
+    /// Bytes of the request written as early data (0: the ticket allowed none, or no ticket).
+    early_written: usize,
+    accepted: bool,
+    resumed: bool,
+    status: u16,
+    /// Everything the client sent before reading anything: ClientHello and early data.
+    first_flight: Vec<u8>,
+}
+
+/// One connection: the request as early data where the session allows it, else (or when
+/// the server refused it) after the handshake, as a browser does; then its response.
+fn request(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> Outcome {
+    let mut conn = ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+    let early_written = match conn.early_data() {
+        Some(mut early) => early.write(req).unwrap(),
+        None => 0,
+    };
+    let mut first_flight = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut first_flight).unwrap();
+    }
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    tcp.write_all(&first_flight).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).unwrap();
+    }
+    let accepted = conn.is_early_data_accepted();
+    let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let mut stream = rustls::Stream::new(&mut conn, &mut tcp);
+    let sent = if accepted { early_written } else { 0 };
+    stream.write_all(&req[sent..]).unwrap();
+    let status = read_response(&mut stream);
+    Outcome {
+        early_written,
+        accepted,
+        resumed,
+        status,
+        first_flight,
+    }
+}
+
+/// Reads one response (head and Content-Length body); its status.
+fn read_response(s: &mut impl Read) -> u16 {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            while buf.len() < end + 4 + length {
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "response cut short");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return status;
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "no response");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").into_bytes()
+}
+
+/// Sends captured bytes as they are (an attacker replaying a ClientHello and its early data)
+/// and reads what comes back for a while; the attacker cannot go further (no key share secret).
+fn replay_raw(addr: SocketAddr, bytes: &[u8]) -> usize {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    tcp.write_all(bytes).unwrap();
+    let mut got = 0;
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = tcp.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    got
+}
+
+/// `baton_early_data_total{result="..."}` of an agent.
+fn early(agent: &Agent, result: &str) -> u64 {
+    agent.metric(&format!("baton_early_data_total{{result=\"{result}\"}}")) as u64
+}
+
+/// Waits until `f` holds (the upstream and the metrics see things a little after the client).
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Agents sharing `redis`, with early data, in front of `upstream`.
+fn redis_agents(
+    pki: &Pki,
+    dir: &TempDir,
+    redis: &Redis,
+    upstream: &Upstream,
+    n: u16,
+) -> Vec<Agent> {
+    let key = common::key_file(dir, "cluster.key");
+    (0..n)
+        .map(|i| {
+            Agent::serving(
+                pki,
+                &[
+                    "--store",
+                    &format!("redis={}", redis.url()),
+                    "--cluster-key-file",
+                    &key,
+                    "--tickets",
+                    "false",
+                    "--early-data",
+                    "16384",
+                    "--agent-id",
+                    &i.to_string(),
+                    &upstream.arg(),
+                ],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn replayed_early_data_is_refused_on_every_agent() {
+    let Some(redis) = Redis::start() else { return };
+    let pki = Pki::new();
+    let dir = TempDir::new("early-replay");
+    let upstream = Upstream::start();
+    let agents = redis_agents(&pki, &dir, &redis, &upstream, 2);
+    let (a, b) = (&agents[0], &agents[1]);
+    let store = Arc::new(Replaying::default());
+    let config = early_client(&pki, Some(store.clone()));
+
+    // a full handshake leaves a stateful ticket (in A's cache and in Redis)
+    let first = request(a.addr, &config, &get("/first"));
+    assert_eq!(
+        (first.status, first.resumed, first.early_written),
+        (200, false, 0)
+    );
+    eventually("a ticket", || !store.tickets.lock().unwrap().is_empty());
+    std::thread::sleep(Duration::from_millis(200)); // A's SET reaches Redis
+
+    // the ticket's one 0-RTT use, at B: accepted, executed once, marked upstream
+    let used = request(b.addr, &config, &get("/early"));
+    assert!(used.early_written > 0, "{used:?}");
+    assert!(used.accepted && used.resumed, "{used:?}");
+    assert_eq!(used.status, 200);
+    eventually("the early request upstream", || {
+        upstream.requests("/early").len() == 1
+    });
+    assert!(
+        upstream.requests("/early")[0].early,
+        "Early-Data: 1 upstream"
+    );
+    assert_eq!(early(b, "accepted"), 1);
+
+    // the captured flight replayed byte for byte to the same agent and to the other one: the
+    // server answers a handshake, never the early request
+    for agent in [b, a] {
+        assert!(replay_raw(agent.addr, &used.first_flight) > 0, "no answer");
+    }
+    eventually("both replays refused", || {
+        early(a, "replay_refused") == 1 && early(b, "replay_refused") == 1
+    });
+
+    // a client offering the used ticket again, with early data, to each agent: the early data
+    // is refused, the handshake completes (1-RTT, full: the ticket is gone), and the request,
+    // sent again after the handshake, is served without the mark
+    for (agent, path) in [(a, "/again-a"), (b, "/again-b")] {
+        let again = request(agent.addr, &config, &get(path));
+        assert!(again.early_written > 0, "{again:?}");
+        assert!(!again.accepted, "{again:?}");
+        assert_eq!(again.status, 200);
+        let seen = upstream.requests(path);
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(!seen[0].early, "{seen:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        upstream.requests("/early").len(),
+        1,
+        "the early request ran once"
+    );
+    assert_eq!(early(a, "replay_refused") + early(b, "replay_refused"), 4);
+    assert_eq!(early(a, "accepted") + early(b, "accepted"), 1);
+    for agent in [a, b] {
+        assert_eq!(agent.failures("other"), 0);
+    }
+}
+
+#[test]
+fn early_data_is_refused_not_failed_while_redis_is_down() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let pki = Pki::new();
+    let dir = TempDir::new("early-down");
+    let upstream = Upstream::start();
+    let agents = redis_agents(&pki, &dir, &redis, &upstream, 1);
+    let a = &agents[0];
+    let config = early_client(&pki, None);
+    assert_eq!(request(a.addr, &config, &get("/first")).status, 200);
+    std::thread::sleep(Duration::from_millis(200));
+    redis.stop();
+    // The session is still in A's local cache: a 1-RTT resumption, but no early data, since
+    // Redis cannot say that nobody else took the ticket.
+    let o = request(a.addr, &config, &get("/down"));
+    assert!(o.early_written > 0, "{o:?}");
+    assert!(!o.accepted, "{o:?}");
+    assert!(o.resumed, "{o:?}");
+    assert_eq!(o.status, 200);
+    let seen = upstream.requests("/down");
+    assert_eq!(seen.len(), 1);
+    assert!(!seen[0].early);
+    assert_eq!(early(a, "rejected"), 1);
+    assert_eq!(early(a, "accepted"), 0);
+    assert_eq!(a.metric("baton_early_data_offered_total") as u64, 1);
+}
+
+#[test]
+fn through_the_dispatcher_early_data_is_accepted_once_and_marked() {
+    let Some(redis) = Redis::start() else { return };
+    let pki = Pki::new();
+    let dir = TempDir::new("early-cluster");
+    let upstream = Upstream::start();
+    let agents = redis_agents(&pki, &dir, &redis, &upstream, 2);
+    let d = Dispatcher::start(&[&agents[0], &agents[1]], &["--policy", "round-robin"]);
+    let config = early_client(&pki, None);
+    assert_eq!(request(d.addr, &config, &get("/first")).status, 200);
+    std::thread::sleep(Duration::from_millis(200));
+    // round robin: the resumption lands on the other agent, which takes the ticket from Redis
+    let o = request(d.addr, &config, &get("/zero"));
+    assert!(o.accepted && o.resumed && o.status == 200, "{o:?}");
+    let seen = upstream.requests("/zero");
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].early, "Early-Data: 1 upstream");
+    let accepted: u64 = agents.iter().map(|a| early(a, "accepted")).sum();
+    assert_eq!(accepted, 1);
+
+    // POST in early data: 425, and not executed; sent again after the handshake, served
+    let o = request(
+        d.addr,
+        &config,
+        b"POST /pay HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi",
+    );
+    assert!(o.accepted, "{o:?}");
+    assert_eq!(o.status, 425);
+    assert!(
+        upstream.requests("/pay").is_empty(),
+        "the POST was executed"
+    );
+    let too_early: f64 = agents
+        .iter()
+        .map(|a| a.metric("baton_early_data_requests_total{result=\"too_early\"}"))
+        .sum();
+    assert_eq!(too_early, 1.0);
+}
+
+#[test]
+fn allowed_methods_are_served_in_early_data() {
+    let pki = Pki::new();
+    let upstream = Upstream::start();
+    // the memory store: the only agent holding its tickets, its take is single-use too
+    let a = Agent::serving(
+        &pki,
+        &[
+            "--tickets",
+            "false",
+            "--early-data",
+            "4096",
+            "--early-data-methods",
+            "POST",
+            &upstream.arg(),
+        ],
+    );
+    let config = early_client(&pki, None);
+    assert_eq!(request(a.addr, &config, &get("/first")).status, 200);
+    let o = request(
+        a.addr,
+        &config,
+        b"POST /allowed HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi",
+    );
+    assert!(o.accepted && o.status == 200, "{o:?}");
+    let seen = upstream.requests("/allowed");
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].early && seen[0].method == "POST");
+}
+
+#[test]
+fn peers_store_refuses_early_data() {
+    let pki = Pki::new();
+    let dir = TempDir::new("early-peers");
+    let key = common::key_file(&dir, "cluster.key");
+    let ports = [common::free_port(), common::free_port()];
+    let mut args: Vec<String> = common::peer_args(&ports, 0);
+    args.extend(
+        [
+            "--cluster-key-file",
+            &key,
+            "--tickets",
+            "false",
+            "--early-data",
+            "16384",
+        ]
+        .map(String::from),
+    );
+    let a = Agent::serving(&pki, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let config = early_client(&pki, None);
+    assert_eq!(request(a.addr, &config, &get("/tls")).status, 200);
+    // nothing advertised in the tickets: the client does not even try, and resumes 1-RTT
+    let o = request(a.addr, &config, &get("/tls"));
+    assert_eq!((o.early_written, o.accepted, o.resumed), (0, false, true));
+    assert_eq!(o.status, 200);
+}
+
+/// `openssl s_client -early_data` (OpenSSL 3) through the dispatcher: accepted.
+#[test]
+fn openssl_s_client_early_data_through_the_dispatcher() {
+    let Some(redis) = Redis::start() else { return };
+    let pki = Pki::new();
+    let dir = TempDir::new("early-openssl");
+    let upstream = Upstream::start();
+    let agents = redis_agents(&pki, &dir, &redis, &upstream, 2);
+    let d = Dispatcher::start(&[&agents[0], &agents[1]], &["--policy", "round-robin"]);
+    let sess = dir.arg("sess.pem");
+    let ca = pki.arg("ca.pem");
+    let base = [
+        "-CAfile",
+        &ca,
+        "-servername",
+        "localhost",
+        "-tls1_3",
+        "-ign_eof",
+    ];
+    let first = common::s_client(
+        &d,
+        &[&base[..], &["-sess_out", &sess]].concat(),
+        Duration::from_millis(500),
+    );
+    assert!(first.status.success(), "{}", common::text_of(&first));
+    std::thread::sleep(Duration::from_millis(200));
+    let req = dir.path("req.txt");
+    std::fs::write(&req, get("/openssl")).unwrap();
+    let second = common::s_client(
+        &d,
+        &[
+            &base[..],
+            &["-sess_in", &sess, "-early_data", req.to_str().unwrap()],
+        ]
+        .concat(),
+        Duration::from_millis(800),
+    );
+    let text = common::text_of(&second);
+    assert!(text.contains("Early data was accepted"), "{text}");
+    assert!(text.contains("HTTP/1.1 200"), "{text}");
+    let seen = upstream.requests("/openssl");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].early);
+}
