@@ -16,6 +16,7 @@
 //! allocated, and a body must be consumed exactly, so decoding cannot panic, over-allocate or
 //! accept two readings of one frame. Schemes and algorithms are TLS code points (u16 / u8).
 
+use baton_wire::codec::{encode_bytes, encode_vec, read_vec, Codec, Len, Reader};
 use thiserror::Error;
 
 pub const VERSION: u8 = 1;
@@ -28,8 +29,21 @@ pub const MAX_FRAME: usize = 16 * 1024;
 pub const MAX_MESSAGE: usize = 8 * 1024;
 /// Most keys one signer lists.
 pub const MAX_KEYS: usize = 64;
-const HEADER: usize = 4;
+/// Most schemes listed for one key.
+const MAX_SCHEMES: usize = 32;
+/// Largest SubjectPublicKeyInfo carried (RSA-8192 is ~1.1 KB).
+pub const MAX_SPKI: usize = 2048;
+/// Largest signature carried (RSA-8192: 1 KB).
+pub const MAX_SIGNATURE: usize = 1024;
 const FIXED: usize = 1 + 1 + 8;
+
+/// `frame<FIXED..MAX_FRAME>`, written around the frame's header and body.
+const FRAME_LEN: Len = Len::U32.at_most(MAX_FRAME);
+const MESSAGE_LEN: Len = Len::U16.at_most(MAX_MESSAGE);
+const SPKI_LEN: Len = Len::U16.at_most(MAX_SPKI);
+const SIGNATURE_LEN: Len = Len::U16.at_most(MAX_SIGNATURE);
+/// An error's detail, UTF-8, cut at a character boundary to fit.
+const DETAIL_LEN: Len = Len::U8;
 
 pub type KeyId = [u8; 32];
 pub type Nonce = [u8; 32];
@@ -121,6 +135,63 @@ impl ErrorCode {
     }
 }
 
+impl Codec for ErrorCode {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.to_u8().encode(out);
+    }
+    fn read(r: &mut Reader<'_>) -> Result<Self, baton_wire::Error> {
+        u8::read(r).map(Self::from_u8)
+    }
+}
+
+impl Codec for KeyInfo {
+    /// Cuts a scheme list or key over its limit rather than write what the peer must refuse.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.key_id);
+        self.algorithm.encode(out);
+        encode_counted(out, MAX_SCHEMES, &self.schemes);
+        encode_bytes(out, SPKI_LEN, cut(&self.spki, SPKI_LEN));
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, baton_wire::Error> {
+        Ok(Self {
+            key_id: r.take_array("key id")?,
+            algorithm: u8::read(r)?,
+            schemes: read_counted(r, MAX_SCHEMES, "scheme count")?,
+            spki: read_vec(r, SPKI_LEN, "public key")?.to_vec(),
+        })
+    }
+}
+
+/// Appends a list with its item count in front (a u8, not a byte length), cut to `max` items.
+fn encode_counted<T: Codec>(out: &mut Vec<u8>, max: usize, items: &[T]) {
+    let items = &items[..items.len().min(max).min(u8::MAX.into())];
+    u8::try_from(items.len()).unwrap_or(u8::MAX).encode(out);
+    items.iter().for_each(|i| i.encode(out));
+}
+
+/// Reads a counted list; a count over `max` is refused before any item is read.
+fn read_counted<T: Codec>(
+    r: &mut Reader<'_>,
+    max: usize,
+    what: &'static str,
+) -> Result<Vec<T>, baton_wire::Error> {
+    let n = u8::read(r)?;
+    if usize::from(n) > max {
+        return Err(baton_wire::Error::TooLarge {
+            what,
+            len: n.into(),
+            max,
+        });
+    }
+    (0..n).map(|_| T::read(r)).collect()
+}
+
+/// The part of `bytes` a reader accepts under `len`.
+fn cut(bytes: &[u8], len: Len) -> &[u8] {
+    &bytes[..bytes.len().min(len.max())]
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DecodeError {
     #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME}")]
@@ -139,6 +210,18 @@ pub enum DecodeError {
     Limit(&'static str),
     #[error("error detail is not UTF-8")]
     Utf8,
+    #[error("malformed frame: {0}")]
+    Malformed(baton_wire::Error),
+}
+
+impl From<baton_wire::Error> for DecodeError {
+    fn from(e: baton_wire::Error) -> Self {
+        match e {
+            baton_wire::Error::Truncated(_) => DecodeError::Truncated,
+            baton_wire::Error::TooLarge { what, .. } => DecodeError::Limit(what),
+            other => DecodeError::Malformed(other),
+        }
+    }
 }
 
 /// Finds the first complete frame in `buf`: `Ok(None)` when more bytes are needed, else the
@@ -146,75 +229,48 @@ pub enum DecodeError {
 /// the limit is an error as soon as the prefix arrives, so a reader never buffers more than
 /// `MAX_FRAME + 4` bytes for one frame.
 pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, DecodeError> {
-    let Some(prefix) = buf.get(..HEADER) else {
+    let mut r = Reader::new(buf);
+    let Ok(len) = u32::read(&mut r) else {
         return Ok(None);
     };
-    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-    if len > MAX_FRAME {
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len > FRAME_LEN.max() {
         return Err(DecodeError::TooLong(len));
     }
     if len < FIXED {
         return Err(DecodeError::TooShort);
     }
-    match buf.get(HEADER..HEADER + len) {
-        Some(frame) => Ok(Some((frame, HEADER + len))),
-        None => Ok(None),
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError::Truncated);
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> Result<u16, DecodeError> {
-        let b = self.take(2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
-    }
-    fn array32(&mut self) -> Result<[u8; 32], DecodeError> {
-        let mut out = [0; 32];
-        out.copy_from_slice(self.take(32)?);
-        Ok(out)
-    }
-    fn finish(self) -> Result<(), DecodeError> {
-        match self.0.len() {
-            0 => Ok(()),
-            n => Err(DecodeError::Trailing(n)),
-        }
-    }
+    Ok(r.take(len, "frame").ok().map(|frame| (frame, r.used())))
 }
 
 /// Reads version, type and id; returns them with the body reader.
 fn open(frame: &[u8]) -> Result<(u8, u64, Reader<'_>), DecodeError> {
-    let mut r = Reader(frame);
-    let version = r.u8()?;
+    let mut r = Reader::new(frame);
+    let version = u8::read(&mut r)?;
     if version != VERSION {
         return Err(DecodeError::Version(version));
     }
-    let kind = r.u8()?;
-    let id = u64::from_be_bytes(r.take(8)?.try_into().map_err(|_| DecodeError::Truncated)?);
+    let kind = u8::read(&mut r)?;
+    let id = u64::read(&mut r)?;
     Ok((kind, id, r))
 }
 
-/// Appends one frame: the header, then what `body` writes, then patches the length in.
+/// A body must be read exactly: one frame, one reading.
+fn finish(r: &Reader<'_>) -> Result<(), DecodeError> {
+    match r.left() {
+        0 => Ok(()),
+        n => Err(DecodeError::Trailing(n)),
+    }
+}
+
+/// Appends one frame: the length, the header, then what `body` writes.
 fn frame(out: &mut Vec<u8>, kind: u8, id: u64, body: impl FnOnce(&mut Vec<u8>)) {
-    let start = out.len();
-    out.extend_from_slice(&[0; HEADER]);
-    out.push(VERSION);
-    out.push(kind);
-    out.extend_from_slice(&id.to_be_bytes());
-    body(out);
-    let len = (out.len() - start - HEADER) as u32;
-    out[start..start + HEADER].copy_from_slice(&len.to_be_bytes());
+    encode_vec(out, FRAME_LEN, |f| {
+        VERSION.encode(f);
+        kind.encode(f);
+        id.encode(f);
+        body(f);
+    });
 }
 
 impl Request {
@@ -236,11 +292,9 @@ impl Request {
                 scheme,
                 message,
             } => frame(out, 0x03, id, |b| {
-                let m = &message[..message.len().min(MAX_MESSAGE)];
                 b.extend_from_slice(key_id);
-                b.extend_from_slice(&scheme.to_be_bytes());
-                b.extend_from_slice(&(m.len() as u16).to_be_bytes());
-                b.extend_from_slice(m);
+                scheme.encode(b);
+                encode_bytes(b, MESSAGE_LEN, cut(message, MESSAGE_LEN));
             }),
         }
     }
@@ -250,26 +304,18 @@ impl Request {
         let (kind, id, mut r) = open(frame)?;
         let req = match kind {
             0x01 => Request::Auth {
-                client_nonce: r.array32()?,
-                proof: r.array32()?,
+                client_nonce: r.take_array("client nonce")?,
+                proof: r.take_array("proof")?,
             },
             0x02 => Request::ListKeys,
-            0x03 => {
-                let key_id = r.array32()?;
-                let scheme = r.u16()?;
-                let len = r.u16()? as usize;
-                if len > MAX_MESSAGE {
-                    return Err(DecodeError::Limit("message"));
-                }
-                Request::Sign {
-                    key_id,
-                    scheme,
-                    message: r.take(len)?.to_vec(),
-                }
-            }
+            0x03 => Request::Sign {
+                key_id: r.take_array("key id")?,
+                scheme: u16::read(&mut r)?,
+                message: read_vec(&mut r, MESSAGE_LEN, "message")?.to_vec(),
+            },
             other => return Err(DecodeError::Type(other)),
         };
-        r.finish()?;
+        finish(&r)?;
         Ok((id, req))
     }
 }
@@ -282,35 +328,17 @@ impl Response {
                 frame(out, 0x81, id, |b| b.extend_from_slice(server_nonce))
             }
             Response::Welcome { proof } => frame(out, 0x82, id, |b| b.extend_from_slice(proof)),
-            Response::Keys(keys) => frame(out, 0x83, id, |b| {
-                let keys = &keys[..keys.len().min(MAX_KEYS)];
-                b.push(keys.len() as u8);
-                for k in keys {
-                    b.extend_from_slice(&k.key_id);
-                    b.push(k.algorithm);
-                    let schemes = &k.schemes[..k.schemes.len().min(32)];
-                    b.push(schemes.len() as u8);
-                    for s in schemes {
-                        b.extend_from_slice(&s.to_be_bytes());
-                    }
-                    let spki = &k.spki[..k.spki.len().min(MAX_SPKI)];
-                    b.extend_from_slice(&(spki.len() as u16).to_be_bytes());
-                    b.extend_from_slice(spki);
-                }
-            }),
+            Response::Keys(keys) => frame(out, 0x83, id, |b| encode_counted(b, MAX_KEYS, keys)),
             Response::Signature(sig) => frame(out, 0x84, id, |b| {
-                let sig = &sig[..sig.len().min(MAX_SIGNATURE)];
-                b.extend_from_slice(&(sig.len() as u16).to_be_bytes());
-                b.extend_from_slice(sig);
+                encode_bytes(b, SIGNATURE_LEN, cut(sig, SIGNATURE_LEN))
             }),
             Response::Error { code, detail } => frame(out, 0x85, id, |b| {
-                b.push(code.to_u8());
-                let mut end = detail.len().min(255);
+                code.encode(b);
+                let mut end = detail.len().min(DETAIL_LEN.max());
                 while !detail.is_char_boundary(end) {
                     end -= 1;
                 }
-                b.push(end as u8);
-                b.extend_from_slice(&detail.as_bytes()[..end]);
+                encode_bytes(b, DETAIL_LEN, &detail.as_bytes()[..end]);
             }),
         }
     }
@@ -319,65 +347,25 @@ impl Response {
         let (kind, id, mut r) = open(frame)?;
         let resp = match kind {
             0x81 => Response::Challenge {
-                server_nonce: r.array32()?,
+                server_nonce: r.take_array("server nonce")?,
             },
             0x82 => Response::Welcome {
-                proof: r.array32()?,
+                proof: r.take_array("proof")?,
             },
-            0x83 => {
-                let count = r.u8()? as usize;
-                if count > MAX_KEYS {
-                    return Err(DecodeError::Limit("key count"));
-                }
-                let mut keys = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let key_id = r.array32()?;
-                    let algorithm = r.u8()?;
-                    let n = r.u8()? as usize;
-                    if n > 32 {
-                        return Err(DecodeError::Limit("scheme count"));
-                    }
-                    let schemes = (0..n).map(|_| r.u16()).collect::<Result<_, _>>()?;
-                    let len = r.u16()? as usize;
-                    if len > MAX_SPKI {
-                        return Err(DecodeError::Limit("public key"));
-                    }
-                    let spki = r.take(len)?.to_vec();
-                    keys.push(KeyInfo {
-                        key_id,
-                        algorithm,
-                        schemes,
-                        spki,
-                    });
-                }
-                Response::Keys(keys)
-            }
-            0x84 => {
-                let len = r.u16()? as usize;
-                if len > MAX_SIGNATURE {
-                    return Err(DecodeError::Limit("signature"));
-                }
-                Response::Signature(r.take(len)?.to_vec())
-            }
-            0x85 => {
-                let code = ErrorCode::from_u8(r.u8()?);
-                let len = r.u8()? as usize;
-                let detail = std::str::from_utf8(r.take(len)?)
+            0x83 => Response::Keys(read_counted(&mut r, MAX_KEYS, "key count")?),
+            0x84 => Response::Signature(read_vec(&mut r, SIGNATURE_LEN, "signature")?.to_vec()),
+            0x85 => Response::Error {
+                code: ErrorCode::read(&mut r)?,
+                detail: std::str::from_utf8(read_vec(&mut r, DETAIL_LEN, "error detail")?)
                     .map_err(|_| DecodeError::Utf8)?
-                    .to_string();
-                Response::Error { code, detail }
-            }
+                    .to_string(),
+            },
             other => return Err(DecodeError::Type(other)),
         };
-        r.finish()?;
+        finish(&r)?;
         Ok((id, resp))
     }
 }
-
-/// Largest SubjectPublicKeyInfo carried (RSA-8192 is ~1.1 KB).
-pub const MAX_SPKI: usize = 2048;
-/// Largest signature carried (RSA-8192: 1 KB).
-pub const MAX_SIGNATURE: usize = 1024;
 
 #[cfg(test)]
 mod tests {
