@@ -2,6 +2,7 @@
 //! `server.rs` and `client.rs` only moves these bytes, under a deadline).
 
 use baton_session::ticket::KeyRing;
+use baton_wire::codec::{encode_bytes, Codec, Len, Reader};
 
 pub const MAGIC: &[u8; 4] = b"BTLK";
 pub const VERSION: u8 = 1;
@@ -11,6 +12,8 @@ pub const HELLO_LEN: usize = 4 + 1 + 2 + 16;
 pub const MAX_PROOF: usize = 256;
 /// The issuer id the dispatcher seals its proof under (agents have ids below it).
 pub const DISPATCHER_ISSUER: u16 = 0xFFFF;
+/// A proof on the wire; the socket code refuses one over [`MAX_PROOF`] when its length arrives.
+const PROOF_LEN: Len = Len::U16;
 
 /// What the agent sends first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,23 +22,27 @@ pub struct AgentHello {
     pub link_id: [u8; 16],
 }
 
+// Fixed-size arrays rather than `Codec`: the socket code reads exactly HELLO_LEN bytes.
 impl AgentHello {
     pub fn encode(&self) -> [u8; HELLO_LEN] {
-        let mut out = [0u8; HELLO_LEN];
-        out[..4].copy_from_slice(MAGIC);
-        out[4] = VERSION;
-        out[5..7].copy_from_slice(&self.agent_id.to_be_bytes());
-        out[7..].copy_from_slice(&self.link_id);
-        out
+        let mut out = Vec::with_capacity(HELLO_LEN);
+        out.extend_from_slice(MAGIC);
+        VERSION.encode(&mut out);
+        self.agent_id.encode(&mut out);
+        out.extend_from_slice(&self.link_id);
+        let mut hello = [0; HELLO_LEN];
+        hello.copy_from_slice(&out);
+        hello
     }
 
     pub fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
-        if &b[..4] != MAGIC || b[4] != VERSION {
+        let mut r = Reader::new(b);
+        if r.take_array::<4>("magic").ok()? != *MAGIC || u8::read(&mut r).ok()? != VERSION {
             return None;
         }
         Some(Self {
-            agent_id: u16::from_be_bytes([b[5], b[6]]),
-            link_id: b[7..].try_into().ok()?,
+            agent_id: u16::read(&mut r).ok()?,
+            link_id: r.take_array("link id").ok()?,
         })
     }
 }
@@ -96,8 +103,7 @@ fn opens_empty(ring: &KeyRing, proof: &[u8], context: &[u8]) -> bool {
 /// A proof with its length in front.
 pub fn framed(proof: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + proof.len());
-    out.extend_from_slice(&(proof.len() as u16).to_be_bytes());
-    out.extend_from_slice(proof);
+    encode_bytes(&mut out, PROOF_LEN, proof);
     out
 }
 
@@ -105,7 +111,32 @@ pub fn framed(proof: &[u8]) -> Vec<u8> {
 mod tests {
     use std::time::Instant;
 
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #[test]
+        fn hellos_round_trip(agent_id in any::<u16>(), link_id in any::<[u8; 16]>()) {
+            let hello = AgentHello { agent_id, link_id };
+            prop_assert_eq!(AgentHello::decode(&hello.encode()), Some(hello));
+        }
+
+        #[test]
+        fn any_hello_bytes_decode_or_not_without_panic(b in any::<[u8; HELLO_LEN]>()) {
+            if let Some(hello) = AgentHello::decode(&b) {
+                prop_assert_eq!(hello.encode(), b);
+            }
+        }
+
+        #[test]
+        fn framed_proofs_carry_their_length(proof in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let framed = framed(&proof);
+            let mut r = Reader::new(&framed);
+            prop_assert_eq!(baton_wire::codec::read_vec(&mut r, PROOF_LEN, "proof"), Ok(&proof[..]));
+            prop_assert!(!r.any_left());
+        }
+    }
 
     fn ring(k: &str) -> KeyRing {
         KeyRing::parse_key_file(k, Instant::now()).unwrap()
