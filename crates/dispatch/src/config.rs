@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use baton_ops::cidr::Cidr;
 
+use crate::members::{self, Admin, Spec};
 use crate::route::Policy;
 
 /// `baton dispatch`: spread TLS connections over agents.
@@ -33,6 +34,17 @@ pub struct DispatchArgs {
     /// `handoff` needs them.
     #[arg(long, value_name = "ADDR")]
     pub agent_link: Vec<SocketAddr>,
+    /// The agents from a file instead of --agent (TOML `[[agent]]` tables: `id`, `addr`,
+    /// `link`, `state` = active, draining or disabled). Re-read when it changes and on SIGHUP;
+    /// agents that join, leave or drain take effect at once, and established streams finish.
+    #[arg(long, value_name = "FILE")]
+    pub agents_file: Option<PathBuf>,
+    /// The admin endpoint (plain HTTP, loopback addresses only): `GET /agents` lists the
+    /// agents with their state and load; `POST /agents` (a JSON agent) adds one;
+    /// `POST /agents/ID/drain`, `/disable`, `/enable` and `DELETE /agents/ID` change one. Off
+    /// by default.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
     /// Cluster key file (the agents' --cluster-key-file): authenticates the agent links.
     #[arg(long, value_name = "FILE")]
     pub cluster_key_file: Option<PathBuf>,
@@ -99,6 +111,9 @@ pub struct DispatchConfig {
     pub agents: Vec<SocketAddr>,
     /// Each agent's link address, in agent order; empty: TCP per client.
     pub agent_links: Vec<SocketAddr>,
+    /// `--agents-file`: the roster, instead of `agents` and `agent_links`.
+    pub agents_file: Option<PathBuf>,
+    pub admin: Option<SocketAddr>,
     pub cluster_key_file: Option<PathBuf>,
     pub link_connections: usize,
     pub policy: Policy,
@@ -118,6 +133,35 @@ pub struct DispatchConfig {
     pub workers: usize,
 }
 
+impl DispatchConfig {
+    /// The roster at start: the agents file, or `--agent`/`--agent-link` with ids in order.
+    pub fn initial_agents(&self) -> anyhow::Result<Vec<Spec>> {
+        let specs = match &self.agents_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading agents file {}", path.display()))?;
+                members::parse_file(&text)
+                    .with_context(|| format!("agents file {}", path.display()))?
+            }
+            None => self
+                .agents
+                .iter()
+                .enumerate()
+                .map(|(id, addr)| Spec {
+                    id: id as u16,
+                    addr: *addr,
+                    link: self.agent_links.get(id).copied(),
+                    admin: Admin::Active,
+                })
+                .collect(),
+        };
+        if self.policy == Policy::Handoff && specs.iter().any(|s| s.link.is_none()) {
+            bail!("--policy handoff needs a link address for every agent (migrations travel on the links)");
+        }
+        Ok(specs)
+    }
+}
+
 impl DispatchArgs {
     pub fn resolve(self) -> anyhow::Result<DispatchConfig> {
         let args = match &self.config {
@@ -130,8 +174,18 @@ impl DispatchArgs {
             }
             None => self,
         };
-        if args.agent.is_empty() {
-            bail!("no agents: give --agent ADDR for each agent, in agent-id order");
+        if args.agent.is_empty() && args.agents_file.is_none() {
+            bail!(
+                "no agents: give --agent ADDR for each agent, in agent-id order, or --agents-file"
+            );
+        }
+        if !args.agent.is_empty() && args.agents_file.is_some() {
+            bail!("give the agents with --agent or in --agents-file, not both");
+        }
+        if let Some(admin) = args.admin {
+            if !admin.ip().is_loopback() {
+                bail!("--admin {admin}: the admin endpoint listens on loopback addresses only");
+            }
         }
         let policy = args.policy.unwrap_or(Policy::RoundRobin);
         if !args.agent_link.is_empty() && args.agent_link.len() != args.agent.len() {
@@ -144,7 +198,7 @@ impl DispatchArgs {
         if !args.agent_link.is_empty() && args.cluster_key_file.is_none() {
             bail!("--agent-link needs --cluster-key-file (the key the links authenticate with)");
         }
-        if policy == Policy::Handoff && args.agent_link.is_empty() {
+        if policy == Policy::Handoff && args.agent_link.is_empty() && args.agents_file.is_none() {
             bail!("--policy handoff needs --agent-link for every agent (migrations travel on the links)");
         }
         let secs = |v: Option<f64>, d: f64, name: &str| -> anyhow::Result<Duration> {
@@ -162,6 +216,8 @@ impl DispatchArgs {
             },
             agents: args.agent,
             agent_links: args.agent_link,
+            agents_file: args.agents_file,
+            admin: args.admin,
             cluster_key_file: args.cluster_key_file,
             link_connections: args.link_connections.unwrap_or(2).clamp(1, 64),
             policy,
@@ -195,6 +251,8 @@ impl DispatchArgs {
             listen: list(self.listen, file.listen),
             agent: list(self.agent, file.agent),
             agent_link: list(self.agent_link, file.agent_link),
+            agents_file: self.agents_file.or(file.agents_file),
+            admin: self.admin.or(file.admin),
             cluster_key_file: self.cluster_key_file.or(file.cluster_key_file),
             link_connections: self.link_connections.or(file.link_connections),
             policy: self.policy.or(file.policy),

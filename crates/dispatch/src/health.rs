@@ -3,6 +3,7 @@
 //! brings it back. With PROXY protocol on, the probe sends a LOCAL header so the agent knows
 //! it is not a client. Failed relays also take an agent out at once (`server.rs`).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,43 +11,58 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::members::Admin;
+use crate::roster::Roster;
 use crate::route::Router;
 
+/// Probes every agent on the roster each `interval` (but disabled ones: parked, nobody asks
+/// after them), as the roster is at that tick.
 pub async fn check_forever(
-    agents: Vec<SocketAddr>,
+    roster: Arc<Roster>,
     router: Arc<Mutex<Router>>,
     interval: Duration,
     proxy_protocol: bool,
 ) {
-    let mut failures = vec![0u32; agents.len()];
+    // failures in a row, by slot
+    let mut failures: HashMap<usize, u32> = HashMap::new();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let probed: Vec<(usize, u16, SocketAddr)> = {
+            let r = router.lock().unwrap_or_else(|p| p.into_inner());
+            r.slots()
+                .filter(|a| r.admin(*a) != Admin::Disabled)
+                .filter_map(|a| roster.agent(a).map(|ag| (a, ag.id, ag.addr)))
+                .collect()
+        };
+        failures.retain(|slot, _| probed.iter().any(|p| p.0 == *slot));
         let mut set = tokio::task::JoinSet::new();
-        for (i, addr) in agents.iter().enumerate() {
-            let addr = *addr;
-            set.spawn(async move { (i, probe(addr, interval, proxy_protocol).await) });
+        for (slot, _, addr) in &probed {
+            let (slot, addr) = (*slot, *addr);
+            set.spawn(async move { (slot, probe(addr, interval, proxy_protocol).await) });
         }
-        let mut results = vec![false; agents.len()];
+        let mut results = HashMap::new();
         while let Some(done) = set.join_next().await {
-            if let Ok((i, ok)) = done {
-                results[i] = ok;
+            if let Ok((slot, ok)) = done {
+                results.insert(slot, ok);
             }
         }
         let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
-        for (i, ok) in results.into_iter().enumerate() {
-            let was = r.is_healthy(i);
-            let (healthy, n) = next(was, failures[i], ok);
-            failures[i] = n;
+        for (slot, id, addr) in probed {
+            let ok = results.get(&slot).copied().unwrap_or(false);
+            let was = r.is_healthy(slot);
+            let f = failures.entry(slot).or_default();
+            let (healthy, n) = next(was, *f, ok);
+            *f = n;
             match (was, healthy) {
                 (true, false) => {
-                    tracing::warn!(agent = i, addr = %agents[i], "agent out: health checks failed")
+                    tracing::warn!(agent = id, %addr, "agent out: health checks failed")
                 }
-                (false, true) => tracing::info!(agent = i, addr = %agents[i], "agent back in"),
+                (false, true) => tracing::info!(agent = id, %addr, "agent back in"),
                 _ => {}
             }
-            r.set_health(i, healthy);
+            r.set_health(slot, healthy);
         }
     }
 }

@@ -8,11 +8,13 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 mod config;
 mod handoff;
 mod health;
-mod links;
+pub mod members;
 mod metrics;
+mod roster;
 pub mod route;
 mod server;
 mod splice;

@@ -125,50 +125,51 @@ impl Metrics {
         self.handoffs[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The families, for a collector: `state(agent)` gives (up, active connections), read
-    /// from the router at scrape time.
+    /// The families, for a collector: `agents` are the agents on the roster as the router
+    /// sees them at scrape time, `(slot, id, up, active connections)`; series are labelled by
+    /// agent id.
     pub fn encode(
         &self,
         e: &mut DescriptorEncoder,
-        state: impl Fn(usize) -> (bool, u32),
+        agents: &[(usize, u16, bool, u32)],
     ) -> Result<(), std::fmt::Error> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         counters(
             e,
             "baton_dispatch_connections",
             "Connections routed, by agent and reason.",
-            self.routed.iter().enumerate().flat_map(|(agent, reasons)| {
-                Reason::ALL
-                    .iter()
-                    .zip(reasons)
-                    .map(move |(&reason, n)| (AgentReason { agent, reason }, load(n)))
+            agents.iter().flat_map(|&(slot, agent, ..)| {
+                let reasons = self.routed.get(slot);
+                Reason::ALL.iter().enumerate().map(move |(i, &reason)| {
+                    let n = reasons.map_or(0, |r| load(&r[i]));
+                    (AgentReason { agent, reason }, n)
+                })
             }),
         )?;
-        let agents = 0..self.routed.len();
-        let states: Vec<(bool, u32)> = agents.clone().map(state).collect();
         gauges(
             e,
             "baton_dispatch_connections_active",
             "Connections open, by agent.",
-            states
+            agents
                 .iter()
-                .enumerate()
-                .map(|(agent, s)| (AgentLabel { agent }, s.1)),
+                .map(|&(_, agent, _, active)| (AgentLabel { agent }, active)),
         )?;
         gauges(
             e,
             "baton_dispatch_agent_up",
             "1 if the agent passes health checks.",
-            states
+            agents
                 .iter()
-                .enumerate()
-                .map(|(agent, s)| (AgentLabel { agent }, i64::from(s.0))),
+                .map(|&(_, agent, up, _)| (AgentLabel { agent }, i64::from(up))),
         )?;
         counters(
             e,
             "baton_dispatch_connect_failures",
             "Failed connections to an agent.",
-            agents.map(|agent| (AgentLabel { agent }, load(&self.connect_failures[agent]))),
+            agents.iter().map(|&(slot, agent, ..)| {
+                let n = self.connect_failures.get(slot).map_or(0, load);
+                (AgentLabel { agent }, n)
+            }),
         )?;
         counters(
             e,
@@ -232,13 +233,13 @@ impl Metrics {
 
 #[derive(Debug, Clone, EncodeLabelSet)]
 struct AgentReason {
-    agent: usize,
+    agent: u16,
     reason: Reason,
 }
 
 #[derive(Debug, Clone, EncodeLabelSet)]
 struct AgentLabel {
-    agent: usize,
+    agent: u16,
 }
 
 #[derive(Debug, Clone, EncodeLabelSet)]
@@ -280,7 +281,7 @@ mod tests {
 
     impl Collector for Fixed {
         fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-            self.0.encode(&mut e, |a| (a == 0, 3))
+            self.0.encode(&mut e, &[(0, 0, true, 3), (1, 1, false, 3)])
         }
     }
 

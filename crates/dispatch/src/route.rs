@@ -19,6 +19,8 @@ use std::net::IpAddr;
 use baton_session::TicketHeader;
 use baton_wire::ClientHello;
 
+use crate::members::Admin;
+
 /// How connections are spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -39,7 +41,8 @@ pub enum Reason {
     Ticket,
     /// `session`: the agent that holds this TLS 1.2 session id.
     SessionId,
-    /// `session`/`client-ip`/`handoff`: the preferred agent is down, so the least-loaded one.
+    /// `session`/`client-ip`/`handoff`: the preferred agent is down or draining, so another:
+    /// the least loaded, or for a home the client's second choice.
     Fallback,
     /// `handoff`: a full handshake, on the least-loaded agent (the session moves home after).
     Handshake,
@@ -72,6 +75,11 @@ impl Reason {
 /// What the router knows of one agent.
 #[derive(Debug, Clone, Default)]
 struct AgentState {
+    /// Its `--agent-id`: the name tickets, links and homes use.
+    id: u16,
+    /// Still on the roster (a removed agent keeps its slot while its streams finish).
+    present: bool,
+    admin: Admin,
     healthy: bool,
     active: u32,
     /// `handoff`: handshakes running there (routed, and not yet frozen or declined).
@@ -80,7 +88,8 @@ struct AgentState {
     handshakes: u64,
 }
 
-/// The routing state. Agent `i` is the agent whose `--agent-id` is `i`.
+/// The routing state. Agents are slots, indexed in the order they joined (a slot is never
+/// reused, so a connection's index stays valid while it lives); each knows its agent's id.
 #[derive(Debug)]
 pub struct Router {
     policy: Policy,
@@ -90,21 +99,65 @@ pub struct Router {
 }
 
 impl Router {
+    /// A router over agents with ids `0..agents` (slot `i` is agent `i`).
     pub fn new(policy: Policy, agents: usize) -> Self {
-        Self {
+        let mut r = Self {
             policy,
-            agents: vec![
-                AgentState {
-                    healthy: true,
-                    active: 0,
-                    handshaking: 0,
-                    handshakes: 0,
-                };
-                agents
-            ],
+            agents: Vec::new(),
             next: 0,
             sessions: SessionIds::new(100_000),
+        };
+        for id in 0..agents {
+            r.add(id as u16);
         }
+        r
+    }
+
+    /// A new agent takes clients from now on (healthy until a check says otherwise); its slot.
+    pub fn add(&mut self, id: u16) -> usize {
+        self.agents.push(AgentState {
+            id,
+            present: true,
+            healthy: true,
+            ..Default::default()
+        });
+        self.agents.len() - 1
+    }
+
+    /// The agent leaves the roster: no new clients, no homes; its open connections still
+    /// count there until they close.
+    pub fn remove(&mut self, agent: usize) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.present = false;
+        }
+    }
+
+    pub fn set_admin(&mut self, agent: usize, admin: Admin) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.admin = admin;
+        }
+    }
+
+    /// The slot of the agent on the roster with this id.
+    pub fn slot_of(&self, id: u16) -> Option<usize> {
+        self.agents.iter().position(|a| a.present && a.id == id)
+    }
+
+    /// The id of the agent in `slot`.
+    pub fn id_of(&self, agent: usize) -> Option<u16> {
+        self.agents.get(agent).map(|a| a.id)
+    }
+
+    /// Slots on the roster, in order.
+    pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.agents.len()).filter(|a| self.agents[*a].present)
+    }
+
+    /// On the roster, active and healthy: may get new clients and be a home.
+    fn takes_clients(&self, agent: usize) -> bool {
+        self.agents
+            .get(agent)
+            .is_some_and(|a| a.present && a.healthy && a.admin == Admin::Active)
     }
 
     pub fn policy(&self) -> Policy {
@@ -143,16 +196,23 @@ impl Router {
     /// choice is down a client lives at its second, and no other client moves; every
     /// dispatcher with the same agents makes the same choice. `None` when all are down.
     pub fn home_of(&self, client: IpAddr) -> Option<usize> {
-        // Keyed by agent id (today the agent's position, which its --agent-id must match).
-        let agents = self.agents.iter().enumerate();
-        baton_ops::affinity::best(client, agents.map(|(id, a)| (id as u64, a.healthy)))
+        self.choose_home(client, |r, a| r.takes_clients(a))
+    }
+
+    /// The best-scoring slot for `client` among the agents on the roster that `may` allow.
+    fn choose_home(&self, client: IpAddr, may: impl Fn(&Self, usize) -> bool) -> Option<usize> {
+        let slots: Vec<usize> = self.slots().collect();
+        let candidates = slots
+            .iter()
+            .map(|a| (u64::from(self.agents[*a].id), may(self, *a)));
+        baton_ops::affinity::best(client, candidates).map(|i| slots[i])
     }
 
     /// The client's home and whether it is its first choice (`Reason::Home`, or
     /// `Reason::Fallback` while that agent is down).
     fn home_with_reason(&self, client: IpAddr, first: Reason) -> Option<(usize, Reason)> {
         let home = self.home_of(client)?;
-        let all_up = baton_ops::affinity::slot(client, self.agents.len()) == Some(home);
+        let all_up = self.choose_home(client, |_, _| true) == Some(home);
         Some((home, if all_up { first } else { Reason::Fallback }))
     }
 
@@ -185,6 +245,10 @@ impl Router {
         }
     }
 
+    pub fn admin(&self, agent: usize) -> Admin {
+        self.agents.get(agent).map_or(Admin::Disabled, |a| a.admin)
+    }
+
     pub fn is_healthy(&self, agent: usize) -> bool {
         self.agents.get(agent).is_some_and(|a| a.healthy)
     }
@@ -204,7 +268,7 @@ impl Router {
         let n = self.agents.len();
         for i in 0..n {
             let a = (self.next + i) % n;
-            if self.agents[a].healthy {
+            if self.takes_clients(a) {
                 self.next = (a + 1) % n;
                 return Some(a);
             }
@@ -223,7 +287,7 @@ impl Router {
         let start = self.next;
         let best = (0..n)
             .map(|i| (start + i) % n)
-            .filter(|a| self.agents[*a].healthy)
+            .filter(|a| self.takes_clients(*a))
             .min_by_key(|a| load(&self.agents[*a]))?;
         self.next = (best + 1) % n;
         Some(best)
@@ -257,7 +321,7 @@ impl Router {
 
     fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {
         let hello = hello?;
-        let healthy = |r: &Self, a: usize| r.agents.get(a).is_some_and(|s| s.healthy);
+        let healthy = |r: &Self, a: usize| r.takes_clients(a);
         // TLS 1.3: the first PSK identity is the client's preferred ticket.
         let ticket = hello
             .pre_shared_key()
@@ -266,7 +330,7 @@ impl Router {
             .or_else(|| hello.session_ticket().filter(|t| !t.is_empty()));
         if let Some(issuer) = ticket
             .and_then(TicketHeader::parse)
-            .map(|h| h.issuer as usize)
+            .map(|h| self.slot_of(h.issuer).unwrap_or(usize::MAX))
         {
             if healthy(self, issuer) {
                 return Some((issuer, Reason::Ticket));
@@ -564,6 +628,64 @@ mod tests {
         for c in &clients {
             assert_eq!(other.route(None, *c).map(|x| x.0), r.home_of(*c));
         }
+    }
+
+    #[test]
+    fn membership_changes_move_only_the_clients_they_must() {
+        let clients: Vec<IpAddr> = (1..=240u8).map(|i| IpAddr::from([10, 0, 2, i])).collect();
+        let mut r = Router::new(Policy::Handoff, 3);
+        let homes = |r: &Router| -> Vec<Option<u16>> {
+            clients
+                .iter()
+                .map(|c| r.home_of(*c).and_then(|a| r.id_of(a)))
+                .collect()
+        };
+        let before = homes(&r);
+        // an agent joins with id 9: it takes some clients, nobody else moves
+        let nine = r.add(9);
+        let joined = homes(&r);
+        let moved = before.iter().zip(&joined).filter(|(b, j)| b != j).count();
+        assert!(joined
+            .iter()
+            .zip(&before)
+            .all(|(j, b)| j == b || *j == Some(9)));
+        assert!(
+            (30..=90).contains(&moved),
+            "{moved} of 240 moved to the newcomer"
+        );
+        // draining it gives exactly those clients back, and it gets no new handshakes
+        r.set_admin(nine, Admin::Draining);
+        assert_eq!(homes(&r), before);
+        for _ in 0..6 {
+            let (a, _) = r.route(Some(&hello()), clients[0]).unwrap();
+            assert_ne!(a, nine);
+        }
+        // removing agent 1 moves its clients only; its slot is not reused
+        let one = r.slot_of(1).unwrap();
+        r.remove(one);
+        assert_eq!(r.slot_of(1), None);
+        let after = homes(&r);
+        for (b, a) in before.iter().zip(&after) {
+            if *b != Some(1) {
+                assert_eq!(a, b);
+            } else {
+                assert!(a.is_some() && *a != Some(1));
+            }
+        }
+        assert_eq!(r.add(1), 4, "a returning id gets a new slot");
+        assert_eq!(homes(&r), before, "and its clients back");
+        // a ticket names its issuer by id, whatever the slot
+        let mut r = Router::new(Policy::Session, 0);
+        r.add(5);
+        let seven = r.add(7);
+        let mut resume = hello();
+        resume
+            .extensions
+            .push(ClientExtension::SessionTicket(ticket_from(7)));
+        assert_eq!(
+            r.route(Some(&resume), ip("10.0.0.1")),
+            Some((seven, Reason::Ticket))
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_link::{LinkPool, LinkStream, StreamMeta};
+use baton_link::{LinkStream, StreamMeta};
 use baton_ops::accept::{Acceptor, Admitted};
 use baton_ops::cidr::Cidr;
 use baton_wire::proxy_v2::{self, ProxyHeader};
@@ -21,15 +21,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::DispatchConfig;
 use crate::metrics::{HelloOutcome, Metrics};
+use crate::roster::Roster;
 use crate::route::{Policy, Router};
 
 pub(crate) struct Shared {
     pub(crate) config: DispatchConfig,
-    router: Arc<Mutex<Router>>,
+    pub(crate) router: Arc<Mutex<Router>>,
     pub(crate) metrics: Metrics,
-    /// One pool of link connections per agent, in agent order (`--agent-link`); empty when
-    /// clients reach agents by TCP.
-    pub(crate) links: Vec<LinkPool>,
+    /// The agents by the router's slots, with their link pools (`--agent-link`).
+    pub(crate) roster: Arc<Roster>,
 }
 
 impl Shared {
@@ -76,34 +76,54 @@ impl prometheus_client::collector::Collector for Collected {
         mut e: prometheus_client::encoding::DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
         let r = self.0.router();
-        self.0
-            .metrics
-            .encode(&mut e, |a| (r.is_healthy(a), r.active(a)))
+        let agents: Vec<(usize, u16, bool, u32)> = r
+            .slots()
+            .filter_map(|a| Some((a, r.id_of(a)?, r.is_healthy(a), r.active(a))))
+            .collect();
+        drop(r);
+        self.0.metrics.encode(&mut e, &agents)
     }
 }
 
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
-    let router = Arc::new(Mutex::new(Router::new(config.policy, config.agents.len())));
+    let router = Arc::new(Mutex::new(Router::new(config.policy, 0)));
+    let (roster, initial) = Roster::start(&config)?;
+    let roster = Arc::new(roster);
+    roster
+        .set(&router, initial)
+        .map_err(|e| anyhow::anyhow!("agents: {e}"))?;
     // The links first, so that `ready` means clients can be carried (an agent that is down
     // now is only waited for briefly: it joins when its link comes up).
-    let links = crate::links::pools(&config)?;
-    crate::links::wait_up(&links, config.connect_timeout).await;
+    roster.wait_up(config.connect_timeout).await;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
-    let (listeners, metrics_listener) =
-        baton_ops::listen::open("dispatch", &config.listen, config.metrics)?;
+    let admin = config.admin.map(|addr| ("admin", addr));
+    let (listeners, admin_listener, metrics_listener) =
+        baton_ops::listen::open_with("dispatch", &config.listen, admin, config.metrics)?;
     let shared = Arc::new(Shared {
-        metrics: Metrics::new(config.agents.len()),
+        metrics: Metrics::new(crate::members::MAX_AGENTS),
         router: router.clone(),
         config,
-        links,
+        roster: roster.clone(),
     });
     let stop = CancellationToken::new();
     tokio::spawn(crate::health::check_forever(
-        shared.config.agents.clone(),
-        router,
+        roster.clone(),
+        router.clone(),
         shared.config.health_interval,
         shared.config.proxy_protocol,
     ));
+    let reread = Arc::new(tokio::sync::Notify::new());
+    if let Some(path) = shared.config.agents_file.clone() {
+        tokio::spawn(crate::roster::watch_file(
+            path,
+            roster.clone(),
+            router.clone(),
+            reread.clone(),
+        ));
+    }
+    if let Some(l) = admin_listener {
+        tokio::spawn(crate::admin::serve(l, shared.clone(), stop.clone()));
+    }
     if let Some(l) = metrics_listener {
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(Collected(shared.clone())));
@@ -127,9 +147,14 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
+    // SIGHUP re-reads the agents file (and must not end the process, its default action).
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => reread.notify_one(),
+        }
     }
     stop.cancel();
     tracker.close();
@@ -247,7 +272,7 @@ async fn handle(
                 r.set_health(idx, false);
                 drop(r);
                 tries += 1;
-                if tries >= cfg.agents.len().min(3) {
+                if tries >= 3 {
                     return Ok(());
                 }
             }
@@ -296,17 +321,18 @@ async fn connect(
     shared: &Shared,
 ) -> Option<AgentStream> {
     let cfg = &shared.config;
-    if let Some(pool) = shared.links.get(idx) {
+    let agent = shared.roster.agent(idx)?;
+    if shared.roster.uses_links() {
         let meta = StreamMeta {
             source,
             destination,
             token: None,
         };
-        let link = pool.pick()?;
+        let link = agent.links.as_ref()?.pick()?;
         let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));
         return s.await.ok()?.ok().map(AgentStream::Link);
     }
-    let addr = *cfg.agents.get(idx)?;
+    let addr = agent.addr;
     match tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
@@ -331,22 +357,22 @@ async fn handoff(
     let home_idx = shared.router().home_of(source.ip()).unwrap_or(agent_idx);
     // The home agent's link the session will travel on, fixed now: the object is sealed for
     // it. No live link to the home agent: the handshake agent keeps the client (it declines).
-    let home = shared
-        .links
-        .get(home_idx)
-        .filter(|_| home_idx != agent_idx)
-        .and_then(LinkPool::pick);
+    let home = Some(home_idx)
+        .filter(|h| *h != agent_idx)
+        .and_then(|h| shared.roster.link(h));
     let (home_idx, home) = match home {
         Some(h) => (home_idx, Some(h)),
         None => (agent_idx, None),
     };
+    // The home agent's id names who the session object is sealed for.
+    let home_id = shared.router().id_of(home_idx).unwrap_or(0);
     let token = baton_link::token();
     let mut binding = [0u8; baton_wire::handoff::BINDING_LEN];
     if let Some(h) = &home {
         binding[..16].copy_from_slice(&h.id());
     }
     binding[16..].copy_from_slice(&token);
-    let mut head = baton_wire::handoff::Relay::offer(home_idx as u16, binding);
+    let mut head = baton_wire::handoff::Relay::offer(home_id, binding);
     head.extend_from_slice(&first.bytes);
     let result = match agent.write_all(&head).await {
         Ok(()) => {

@@ -1,0 +1,306 @@
+//! Live membership of `baton dispatch` (real processes): agents named by id in an agents file
+//! that is watched and re-read on SIGHUP, and an admin endpoint that lists, adds, drains,
+//! disables and removes them while clients are served.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustls::version::TLS13;
+
+/// Agents with ids `ids`, each with its own ticket keys (so the handshakes counted at each
+/// show where every connection went).
+fn agents(pki: &Pki, ids: &[u16]) -> Vec<Agent> {
+    ids.iter()
+        .map(|id| Agent::serving(pki, &["--agent-id", &id.to_string()]))
+        .collect()
+}
+
+fn handshakes(a: &Agent) -> u64 {
+    a.handshakes("1.3", "full") + a.handshakes("1.3", "resumed")
+}
+
+fn entry(id: u16, a: &Agent, state: &str) -> String {
+    format!(
+        "[[agent]]\nid = {id}\naddr = \"{}\"\nstate = \"{state}\"\n\n",
+        a.addr
+    )
+}
+
+/// `baton dispatch --agents-file FILE --admin 127.0.0.1:0`, and the admin address.
+fn dispatcher(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
+    let mut args = vec!["--agents-file", file, "--admin", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let (child, addrs) = spawn_ready(
+        "dispatch",
+        &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+        &args,
+    );
+    let d = Dispatcher {
+        child,
+        addr: addrs["dispatch"],
+        metrics: addrs["metrics"],
+    };
+    (d, addrs["admin"])
+}
+
+/// One admin request with curl: (status, body).
+fn admin(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    let mut args = vec!["-s", "-m", "5", "-X", method, "-w", "\n%{http_code}"];
+    if let Some(b) = body {
+        args.extend(["-H", "content-type: application/json", "--data", b]);
+    }
+    args.push(&url);
+    let out = Command::new("curl").args(&args).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The agents the admin endpoint lists: (id, state, up).
+fn listed(addr: SocketAddr) -> Vec<(u64, String, bool)> {
+    let (status, body) = admin(addr, "GET", "/agents", None);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["id"].as_u64().unwrap(),
+                a["state"].as_str().unwrap().to_string(),
+                a["up"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Sends `n` fresh connections through the dispatcher; each must be served.
+fn serve(d: &Dispatcher, config: &Arc<rustls::ClientConfig>, n: usize) {
+    for i in 0..n {
+        let r = fetch(d, config, "/").unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(r.status, 200);
+    }
+}
+
+/// Polls `check` for up to `limit`.
+fn within(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check()
+}
+
+/// A keep-alive TLS connection through the dispatcher: one request at a time.
+struct KeepAlive(rustls::StreamOwned<rustls::ClientConnection, TcpStream>);
+
+impl KeepAlive {
+    fn open(d: &Dispatcher, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
+        let tcp = TcpStream::connect(d.addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let conn =
+            rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+        KeepAlive(rustls::StreamOwned::new(conn, tcp))
+    }
+
+    fn get(&mut self) -> u16 {
+        self.0
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(self.0.read(&mut byte).unwrap(), 1, "connection closed");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap();
+        let mut body = vec![0u8; len];
+        self.0.read_exact(&mut body).unwrap();
+        head[9..12].parse().unwrap()
+    }
+}
+
+#[test]
+fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
+    let pki = Pki::new();
+    let a = agents(&pki, &[0, 7]);
+    let dir = TempDir::new("membership-admin");
+    std::fs::write(dir.path("agents.toml"), entry(0, &a[0], "active")).unwrap();
+    let (d, admin_addr) = dispatcher(&dir.arg("agents.toml"), &["--policy", "round-robin"]);
+    let config = Arc::new(pki.client(&[&TLS13], None));
+
+    serve(&d, &config, 4);
+    assert_eq!((handshakes(&a[0]), handshakes(&a[1])), (4, 0));
+    assert_eq!(listed(admin_addr), vec![(0, "active".into(), true)]);
+
+    // agent 7 joins through the admin endpoint and takes new handshakes at once
+    let body = format!("{{\"id\": 7, \"addr\": \"{}\"}}", a[1].addr);
+    let (status, text) = admin(admin_addr, "POST", "/agents", Some(&body));
+    assert_eq!(status, 201, "{text}");
+    let joined = Instant::now();
+    serve(&d, &config, 4);
+    assert!(handshakes(&a[1]) >= 1, "agent 7 took no handshake");
+    assert!(joined.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        d.metric("baton_dispatch_agent_up{agent=\"7\"}"),
+        1.0,
+        "series are labelled by id"
+    );
+    // the same id twice, an unknown agent, a bad body: refused, roster unchanged
+    assert_eq!(admin(admin_addr, "POST", "/agents", Some(&body)).0, 409);
+    assert_eq!(admin(admin_addr, "POST", "/agents/3/drain", None).0, 404);
+    assert_eq!(
+        admin(admin_addr, "POST", "/agents", Some("{\"id\": 1}")).0,
+        400
+    );
+    assert_eq!(listed(admin_addr).len(), 2);
+
+    // drain agent 0 with a keep-alive client on it: no new clients there, and the
+    // established one is served to the end
+    let mut kept = None;
+    for _ in 0..4 {
+        let before = handshakes(&a[0]);
+        let mut k = KeepAlive::open(&d, &config);
+        assert_eq!(k.get(), 200);
+        if handshakes(&a[0]) > before {
+            kept = Some(k);
+            break;
+        }
+    }
+    let mut kept = kept.expect("round robin put a client on agent 0");
+    assert_eq!(admin(admin_addr, "POST", "/agents/0/drain", None).0, 200);
+    let on_zero = handshakes(&a[0]);
+    serve(&d, &config, 6);
+    assert_eq!(
+        handshakes(&a[0]),
+        on_zero,
+        "a draining agent got new clients"
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            kept.get(),
+            200,
+            "an established stream on the draining agent"
+        );
+    }
+    let (_, text) = admin(admin_addr, "GET", "/agents", None);
+    assert!(text.contains("\"state\": \"draining\""), "{text}");
+    assert!(text.contains("\"drained\": false"), "{text}");
+    drop(kept);
+    assert!(
+        within(Duration::from_secs(5), || {
+            admin(admin_addr, "GET", "/agents", None)
+                .1
+                .contains("\"drained\": true")
+        }),
+        "agent 0 never reported drained"
+    );
+
+    // removed: gone from the listing and the metrics; enabling it is an error now
+    assert_eq!(admin(admin_addr, "DELETE", "/agents/0", None).0, 200);
+    assert_eq!(listed(admin_addr), vec![(7, "active".into(), true)]);
+    assert_eq!(admin(admin_addr, "POST", "/agents/0/enable", None).0, 404);
+    serve(&d, &config, 3);
+    assert_eq!(handshakes(&a[0]), on_zero);
+}
+
+#[test]
+fn the_agents_file_is_followed_when_it_changes_and_on_sighup() {
+    let pki = Pki::new();
+    let a = agents(&pki, &[1, 2]);
+    let dir = TempDir::new("membership-file");
+    let file = dir.path("agents.toml");
+    std::fs::write(&file, entry(1, &a[0], "active")).unwrap();
+    let (d, admin_addr) = dispatcher(&dir.arg("agents.toml"), &["--policy", "least-conn"]);
+    let config = Arc::new(pki.client(&[&TLS13], None));
+    serve(&d, &config, 2);
+    assert_eq!(handshakes(&a[1]), 0);
+
+    // agent 2 added in the file: picked up without a signal
+    std::fs::write(
+        &file,
+        entry(1, &a[0], "disabled") + &entry(2, &a[1], "active"),
+    )
+    .unwrap();
+    assert!(
+        within(Duration::from_secs(5), || listed(admin_addr).len() == 2),
+        "the file change was not picked up"
+    );
+    let before = handshakes(&a[0]);
+    serve(&d, &config, 4);
+    assert_eq!(handshakes(&a[0]), before, "a disabled agent got clients");
+    assert_eq!(handshakes(&a[1]), 4);
+
+    // a file that does not parse is refused and the roster kept
+    std::fs::write(&file, "[[agent]]\nid = 1\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(listed(admin_addr).len(), 2);
+
+    // an admin change lasts until SIGHUP re-reads the file
+    std::fs::write(
+        &file,
+        entry(1, &a[0], "active") + &entry(2, &a[1], "active"),
+    )
+    .unwrap();
+    assert!(within(Duration::from_secs(5), || {
+        listed(admin_addr).iter().all(|l| l.1 == "active")
+    }));
+    assert_eq!(admin(admin_addr, "POST", "/agents/2/disable", None).0, 200);
+    assert!(listed(admin_addr).contains(&(2, "disabled".into(), true)));
+    let pid = d.child.id().to_string();
+    let hup = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    assert!(hup.success());
+    assert!(
+        within(Duration::from_secs(5), || {
+            listed(admin_addr).contains(&(2, "active".into(), true))
+        }),
+        "SIGHUP did not re-read the file"
+    );
+    // and the dispatcher is still serving (SIGHUP's default action would have killed it)
+    serve(&d, &config, 2);
+}
+
+#[test]
+fn the_admin_endpoint_is_loopback_only_and_the_roster_must_be_servable() {
+    let out = Command::new(BATON)
+        .args(["dispatch", "--agent", "127.0.0.1:1", "--admin", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+
+    let dir = TempDir::new("membership-bad");
+    std::fs::write(
+        dir.path("agents.toml"),
+        "[[agent]]\nid = 1\naddr = \"127.0.0.1:1\"\n[[agent]]\nid = 1\naddr = \"127.0.0.1:2\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BATON)
+        .args(["dispatch", "--agents-file", &dir.arg("agents.toml")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("appears twice"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
