@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::pki::{self, KeyKind, Pki};
 use crate::rig::cap::Confine;
+use crate::rig::free_port;
 
 /// Where the agents keep sessions.
 #[derive(Clone, PartialEq, Eq)]
@@ -164,18 +165,7 @@ impl Cluster {
             }
             match &spec.store {
                 Store::Memory => {}
-                Store::Peers => {
-                    args.extend(["--store".into(), "peers".into()]);
-                    args.extend([
-                        "--peer-listen".into(),
-                        format!("127.0.0.1:{}", peer_ports[id]),
-                    ]);
-                    for (j, p) in peer_ports.iter().enumerate() {
-                        if j != id {
-                            args.extend(["--peer".into(), format!("127.0.0.1:{p}")]);
-                        }
-                    }
-                }
+                Store::Peers => args.extend(peer_args(&peer_ports, id)),
                 Store::Redis(url) => args.extend(["--store".into(), format!("redis={url}")]),
             }
             args.extend(spec.agent_args.iter().cloned());
@@ -292,10 +282,20 @@ fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// `--store peers` flags for agent `i` of agents replicating on 127.0.0.1:`ports`.
+pub fn peer_args(ports: &[u16], i: usize) -> Vec<String> {
+    let mut args = vec![
+        "--store".to_string(),
+        "peers".into(),
+        "--peer-listen".into(),
+        format!("127.0.0.1:{}", ports[i]),
+    ];
+    for (j, p) in ports.iter().enumerate() {
+        if j != i {
+            args.extend(["--peer".into(), format!("127.0.0.1:{p}")]);
+        }
+    }
+    args
 }
 
 /// Starts `baton ARGS` with stderr to `log`, and waits (at most 30 s) for `ready` on stdout,
@@ -314,13 +314,31 @@ pub fn spawn_ready_in(
     let stderr =
         std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = Command::new(baton);
-    cmd.args(args).stdout(Stdio::piped()).stderr(stderr);
+    cmd.args(args).stderr(stderr);
     if let Some(c) = cap {
         c.apply(&mut cmd)?;
     }
+    start_ready(cmd, Some(log))
+}
+
+/// Starts `cmd` (a `baton` subcommand; its stdout is piped here) and waits, at most 30 s between
+/// lines, for `ready` on its stdout, collecting `listening KIND ADDR` lines. Its stdout is
+/// drained until it exits. `log` is where its stderr goes, if to a file: an error quotes its
+/// tail.
+pub fn start_ready(mut cmd: Command, log: Option<&Path>) -> anyhow::Result<Proc> {
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let what = match cmd.get_args().next() {
+        Some(sub) => format!("{program} {}", sub.to_string_lossy()),
+        None => program,
+    };
     let mut child = cmd
+        .stdout(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {} {}", baton.display(), args[0]))?;
+        .with_context(|| format!("starting {what}"))?;
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -347,10 +365,12 @@ pub fn spawn_ready_in(
             Err(_) => {
                 let _ = child.kill();
                 let status = child.wait().ok();
+                let Some(log) = log else {
+                    bail!("{what} did not start ({status:?})");
+                };
                 let tail = std::fs::read_to_string(log).unwrap_or_default();
                 bail!(
-                    "baton {} did not start ({status:?}); its log:\n{}",
-                    args[0],
+                    "{what} did not start ({status:?}); its log:\n{}",
                     tail.lines()
                         .rev()
                         .take(10)

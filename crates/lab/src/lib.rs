@@ -1,7 +1,7 @@
 //! The lab: local clusters of real `baton` processes, and the documents' experiments run against
 //! them beside real baselines. `cluster.rs` starts a dispatcher and N agents as child processes
 //! with generated certificates and keys; `up.rs` is `baton up`; `demo.rs` is `baton demo`;
-//! `rig/` holds the capped servers, nginx, HAProxy and the delay proxy; `experiments/` is
+//! `rig/` holds the capped servers, nginx, HAProxy, Redis and the delay proxy; `experiments/` is
 //! `baton lab EXPERIMENT`, one file per experiment; `table.rs` prints their results.
 
 pub mod cluster;

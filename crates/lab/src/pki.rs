@@ -1,10 +1,12 @@
 //! Certificates for a local cluster: a throwaway CA and one server certificate (ECDSA P-256 by
 //! default; P-384 or RSA 1024-4096 for the lab's key-size runs) for localhost and 127.0.0.1,
 //! written to the cluster's directory. Clients trust `ca.pem`; the private keys are written 0600.
+//! [`Ca`] issues them (and the integration tests' certificates).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use rcgen::KeyPair;
 
 /// Paths of the generated files.
 #[derive(Debug, Clone)]
@@ -68,20 +70,8 @@ pub fn generate(dir: &Path, rsa: bool) -> anyhow::Result<Pki> {
 }
 
 pub fn generate_kind(dir: &Path, kind: KeyKind) -> anyhow::Result<Pki> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().context("CA key")?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "Baton local cluster CA");
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
+    let ca = Ca::new("Baton local cluster CA")?;
+    let names = ["localhost", "127.0.0.1"];
     let pki = Pki {
         ca: dir.join("ca.pem"),
         cert: dir.join("cert.pem"),
@@ -94,29 +84,84 @@ pub fn generate_kind(dir: &Path, kind: KeyKind) -> anyhow::Result<Pki> {
             let key_pem = openssl_rsa_1024()?;
             let public = public_pem_of(&key_pem)?;
             let spki = rcgen::SubjectPublicKeyInfo::from_pem(&public)?;
-            (params.signed_by(&spki, &issuer)?, key_pem)
+            (ca.issue(&names, "localhost", &spki)?, key_pem)
         }
         _ => {
-            let key = match kind {
-                KeyKind::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?,
-                KeyKind::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)?,
-                KeyKind::Rsa(bits) => {
-                    let size = match bits {
-                        2048 => rcgen::RsaKeySize::_2048,
-                        3072 => rcgen::RsaKeySize::_3072,
-                        4096 => rcgen::RsaKeySize::_4096,
-                        _ => anyhow::bail!("RSA {bits}: 1024, 2048, 3072 or 4096"),
-                    };
-                    KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, size)?
-                }
-            };
-            (params.signed_by(&key, &issuer)?, key.serialize_pem())
+            let key = key_pair(kind)?;
+            (ca.issue(&names, "localhost", &key)?, key.serialize_pem())
         }
     };
-    std::fs::write(&pki.ca, ca_cert.pem())?;
-    std::fs::write(&pki.cert, cert.pem())?;
+    std::fs::write(&pki.ca, ca.pem())?;
+    std::fs::write(&pki.cert, cert)?;
     write_private(&pki.key, key_pem.as_bytes())?;
     Ok(pki)
+}
+
+/// A throwaway certificate authority: its self-signed certificate and the key it issues with.
+pub struct Ca {
+    pem: String,
+    issuer: rcgen::Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    /// A new CA (ECDSA P-256) with subject `CN=cn`.
+    pub fn new(cn: &str) -> anyhow::Result<Ca> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa};
+        let key = KeyPair::generate().context("CA key")?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let pem = params.self_signed(&key)?.pem();
+        Ok(Ca {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// The CA certificate, PEM: what clients (or servers, for client certificates) trust.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A certificate (PEM) for `key`'s public half with subject `CN=cn`, valid for `names`
+    /// (DNS names or IP addresses; none for a client certificate).
+    pub fn issue(
+        &self,
+        names: &[&str],
+        cn: &str,
+        key: &impl rcgen::PublicKeyData,
+    ) -> anyhow::Result<String> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        Ok(params.signed_by(key, &self.issuer)?.pem())
+    }
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").finish_non_exhaustive()
+    }
+}
+
+/// A new key pair of `kind` (not RSA 1024, which aws-lc-rs refuses: [`generate_kind`] makes that
+/// one with the openssl command).
+pub fn key_pair(kind: KeyKind) -> anyhow::Result<KeyPair> {
+    Ok(match kind {
+        KeyKind::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?,
+        KeyKind::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)?,
+        KeyKind::Rsa(bits) => {
+            let size = match bits {
+                2048 => rcgen::RsaKeySize::_2048,
+                3072 => rcgen::RsaKeySize::_3072,
+                4096 => rcgen::RsaKeySize::_4096,
+                _ => anyhow::bail!("RSA {bits}: 1024, 2048, 3072 or 4096"),
+            };
+            KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, size)?
+        }
+    })
 }
 
 fn openssl_rsa_1024() -> anyhow::Result<String> {
@@ -170,29 +215,17 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// A client certificate (ECDSA P-256) and the CA servers must trust for it (`ca`), for mutual
 /// authentication runs.
 pub fn generate_client(dir: &Path) -> anyhow::Result<Pki> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     std::fs::create_dir_all(dir)?;
-    let ca_key = KeyPair::generate().context("client CA key")?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "Baton lab client CA");
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "baton lab client");
-    let cert = params.signed_by(&key, &issuer)?;
+    let ca = Ca::new("Baton lab client CA")?;
+    let key = key_pair(KeyKind::EcdsaP256)?;
+    let cert = ca.issue(&[], "baton lab client", &key)?;
     let pki = Pki {
         ca: dir.join("client-ca.pem"),
         cert: dir.join("client.pem"),
         key: dir.join("client.key"),
     };
-    std::fs::write(&pki.ca, ca_cert.pem())?;
-    std::fs::write(&pki.cert, cert.pem())?;
+    std::fs::write(&pki.ca, ca.pem())?;
+    std::fs::write(&pki.cert, cert)?;
     write_private(&pki.key, key.serialize_pem().as_bytes())?;
     Ok(pki)
 }

@@ -80,14 +80,15 @@ impl Confine {
             }
             let cpu = Path::new(CPU_ROOT).join(&c.name);
             let acct = Path::new(CPUACCT_ROOT).join(&c.name);
-            for d in [&cpu, &acct] {
+            // each directory is remembered as soon as it exists, so that drop removes it even
+            // when the other cannot be made
+            for (d, slot) in [(&cpu, &mut c.cpu_dir), (&acct, &mut c.acct_dir)] {
                 if !d.exists() {
                     fs::create_dir(d)
                         .with_context(|| format!("creating cgroup {}", d.display()))?;
                 }
+                *slot = Some(d.clone());
             }
-            c.cpu_dir = Some(cpu.clone());
-            c.acct_dir = Some(acct);
             write(&cpu.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
             write(
                 &cpu.join("cpu.cfs_quota_us"),
@@ -163,6 +164,21 @@ impl Confine {
                 };
                 Ok(())
             }
+        }
+    }
+
+    /// Moves running process `pid` (all its threads) into this cap (cgroup mode; nothing to do
+    /// without a cap). A process started under the cap is better: see [`Confine::apply`].
+    pub fn add(&self, pid: u32) -> anyhow::Result<()> {
+        match self.mode {
+            CapMode::None => Ok(()),
+            CapMode::Cgroup => {
+                for d in [&self.cpu_dir, &self.acct_dir].into_iter().flatten() {
+                    write(&d.join("cgroup.procs"), &pid.to_string())?;
+                }
+                Ok(())
+            }
+            CapMode::Taskset => bail!("only a cgroup cap takes a running process"),
         }
     }
 
@@ -250,6 +266,19 @@ mod tests {
         assert!(c.pids().contains(&pid), "child {pid} not in {:?}", c.pids());
         child.wait().unwrap();
         assert!(c.cpu_seconds().unwrap() > 0.0);
+    }
+
+    #[test]
+    fn a_running_process_can_be_moved_in() {
+        if CapMode::detect() != CapMode::Cgroup {
+            return;
+        }
+        let c = Confine::new(CapMode::Cgroup, "unit-test-add", 20, 0).unwrap();
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        c.add(child.id()).unwrap();
+        assert!(c.pids().contains(&child.id()), "{:?}", c.pids());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

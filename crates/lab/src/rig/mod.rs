@@ -10,6 +10,7 @@ pub mod cap;
 pub mod delay;
 pub mod haproxy;
 pub mod nginx;
+pub mod redis;
 
 use baton_ops::process::cpu_seconds_of;
 use std::net::SocketAddr;
@@ -633,10 +634,23 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
     })
 }
 
+/// A free TCP port on 127.0.0.1 (for addresses that must be known before a process starts).
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// Waits, at most `limit`, until something accepts on 127.0.0.1:`port` (a server just started).
+pub fn wait_port(port: u16, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    anyhow::bail!("nothing listens on 127.0.0.1:{port}")
 }
 
 fn path(p: &Path) -> String {

@@ -39,6 +39,7 @@ use anyhow::{anyhow, bail, Context};
 
 use crate::cluster::{spawn_ready, Cluster, ClusterSpec, Proc, Store};
 use crate::pki::KeyKind;
+use crate::rig::redis::Redis;
 use crate::rig::Lab;
 use crate::row;
 use crate::table::Table;
@@ -80,11 +81,7 @@ pub fn run(lab: &Lab, args: SoakArgs) -> anyhow::Result<Vec<Table>> {
             crate::rig::haproxy::binary().display()
         );
     }
-    if Command::new(redis_binary())
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !crate::rig::redis::available() {
         bail!("the soak needs redis-server");
     }
     println!(
@@ -114,82 +111,8 @@ pub fn run(lab: &Lab, args: SoakArgs) -> anyhow::Result<Vec<Table>> {
     Ok(report(&plan, &dir, outcome))
 }
 
-fn redis_binary() -> PathBuf {
-    std::env::var_os("BATON_REDIS_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("redis-server"))
-}
-
 // ---------------------------------------------------------------------------------------------
 // the systems under test
-
-/// `redis-server` on a fixed port, without persistence (a restart comes back empty).
-struct Redis {
-    port: u16,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Redis {
-    fn start(dir: &Path) -> anyhow::Result<Redis> {
-        let mut r = Redis {
-            port: crate::rig::free_port()?,
-            child: None,
-            log: dir.join("redis.log"),
-        };
-        r.spawn()?;
-        Ok(r)
-    }
-
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        let child = Command::new(redis_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting redis-server")?;
-        self.child = Some(child);
-        wait_port(self.port, Duration::from_secs(10)).context("redis-server did not listen")
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn wait_port(port: u16, limit: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    bail!("nothing listens on 127.0.0.1:{port}")
-}
 
 /// HAProxy in front of side B: like the lab's (`rig/haproxy.rs`), plus what a production
 /// configuration has and a soak needs: health checks, redispatch of refused connects, and the
