@@ -40,6 +40,45 @@ pub struct End {
     pub error: Option<ErrorClass>,
     /// What the handshake agreed on, once complete.
     pub negotiated: Option<Negotiated>,
+    /// `--early-data`: the first request went as early data; whether the server accepted it.
+    pub early: Option<bool>,
+    /// When the transaction started (TCP connect included).
+    pub began: Option<std::time::Instant>,
+    /// Time from `began` to the first response byte.
+    pub ttfb: Option<std::time::Duration>,
+}
+
+/// What kind of connection a transaction's first response came on, for TTFB by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Full,
+    /// Resumed, the request sent after the handshake (1-RTT).
+    Resumed,
+    /// Resumed, the request accepted as early data (0-RTT).
+    Early,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Full, Kind::Resumed, Kind::Early];
+
+    /// The key of its TTFB in the JSON's `latency_ms` and `histograms`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::Full => "ttfb_full",
+            Kind::Resumed => "ttfb_resumed",
+            Kind::Early => "ttfb_0rtt",
+        }
+    }
+
+    /// A completed transaction's kind: by its handshake as negotiated and the server's answer
+    /// to its early data.
+    pub fn of(end: &End) -> Option<Kind> {
+        match (end.handshake?, end.early) {
+            (Handshake::Resumed, Some(true)) => Some(Kind::Early),
+            (Handshake::Resumed, _) => Some(Kind::Resumed),
+            _ => Some(Kind::Full),
+        }
+    }
 }
 
 /// A completed handshake's parameters as wire code points (counted per combination, named

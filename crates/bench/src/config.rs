@@ -84,6 +84,12 @@ pub struct BenchArgs {
     #[arg(long)]
     #[serde(default)]
     pub insecure: bool,
+    /// TLS 1.3 0-RTT: a resumed connection sends its first request as early data where the
+    /// server's ticket allows it (sent again after the handshake if the server refuses it).
+    /// HTTP/1.1, rustls engine.
+    #[arg(long)]
+    #[serde(default)]
+    pub early_data: bool,
     /// Client certificate chain (PEM), for mutual TLS.
     #[arg(long, value_name = "PEM")]
     pub cert: Option<PathBuf>,
@@ -210,6 +216,9 @@ pub struct BenchConfig {
     pub alpn: String,
     pub ca: Option<PathBuf>,
     pub insecure: bool,
+    /// `--early-data` (absent in results of older versions: off).
+    #[serde(default)]
+    pub early_data: bool,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
     pub full_every: u64,
@@ -395,6 +404,14 @@ impl BenchArgs {
             .map(parse_duration)
             .transpose()?
             .map_or(10.0, |d| d.as_secs_f64());
+        if a.early_data && engine == Engine::Openssl {
+            bail!("--early-data needs --engine rustls");
+        }
+        if a.early_data && alpn == "h2" {
+            bail!(
+                "--early-data sends the first HTTP/1.1 request as early data: not with --alpn h2"
+            );
+        }
         Ok(BenchConfig {
             sni: a.sni.clone().unwrap_or_else(|| host.clone()),
             url,
@@ -423,6 +440,7 @@ impl BenchArgs {
             alpn,
             ca: a.ca,
             insecure: a.insecure,
+            early_data: a.early_data,
             cert: a.cert,
             key: a.key,
             full_every,
@@ -470,6 +488,7 @@ impl BenchArgs {
             alpn: self.alpn.or(f.alpn),
             ca: self.ca.or(f.ca),
             insecure: self.insecure || f.insecure,
+            early_data: self.early_data || f.early_data,
             cert: self.cert.or(f.cert),
             key: self.key.or(f.key),
             full_every: self.full_every.or(f.full_every),

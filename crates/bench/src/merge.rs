@@ -52,6 +52,19 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
                 Some(acc) => acc.add(h)?,
             }
         }
+        // TTFB by connection kind: in the runs that had that kind
+        for kind in crate::accounting::Kind::ALL.map(|k| k.key()) {
+            let Some(h) = r.histograms.get(kind) else {
+                continue;
+            };
+            let h = from_raw(h).with_context(|| format!("run {}: `{kind}`", i + 1))?;
+            match histograms.get_mut(kind) {
+                None => {
+                    histograms.insert(kind, h);
+                }
+                Some(acc) => acc.add(h)?,
+            }
+        }
         let pairs: Vec<[u64; 2]> = r
             .timeline
             .completed
@@ -71,6 +84,10 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
         h.resumed += o.resumed;
         h.resume_refused += o.resume_refused;
         h.failed += o.failed;
+        let (e, o) = (&mut m.early_data, &r.early_data);
+        e.offered += o.offered;
+        e.accepted += o.accepted;
+        e.rejected += o.rejected;
         m.requests.ok += r.requests.ok;
         m.requests.failed += r.requests.failed;
         m.requests.expected += r.requests.expected;

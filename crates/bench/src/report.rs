@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::accounting::Kind;
 use crate::config::BenchConfig;
 use crate::scrape::Sample;
 use crate::stats::{raw, summary, ErrorClass, RawHistogram, Stats, Summary, PHASES, TIMELINE_MS};
@@ -40,6 +41,9 @@ pub struct Report {
     /// Transactions ended per interval since the start (throughput over time).
     #[serde(default)]
     pub timeline: Timeline,
+    /// `--early-data`: first requests sent as early data (0-RTT), as the server answered.
+    #[serde(default)]
+    pub early_data: EarlyData,
     /// Set when this is several runs merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged: Option<Merged>,
@@ -60,6 +64,16 @@ pub struct Merged {
     pub runs: u64,
     /// The runs' URLs, each once.
     pub urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EarlyData {
+    /// Completed handshakes whose first request went as early data.
+    pub offered: u64,
+    /// ... that the server accepted (answered at 0-RTT).
+    pub accepted: u64,
+    /// ... that the server refused (the request was sent again after the handshake).
+    pub rejected: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,9 +135,9 @@ pub fn build(
         errors: s.errors.clone(),
         error_examples: s.examples.clone(),
         negotiated: s.negotiated.iter().map(|(k, v)| (k.name(), *v)).collect(),
-        latency_ms: PHASES
-            .iter()
-            .zip(s.latency.iter())
+        // plus, for kinds that occurred, the time to first byte from the transaction's start
+        // (`ttfb` counts from the handshake's end, which with 0-RTT comes after the response)
+        latency_ms: phases(s)
             .map(|(p, h)| (p.to_string(), summary(h)))
             .collect(),
         tps: per_s(completed),
@@ -134,18 +148,31 @@ pub fn build(
         client_cpu_s: cpu_s,
         config: cfg.clone(),
         server,
-        histograms: PHASES
-            .iter()
-            .zip(s.latency.iter())
-            .map(|(p, h)| (p.to_string(), raw(h)))
-            .collect(),
+        histograms: phases(s).map(|(p, h)| (p.to_string(), raw(h))).collect(),
         timeline: Timeline {
             interval_ms: TIMELINE_MS,
             completed: s.timeline.iter().map(|x| x[0]).collect(),
             failed: s.timeline.iter().map(|x| x[1]).collect(),
         },
+        early_data: EarlyData {
+            offered: s.early_offered,
+            accepted: s.early_accepted,
+            rejected: s.early_rejected,
+        },
         merged: None,
     }
+}
+
+/// The latency histograms of a run by JSON key: the phases, then TTFB by connection kind
+/// (those that occurred).
+fn phases(s: &Stats) -> impl Iterator<Item = (&'static str, &hdrhistogram::Histogram<u64>)> {
+    PHASES.iter().copied().zip(s.latency.iter()).chain(
+        Kind::ALL
+            .iter()
+            .map(|k| k.key())
+            .zip(s.ttfb_by_kind.iter())
+            .filter(|(_, h)| h.len() > 0),
+    )
 }
 
 /// The summary a person reads: a few aligned tables.
@@ -198,6 +225,14 @@ pub fn human(r: &Report) -> String {
         r.requests.failed,
         statuses.join(", ")
     );
+    let e = &r.early_data;
+    if e.offered > 0 {
+        let _ = writeln!(
+            o,
+            "  early data   offered {:>5}   accepted {:>7}   rejected {:>13}",
+            e.offered, e.accepted, e.rejected
+        );
+    }
     if r.errors.is_empty() {
         let _ = writeln!(o, "  errors       none");
     }
@@ -224,9 +259,12 @@ pub fn human(r: &Report) -> String {
         "\n  latency ms   {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "p50", "p90", "p99", "p99.9", "max", "mean"
     );
+    // TTFB by kind counts from the transaction's start, TCP connect included
     for (phase, s) in PHASES
         .iter()
-        .filter_map(|p| Some((p, r.latency_ms.get(*p)?)))
+        .copied()
+        .chain(Kind::ALL.iter().map(|k| k.key()))
+        .filter_map(|p| Some((p, r.latency_ms.get(p)?)))
     {
         let _ = writeln!(
             o,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::accounting::{settle, End, Handshake, Negotiated};
+use crate::accounting::{settle, End, Handshake, Kind, Negotiated};
 
 /// Why a transaction failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -52,6 +52,13 @@ pub struct Stats {
     pub transactions: u64,
     /// connect, handshake, ttfb, total (microseconds)
     pub latency: [Histogram<u64>; 4],
+    /// Time from a transaction's start (TCP connect included) to its first response byte, by
+    /// [`Kind`]: full, resumed (1-RTT), 0-RTT (microseconds).
+    pub ttfb_by_kind: [Histogram<u64>; 3],
+    /// `--early-data`: first requests sent as early data, and the server's answers.
+    pub early_offered: u64,
+    pub early_accepted: u64,
+    pub early_rejected: u64,
     /// Transactions that ended in each [`TIMELINE_MS`] interval since the run started:
     /// `[completed, failed]` (the report's throughput over time).
     pub timeline: Vec<[u64; 2]>,
@@ -82,6 +89,10 @@ impl Default for Stats {
             examples: BTreeMap::new(),
             transactions: 0,
             latency: [h(), h(), h(), h()],
+            ttfb_by_kind: [h(), h(), h()],
+            early_offered: 0,
+            early_accepted: 0,
+            early_rejected: 0,
             timeline: Vec::new(),
         }
     }
@@ -109,6 +120,20 @@ impl Stats {
         let s = settle(end, requests_per_conn);
         if let Some(h) = s.handshake {
             self.handshake(h);
+        }
+        if let Some(accepted) = end.early.filter(|_| s.handshake.is_some()) {
+            self.early_offered += 1;
+            if accepted {
+                self.early_accepted += 1;
+            } else {
+                self.early_rejected += 1;
+            }
+        }
+        if let (Some(kind), Some(ttfb)) =
+            (Kind::of(end).filter(|_| s.handshake.is_some()), end.ttfb)
+        {
+            let us = (ttfb.as_micros() as u64).clamp(LOWEST_US, HIGHEST_US);
+            let _ = self.ttfb_by_kind[kind as usize].record(us);
         }
         if let Some(n) = s.negotiated {
             *self.negotiated.entry(n).or_default() += 1;
@@ -180,6 +205,12 @@ impl Stats {
         for (a, b) in self.latency.iter_mut().zip(o.latency.iter()) {
             let _ = a.add(b);
         }
+        for (a, b) in self.ttfb_by_kind.iter_mut().zip(o.ttfb_by_kind.iter()) {
+            let _ = a.add(b);
+        }
+        self.early_offered += o.early_offered;
+        self.early_accepted += o.early_accepted;
+        self.early_rejected += o.early_rejected;
         add_timelines(&mut self.timeline, &o.timeline);
     }
 }

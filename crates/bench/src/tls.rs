@@ -182,6 +182,7 @@ impl Tls {
             _ => builder.with_no_client_auth(),
         };
         base.alpn_protocols = vec![cfg.alpn.as_bytes().to_vec()];
+        base.enable_early_data = cfg.early_data;
         let server_name = ServerName::try_from(cfg.sni.clone())
             .map_err(|e| anyhow!("--sni `{}`: {e}", cfg.sni))?;
         Ok(Self {

@@ -86,6 +86,7 @@ impl Client {
         // phases are each their own service time; only `total` counts from `due`, so that in
         // open loop the time spent waiting behind a slow server shows there (as in wrk2)
         let started = Instant::now();
+        end.began = Some(started.into_std());
         let tcp = match timeout(t, self.connect()).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(Failure::new(ErrorClass::Connect, &e)),
@@ -107,12 +108,22 @@ impl Client {
                 // a browser. rustls buffers at most its plaintext limit (64 KiB by default)
                 // before the handshake: `pre` is how much it took, the rest follows once the
                 // handshake is done.
+                // With --early-data and a ticket that allows it, the request goes as early
+                // data instead, in the ClientHello's flight (0-RTT); `early` is how much of it.
                 let mut pre = 0;
+                let mut early = 0;
                 let connector = TlsConnector::from(config.clone());
                 let connect = connector.connect_with(server_name.clone(), tcp, |conn| {
-                    if self.cfg.alpn != "h2" {
-                        pre = std::io::Write::write(&mut conn.writer(), self.first_request())
-                            .unwrap_or(0);
+                    if self.cfg.alpn == "h2" {
+                        return;
+                    }
+                    let request = self.first_request();
+                    if self.cfg.early_data && conn.early_data().is_some() {
+                        early = conn.early_data().map_or(0, |mut e| {
+                            std::io::Write::write(&mut e, request).unwrap_or(0)
+                        });
+                    } else {
+                        pre = std::io::Write::write(&mut conn.writer(), request).unwrap_or(0);
                     }
                 });
                 let tls = match timeout(t, connect).await {
@@ -132,6 +143,12 @@ impl Client {
                     end.handshake = Some(classify(offered, kind));
                 }
                 end.negotiated = Negotiated::of(conn);
+                if early > 0 {
+                    // refused: rustls dropped it, the request goes again after the handshake
+                    let accepted = conn.is_early_data_accepted();
+                    end.early = Some(accepted);
+                    pre = if accepted { early } else { 0 };
+                }
                 let h2 = conn.alpn_protocol() == Some(b"h2");
                 // (`pre` is 0 when h2 was asked for and the server chose HTTP/1.1)
                 self.http(tls, h2, stats, handshaken, end, pre).await
@@ -248,6 +265,7 @@ impl Client {
                     if !end.first_byte {
                         end.first_byte = true;
                         stats.latency(2, Instant::now() - started);
+                        end.ttfb = end.began.map(|b| b.elapsed());
                     }
                     held += n;
                     stats.bytes += n as u64;
@@ -386,6 +404,7 @@ impl Client {
             if !end.first_byte {
                 end.first_byte = true;
                 stats.latency(2, Instant::now() - started);
+                end.ttfb = end.began.map(|b| b.elapsed());
             }
             stats.status(resp.status().as_u16());
             end.responses += 1;
