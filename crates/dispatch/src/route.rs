@@ -558,6 +558,32 @@ mod tests {
         );
     }
 
+    /// A 0-RTT hello (a PSK and early data) is a resumption like any other: under `handoff`
+    /// it goes straight home, never to a handshake agent whose session would migrate (early
+    /// data never rides a migration), from every client address.
+    #[test]
+    fn handoff_sends_early_data_home() {
+        let mut r = Router::new(Policy::Handoff, 3);
+        let mut zero_rtt = hello();
+        zero_rtt.extensions.extend([
+            ClientExtension::SupportedVersions(vec![baton_wire::ProtocolVersion::TLSV1_3]),
+            ClientExtension::EarlyData,
+            ClientExtension::PreSharedKey(OfferedPsks {
+                identities: vec![PskIdentity {
+                    identity: vec![9; 32],
+                    obfuscated_ticket_age: 1234,
+                }],
+                binders: vec![vec![0; 32]],
+            }),
+        ]);
+        assert!(zero_rtt.early_data());
+        for last in 1..=40u8 {
+            let client = IpAddr::from([127, 0, 0, last]);
+            let home = r.home_of(client).unwrap();
+            assert_eq!(r.route(Some(&zero_rtt), client), Some((home, Reason::Home)));
+        }
+    }
+
     #[test]
     fn handoff_spreads_handshakes_and_sends_resumptions_home() {
         let mut r = Router::new(Policy::Handoff, 2);
