@@ -498,3 +498,135 @@ fn openssl_s_client_early_data_through_the_dispatcher() {
     let refused: u64 = agents.iter().map(|a| early(a, "replay_refused")).sum();
     assert_eq!(refused, 2);
 }
+
+/// Per-kind TTFB from a `baton bench` JSON: (p50, p99) in ms.
+fn ttfb(json: &serde_json::Value, kind: &str) -> Option<(f64, f64)> {
+    let s = json["latency_ms"].get(kind)?;
+    Some((s["p50"].as_f64()?, s["p99"].as_f64()?))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.1} [{lo:.1}-{hi:.1}]", median(v.to_vec()))
+}
+
+/// The closing benchmark of 0-RTT (not asserted beyond sanity): `baton up` (2 agents,
+/// round robin, Redis, stateful tickets, `--early-data 16384`) behind the lab's delay proxy
+/// at 30 ms RTT; `baton bench` TTFB (from the transaction's start, TCP connect included) of
+/// full handshakes, 1-RTT resumptions and 0-RTT, several runs each; then, without the delay,
+/// the agents' CPU per resumption with and without early data. Release build:
+/// `BATON_BIN=target/release/baton cargo test --release -p baton-cli --test early_data -- \
+///  --ignored zero_rtt_benchmark --nocapture`
+#[test]
+#[ignore = "slow tier: benchmark for the issue's closing note"]
+fn zero_rtt_benchmark() {
+    let Some(redis) = Redis::start() else { return };
+    let bin = std::env::var("BATON_BIN").unwrap_or_else(|_| common::BATON.to_string());
+    let runs: usize = std::env::var("BATON_RUNS").map_or(5, |v| v.parse().unwrap());
+    let store = format!("redis={}", redis.url());
+    let up = common::Up::start_with(
+        &bin,
+        &[
+            "--agents",
+            "2",
+            "--policy",
+            "round-robin",
+            "--store",
+            &store,
+            "--agent-arg=--tickets=false",
+            "--agent-arg=--early-data=16384",
+        ],
+    );
+    let delay =
+        baton_lab::rig::delay::DelayProxy::start(up.addr(), Duration::from_millis(30)).unwrap();
+    let dir = TempDir::new("early-bench");
+    let bench = |addr: SocketAddr, extra: &[&str], tag: &str| -> serde_json::Value {
+        let json = dir.path(&format!("{tag}.json"));
+        let url = format!("https://127.0.0.1:{}/", addr.port());
+        let out = std::process::Command::new(&bin)
+            .args(["bench", &url, "--ca", up.ca(), "--sni", "localhost"])
+            .args(["--tls-version", "1.3", "--alpn", "http/1.1", "--quiet"])
+            .args(["--json", json.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", common::text_of(&out));
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+    };
+    // TTFB at 30 ms RTT: 8 clients, each 1 full then 24 resumed
+    let mut rows: Vec<(&str, Vec<f64>, Vec<f64>)> = vec![
+        ("full handshake", vec![], vec![]),
+        ("1-RTT resumption", vec![], vec![]),
+        ("0-RTT", vec![], vec![]),
+    ];
+    for i in 0..runs {
+        let full = bench(
+            delay.addr(),
+            &["-n", "200", "-c", "8", "--resume", "none"],
+            "full",
+        );
+        let one = bench(
+            delay.addr(),
+            &["-n", "200", "-c", "8", "--full-every", "25"],
+            "one",
+        );
+        let zero = bench(
+            delay.addr(),
+            &["-n", "200", "-c", "8", "--full-every", "25", "--early-data"],
+            "zero",
+        );
+        assert!(
+            zero["early_data"]["accepted"].as_u64().unwrap() > 0,
+            "{zero}"
+        );
+        for (row, json, kind) in [
+            (0, &full, "ttfb_full"),
+            (1, &one, "ttfb_resumed"),
+            (2, &zero, "ttfb_0rtt"),
+        ] {
+            let (p50, p99) = ttfb(json, kind).unwrap_or_else(|| panic!("no {kind} in {json}"));
+            rows[row].1.push(p50);
+            rows[row].2.push(p99);
+        }
+        eprintln!(
+            "run {i}: early data offered {} accepted {} rejected {}",
+            zero["early_data"]["offered"],
+            zero["early_data"]["accepted"],
+            zero["early_data"]["rejected"]
+        );
+    }
+    eprintln!(
+        "TTFB from connect, 30 ms RTT, {runs} runs: median [min-max] of each run's p50 / p99"
+    );
+    for (what, p50, p99) in &rows {
+        eprintln!("  {what:<18} p50 {}  p99 {}", spread(p50), spread(p99));
+    }
+    // CPU per resumption, no delay: 8 clients, 1 full then 499 resumed each
+    let cpu = || up.agents_sum("process_cpu_seconds_total", "");
+    let mut per = [vec![], vec![]];
+    for _ in 0..runs {
+        for (i, extra) in [&[][..], &["--early-data"][..]].iter().enumerate() {
+            let before = cpu();
+            let args = [&["-n", "4000", "-c", "8", "--full-every", "500"][..], extra].concat();
+            let json = bench(up.addr(), &args, "cpu");
+            let after = cpu();
+            let resumed = json["handshakes"]["resumed"].as_u64().unwrap() as f64;
+            if i == 1 {
+                let accepted = json["early_data"]["accepted"].as_u64().unwrap();
+                assert!(accepted as f64 > resumed * 0.9, "{json}");
+            }
+            per[i].push((after - before) / json["connections"].as_u64().unwrap() as f64 * 1e6);
+        }
+    }
+    eprintln!(
+        "agents' CPU per connection (us), 1 full : 499 resumed, {runs} runs: median [min-max]"
+    );
+    eprintln!("  1-RTT resumption  {}", spread(&per[0]));
+    eprintln!("  0-RTT             {}", spread(&per[1]));
+}
