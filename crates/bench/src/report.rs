@@ -171,7 +171,7 @@ fn phases(s: &Stats) -> impl Iterator<Item = (&'static str, &hdrhistogram::Histo
             .iter()
             .map(|k| k.key())
             .zip(s.ttfb_by_kind.iter())
-            .filter(|(_, h)| h.len() > 0),
+            .filter(|(_, h)| !h.is_empty()),
     )
 }
 
