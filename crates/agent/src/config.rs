@@ -121,7 +121,10 @@ pub struct AgentArgs {
     pub ticket_key_file: Option<PathBuf>,
 
     /// Where sessions live: `memory` (this agent only), `peers` (replicated to every --peer),
-    /// `redis` or `redis=URL` (a shared Redis; default redis://127.0.0.1:6379/). Default memory.
+    /// `redis` or `redis=URL` (a shared Redis; default redis://127.0.0.1:6379/),
+    /// `redis-sentinel=redis+sentinel://H1:26379,H2:26379/NAME` (the primary Redis Sentinel
+    /// names, followed through failovers) or `redis-cluster=redis://H1:7000,H2:7001/` (a Redis
+    /// Cluster, sessions spread over its shards). Default memory.
     #[arg(long, value_name = "KIND")]
     pub store: Option<String>,
 
@@ -418,11 +421,15 @@ fn store_kind(
         "redis" => StoreKind::Redis {
             url: "redis://127.0.0.1:6379/".into(),
         },
-        other => match other.strip_prefix("redis=") {
-            Some(url) if url.starts_with("redis://") => StoreKind::Redis { url: url.into() },
-            _ => {
+        // redis=, redis-sentinel= and redis-cluster=: one Redis store, whose URL says which.
+        other => match baton_session::redis::store_url(other) {
+            Some(Ok(url)) => StoreKind::Redis { url },
+            Some(Err(e)) => bail!("--store: {e}"),
+            None => {
                 bail!(
-                    "--store: `{}` is not memory, peers, redis or redis=redis://HOST:PORT/",
+                    "--store: `{}` is not memory, peers, redis, redis=redis://HOST:PORT/, \
+                     redis-sentinel=redis+sentinel://H1:PORT,H2:PORT/NAME or \
+                     redis-cluster=redis://H1:PORT,H2:PORT/",
                     baton_session::redis::redact(other)
                 )
             }
@@ -835,5 +842,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--client-ca"), "{e}");
+    }
+
+    #[test]
+    fn redis_store_forms() {
+        let kind = |s: &str| store_kind(Some(s), None, vec![], vec![]);
+        let url = |s: &str| match kind(s).unwrap() {
+            StoreKind::Redis { url } => url,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(url("redis"), "redis://127.0.0.1:6379/");
+        assert_eq!(url("redis=redis://h:1/"), "redis://h:1/");
+        assert_eq!(
+            url("redis-sentinel=redis+sentinel://a:26379,b:26379/m"),
+            "redis+sentinel://a:26379,b:26379/m"
+        );
+        assert_eq!(
+            url("redis-cluster=redis://a:7000,b:7001/"),
+            "redis+cluster://a:7000,b:7001/"
+        );
+        for bad in [
+            "redis=redis://a:1,b:2/",
+            "redis-sentinel=redis+sentinel://a:26379",
+            "redis-cluster=redis+sentinel://a/m",
+            "rediss",
+        ] {
+            assert!(kind(bad).is_err(), "{bad}");
+        }
+        let e = kind("redis-sentinel=redis+sentinel://u:s3cret@a:26379").unwrap_err();
+        assert!(!format!("{e:#}").contains("s3cret"));
+        let k = kind("redis-cluster=redis://u:s3cret@a:7000,b:7001/").unwrap();
+        assert!(!format!("{k:?}").contains("s3cret"));
     }
 }

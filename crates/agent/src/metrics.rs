@@ -389,6 +389,7 @@ impl Metrics {
                     ("rejected", s.rejected),
                     ("refused", s.refused),
                     ("fallback", s.fallbacks),
+                    ("reconnected", s.reconnects),
                 ]
                 .map(|(event, n)| (EventLabel { event }, n)),
             )?;

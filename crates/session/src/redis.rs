@@ -6,12 +6,38 @@
 //! returns something that does not open, the lookup is a miss — the client gets a full
 //! handshake, never an error — and the miss is counted as a fallback.
 //!
+//! Three deployments, one worker ([`Target`], parsed from the URL without I/O):
+//!
+//! - one server, `redis://[USER:PASSWORD@]HOST:PORT/[DB]`;
+//! - Redis Sentinel, `redis+sentinel://[USER:PASSWORD@]H1:P1,H2:P2,.../PRIMARY[/DB]`: the worker
+//!   asks the sentinels (the `redis` crate's `SentinelClient`) for the current primary of the
+//!   set named PRIMARY, connects to it, and asks again whenever the connection fails or the
+//!   server stops being the primary (READONLY after a demotion): a failover is followed to the
+//!   promoted replica. The credentials are the data nodes'; sentinels are asked without.
+//! - Redis Cluster, `redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2,.../`: the `redis` crate's
+//!   cluster client routes each key to the primary of its hash slot (so sessions spread over
+//!   the shards) and follows MOVED redirects; a shard failing over is, for its keys, what a
+//!   Sentinel failover is.
+//!
+//! While the store is lost (between a primary's death and the worker's reconnection to the
+//! one that replaces it), lookups are misses answered at once and counted as fallbacks, and
+//! writes are dropped and counted; every reconnection after the first is counted too.
+//!
 //! Values in Redis are sealed with the cluster key (AEAD, key id, issuer) and carry their
 //! expiry inside the sealed part, so Redis (and anyone reading it) never sees a secret and a
 //! stale or foreign blob is a miss.
+//!
+//! Single use (`take_once`, for 0-RTT): a GETDEL runs on one primary — the server, Sentinel's
+//! current primary, or the primary of the key's shard in a Cluster (a key lives in exactly one
+//! slot, and GETDEL is one atomic command there) — so of all the agents only one can get the
+//! value. Replication is asynchronous, though: a primary that dies right after a GETDEL may
+//! not have passed the deletion on, and the replica promoted in its place may still hold the
+//! key. So for [`RECONNECT_QUARANTINE`] after every reconnection a take is not called
+//! exclusive (a 1-RTT resumption, no early data): a replayed flight is only accepted within
+//! the ticket-age tolerance of the original, which ended before the old primary died.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -26,8 +52,28 @@ const QUEUE_LEN: usize = 8192;
 const KEY_PREFIX: &[u8] = b"baton:session:";
 const SEAL_CONTEXT: &[u8] = b"baton redis session v1";
 
+/// How long after a reconnection a take is not called exclusive (see the module docs): the
+/// agent's ticket-age tolerance for early data (10 s, `early::AGE_TOLERANCE_MS` in
+/// baton-agent) and a margin.
+pub const RECONNECT_QUARANTINE: Duration = Duration::from_secs(12);
+/// Connecting to one Redis server; each command's answer (and each write).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const IO_TIMEOUT: Duration = Duration::from_secs(1);
+/// Asking the sentinels for the primary, checking its ROLE included.
+const DISCOVERY_DEADLINE: Duration = Duration::from_secs(2);
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Most hosts one URL may list.
+const MAX_HOSTS: usize = 64;
+
+pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+const DEFAULT_SENTINEL_PORT: u16 = 26379;
+const DEFAULT_PORT: u16 = 6379;
+
 #[derive(Clone)]
 pub struct RedisConfig {
+    /// `redis://...`, `redis+sentinel://...` or `redis+cluster://...` ([`Target::parse`]).
     pub url: String,
     pub agent_id: u16,
     /// Local cache size and session lifetime.
@@ -44,6 +90,283 @@ impl std::fmt::Debug for RedisConfig {
             .field("agent_id", &self.agent_id)
             .finish_non_exhaustive()
     }
+}
+
+/// A host and port from a store URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The data nodes' credentials from a store URL (percent-decoded). Debug hides the password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// Where the sessions live, from the store URL: plain parsing, no I/O.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One server: `redis://[USER:PASSWORD@]HOST[:PORT][/DB]`, as the `redis` crate reads it.
+    Single { url: String },
+    /// `redis+sentinel://[USER:PASSWORD@]H1[:P1],H2[:P2],.../PRIMARY[/DB]` (port 26379 by
+    /// default): the sentinels, and the name of the set they watch.
+    Sentinel {
+        sentinels: Vec<HostPort>,
+        primary: String,
+        credentials: Credentials,
+        db: i64,
+    },
+    /// `redis+cluster://[USER:PASSWORD@]H1[:P1],H2[:P2],.../` (port 6379 by default): some of
+    /// the cluster's nodes, from which the client learns the rest.
+    Cluster {
+        nodes: Vec<HostPort>,
+        credentials: Credentials,
+    },
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Single { url } => f.debug_struct("Single").field("url", &redact(url)).finish(),
+            Target::Sentinel {
+                sentinels,
+                primary,
+                credentials,
+                db,
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("primary", primary)
+                .field("credentials", credentials)
+                .field("db", db)
+                .finish(),
+            Target::Cluster { nodes, credentials } => f
+                .debug_struct("Cluster")
+                .field("nodes", nodes)
+                .field("credentials", credentials)
+                .finish(),
+        }
+    }
+}
+
+impl Target {
+    /// Reads a store URL. Errors name the URL with its password redacted.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let bad = |why: &str| format!("`{}`: {why}", redact(url));
+        if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
+            let (credentials, sentinels, path) =
+                split_hosts(rest, DEFAULT_SENTINEL_PORT).map_err(|e| bad(&e))?;
+            let mut parts = path.split('/');
+            let primary = parts.next().unwrap_or_default();
+            if primary.is_empty()
+                || primary.len() > 128
+                || !primary
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                return Err(bad(
+                    "name the primary after the sentinels: redis+sentinel://H1:26379,H2:26379/NAME",
+                ));
+            }
+            let db = match parts.next() {
+                None | Some("") => 0,
+                Some(db) => db
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|db| (0..=1 << 20).contains(db))
+                    .ok_or_else(|| bad("the database after the primary's name is not a number"))?,
+            };
+            if parts.next().is_some() {
+                return Err(bad("nothing may follow /NAME/DB"));
+            }
+            Ok(Target::Sentinel {
+                sentinels,
+                primary: primary.to_string(),
+                credentials,
+                db,
+            })
+        } else if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+            let (credentials, nodes, path) =
+                split_hosts(rest, DEFAULT_PORT).map_err(|e| bad(&e))?;
+            if !path.is_empty() && path != "0" {
+                return Err(bad(
+                    "a Redis Cluster has one database: no path after the nodes",
+                ));
+            }
+            Ok(Target::Cluster { nodes, credentials })
+        } else if let Some(rest) = url.strip_prefix("redis://") {
+            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+            let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            if hosts.contains(',') {
+                return Err(bad(
+                    "several hosts: use redis-sentinel=redis+sentinel://... or \
+                     redis-cluster=redis+cluster://...",
+                ));
+            }
+            Ok(Target::Single {
+                url: url.to_string(),
+            })
+        } else {
+            Err(bad(
+                "not a redis://, redis+sentinel:// or redis+cluster:// URL",
+            ))
+        }
+    }
+
+    /// The `--store` form that names this kind of target.
+    pub fn form(&self) -> &'static str {
+        match self {
+            Target::Single { .. } => "redis",
+            Target::Sentinel { .. } => "redis-sentinel",
+            Target::Cluster { .. } => "redis-cluster",
+        }
+    }
+}
+
+/// The store URL for an agent's `--store` value `redis=URL` (any of the three forms),
+/// `redis-sentinel=URL` (`redis+sentinel://...`, or `redis://` with the sentinels) or
+/// `redis-cluster=URL` (`redis+cluster://...`, or `redis://` with some of the nodes). `None`
+/// when the value is none of these forms; an error (password redacted) when the URL is wrong.
+pub fn store_url(value: &str) -> Option<Result<String, String>> {
+    let (form, url) = value.split_once('=')?;
+    let url = match form {
+        "redis" => url.to_string(),
+        "redis-sentinel" => rescheme(url, SENTINEL_SCHEME),
+        "redis-cluster" => rescheme(url, CLUSTER_SCHEME),
+        _ => return None,
+    };
+    Some(Target::parse(&url).and_then(|target| {
+        if form == "redis" || target.form() == form {
+            Ok(url)
+        } else {
+            Err(format!(
+                "`{}` is a {} URL, not a {form} one",
+                redact(&url),
+                target.form()
+            ))
+        }
+    }))
+}
+
+fn rescheme(url: &str, scheme: &str) -> String {
+    match url.strip_prefix("redis://") {
+        Some(rest) => format!("{scheme}{rest}"),
+        None => url.to_string(),
+    }
+}
+
+/// `[CREDENTIALS@]HOST[:PORT],...[/PATH]`: the credentials, the hosts, and the path without
+/// its leading and trailing slashes.
+fn split_hosts(
+    rest: &str,
+    default_port: u16,
+) -> Result<(Credentials, Vec<HostPort>, &str), String> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if path.contains(['?', '#']) {
+        return Err("no query or fragment allowed".into());
+    }
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (credentials(userinfo)?, hosts),
+        None => (Credentials::default(), authority),
+    };
+    if hosts.contains(['?', '#']) {
+        return Err("no query or fragment allowed".into());
+    }
+    let hosts = hosts
+        .split(',')
+        .map(|h| host_port(h, default_port))
+        .collect::<Result<Vec<_>, _>>()?;
+    if hosts.len() > MAX_HOSTS {
+        return Err(format!("more than {MAX_HOSTS} hosts"));
+    }
+    Ok((credentials, hosts, path.trim_end_matches('/')))
+}
+
+fn host_port(s: &str, default_port: u16) -> Result<HostPort, String> {
+    let (host, port) = match s.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| format!("`{s}`: no closing ] after an IPv6 address"))?;
+            match after {
+                "" => (host, None),
+                _ => (
+                    host,
+                    Some(
+                        after
+                            .strip_prefix(':')
+                            .ok_or_else(|| format!("`{s}`: expected :PORT after ]"))?,
+                    ),
+                ),
+            }
+        }
+        None => match s.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (s, None),
+        },
+    };
+    let v6 = s.starts_with('[');
+    if host.is_empty()
+        || host.len() > 253
+        || !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_".contains(c) || (v6 && c == ':'))
+    {
+        return Err(format!("`{s}` is not HOST[:PORT]"));
+    }
+    let port = match port {
+        None => default_port,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("`{s}`: bad port"))?,
+    };
+    Ok(HostPort {
+        host: host.to_string(),
+        port,
+    })
+}
+
+/// `USER:PASSWORD`, `:PASSWORD` or `PASSWORD` (percent-encoded). Errors never quote it.
+fn credentials(userinfo: &str) -> Result<Credentials, String> {
+    let (user, password) = match userinfo.split_once(':') {
+        Some((user, password)) => (user, password),
+        None => ("", userinfo),
+    };
+    let decode = |s: &str| percent_decode(s).ok_or("the credentials are not well percent-encoded");
+    let user = decode(user)?;
+    let password = decode(password)?;
+    Ok(Credentials {
+        username: (!user.is_empty()).then_some(user),
+        password: (!password.is_empty()).then_some(password),
+    })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// The worker's answer to a Get.
@@ -67,13 +390,44 @@ enum Op {
     },
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     sent: AtomicU64,
     received: AtomicU64,
     dropped: AtomicU64,
     rejected: AtomicU64,
     fallbacks: AtomicU64,
+    reconnects: AtomicU64,
+    /// The worker lost its connection after having had one, and has not got one back:
+    /// lookups fail at once instead of waiting.
+    down: AtomicBool,
+    /// Until when (ms after `epoch`) a take is not exclusive.
+    quarantine_until_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        Counters {
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+            quarantine_until_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    fn quarantined(&self, now: Instant) -> bool {
+        self.ms(now) < self.quarantine_until_ms.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Debug)]
@@ -96,7 +450,8 @@ impl std::fmt::Debug for Op {
 }
 
 /// `url` with its password (or a credential without a user) replaced by `***`: for messages
-/// and logs, which must not carry the Redis password.
+/// and logs, which must not carry the Redis password. Works on every store URL form (several
+/// hosts after one `USER:PASSWORD@`).
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
@@ -117,14 +472,15 @@ impl RedisStore {
     /// Checks the URL and starts the worker thread (which connects, and reconnects, by itself:
     /// an agent starts even while Redis is down).
     pub fn start(config: RedisConfig, ring: SharedRing) -> Result<Arc<Self>, String> {
-        let client = redis::Client::open(config.url.as_str())
+        let target = Target::parse(&config.url).map_err(|e| format!("--store: {e}"))?;
+        let connector = Connector::new(target)
             .map_err(|e| format!("--store redis={}: {e}", redact(&config.url)))?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_LEN);
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::new());
         let worker_counters = counters.clone();
         std::thread::Builder::new()
             .name("baton-redis".into())
-            .spawn(move || worker(client, rx, worker_counters))
+            .spawn(move || worker(connector, rx, worker_counters))
             .map_err(|e| format!("starting Redis worker: {e}"))?;
         Ok(Arc::new(Self {
             local: MemoryStore::new(config.capacity, config.ttl),
@@ -163,8 +519,13 @@ impl RedisStore {
         }
     }
 
-    /// Asks Redis for `key` (GETDEL when `take`), waiting at most `wait`.
+    /// Asks Redis for `key` (GETDEL when `take`), waiting at most `wait` (not at all while the
+    /// worker knows Redis is lost).
     fn ask(&self, key: &[u8], take: bool, now: Instant) -> Shared {
+        if self.counters.down.load(Ordering::Relaxed) {
+            self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+            return Shared::Unavailable;
+        }
         let (reply, answer) = mpsc::sync_channel(1);
         let op = Op::Get {
             key: key.to_vec(),
@@ -211,10 +572,13 @@ enum Shared {
 /// The single-use decision of a take: only Redis's own GETDEL can say that this agent is the
 /// one that removed the session. A copy in the local cache is never exclusive: another agent
 /// may have taken the shared copy already (the local cache of the agent that issued a ticket
-/// keeps it after a peer resumed it), or will take it once Redis is back.
-fn combine(local: Option<Vec<u8>>, shared: Shared) -> crate::Taken {
+/// keeps it after a peer resumed it), or will take it once Redis is back. Nor is a GETDEL
+/// shortly after a reconnection (`quarantined`): the primary that answered may be a promoted
+/// replica that never learnt of a GETDEL its predecessor ran.
+fn combine(local: Option<Vec<u8>>, shared: Shared, quarantined: bool) -> crate::Taken {
     use crate::Taken;
     match (shared, local) {
+        (Shared::Found(v), _) if quarantined => Taken::Local(v),
         (Shared::Found(v), _) => Taken::Exclusive(v),
         (Shared::Absent, Some(v)) => Taken::Reused(v),
         (Shared::Unavailable, Some(v)) => Taken::Local(v),
@@ -258,7 +622,8 @@ impl SessionStore for RedisStore {
 
     fn take_once(&self, key: &[u8], now: Instant) -> crate::Taken {
         let local = self.local.take(key, now);
-        combine(local, self.ask(key, true, now))
+        let shared = self.ask(key, true, now);
+        combine(local, shared, self.counters.quarantined(now))
     }
 
     fn stats(&self) -> StoreStats {
@@ -269,6 +634,7 @@ impl SessionStore for RedisStore {
             dropped: c.dropped.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            reconnects: c.reconnects.load(Ordering::Relaxed),
             ..self.local.stats()
         }
     }
@@ -284,20 +650,188 @@ fn redis_key(key: &[u8]) -> Vec<u8> {
     [KEY_PREFIX, key].concat()
 }
 
-/// Owns the connection: serves queued operations, reconnects with backoff. While Redis is
-/// unreachable, lookups are answered "miss" at once (and counted), writes are dropped.
-fn worker(client: redis::Client, ops: Receiver<Op>, counters: Arc<Counters>) {
-    let mut backoff = Duration::from_millis(50);
+/// How the worker gets a connection, for each kind of target.
+enum Connector {
+    Single(redis::Client),
+    Sentinel(Sentinels),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+struct Sentinels {
+    addrs: Vec<redis::ConnectionAddr>,
+    primary: String,
+    credentials: Credentials,
+    db: i64,
+    /// A query that outlived its deadline, still running on its own thread: no second one is
+    /// started while it hangs.
+    pending: Option<Receiver<Result<redis::Client, String>>>,
+}
+
+/// A connection to the one server, Sentinel's current primary, or the cluster.
+enum Conn {
+    One(redis::Connection),
+    Cluster(redis::cluster::ClusterConnection),
+}
+
+impl Conn {
+    fn get(&mut self) -> &mut dyn redis::ConnectionLike {
+        match self {
+            Conn::One(c) => c,
+            Conn::Cluster(c) => c,
+        }
+    }
+}
+
+impl Connector {
+    /// Checks what can be checked without I/O.
+    fn new(target: Target) -> Result<Connector, String> {
+        let tcp = |h: &HostPort| redis::ConnectionAddr::Tcp(h.host.clone(), h.port);
+        Ok(match target {
+            Target::Single { url } => {
+                Connector::Single(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?)
+            }
+            Target::Sentinel {
+                sentinels,
+                primary,
+                credentials,
+                db,
+            } => Connector::Sentinel(Sentinels {
+                addrs: sentinels.iter().map(tcp).collect(),
+                primary,
+                credentials,
+                db,
+                pending: None,
+            }),
+            Target::Cluster { nodes, credentials } => {
+                let mut b = redis::cluster::ClusterClient::builder(nodes.iter().map(tcp))
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(IO_TIMEOUT)
+                    // One retry: enough for a MOVED redirect; a dead shard primary comes back
+                    // to the worker as an error (a miss, and a reconnection) at once.
+                    .retries(1)
+                    .min_retry_wait(10)
+                    .max_retry_wait(100);
+                if let Some(user) = &credentials.username {
+                    b = b.username(user);
+                }
+                if let Some(password) = &credentials.password {
+                    b = b.password(password);
+                }
+                Connector::Cluster(b.build().map_err(|e| e.to_string())?)
+            }
+        })
+    }
+
+    /// A connection and what it reaches (an address, for logs), every phase with a deadline.
+    fn connect(&mut self) -> Result<(Conn, String), String> {
+        let one = |client: &redis::Client| -> Result<(Conn, String), String> {
+            let con = client
+                .get_connection_with_timeout(CONNECT_TIMEOUT)
+                .map_err(|e| e.to_string())?;
+            let _ = con.set_read_timeout(Some(IO_TIMEOUT));
+            let _ = con.set_write_timeout(Some(IO_TIMEOUT));
+            Ok((
+                Conn::One(con),
+                client.get_connection_info().addr().to_string(),
+            ))
+        };
+        match self {
+            Connector::Single(client) => one(client),
+            Connector::Sentinel(sentinels) => one(&sentinels.primary()?),
+            Connector::Cluster(client) => {
+                let con = client.get_connection().map_err(|e| e.to_string())?;
+                let _ = con.set_read_timeout(Some(IO_TIMEOUT));
+                let _ = con.set_write_timeout(Some(IO_TIMEOUT));
+                Ok((Conn::Cluster(con), "the cluster".into()))
+            }
+        }
+    }
+}
+
+impl Sentinels {
+    /// A client for the current primary, as the sentinels name it (and as it confirms with
+    /// ROLE). The `redis` crate's sentinel client has no deadlines of its own, so it runs on
+    /// a thread of its own that the worker waits for at most [`DISCOVERY_DEADLINE`].
+    fn primary(&mut self) -> Result<redis::Client, String> {
+        if let Some(pending) = &self.pending {
+            match pending.try_recv() {
+                Err(TryRecvError::Empty) => {
+                    return Err("the last query to the sentinels still hangs".into())
+                }
+                // Done meanwhile: its answer may be stale; ask again.
+                _ => self.pending = None,
+            }
+        }
+        let builder = redis::sentinel::SentinelClientBuilder::new(
+            self.addrs.clone(),
+            &self.primary,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| e.to_string())?
+        .set_client_to_redis_db(self.db);
+        let builder = match &self.credentials.username {
+            Some(user) => builder.set_client_to_redis_username(user),
+            None => builder,
+        };
+        let builder = match &self.credentials.password {
+            Some(password) => builder.set_client_to_redis_password(password),
+            None => builder,
+        };
+        let (tx, rx) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("baton-redis-sentinel".into())
+            .spawn(move || {
+                let answer = builder
+                    .build()
+                    .and_then(|mut client| client.get_client())
+                    .map_err(|e| e.to_string());
+                let _ = tx.send(answer);
+            })
+            .map_err(|e| format!("starting a sentinel query: {e}"))?;
+        match rx.recv_timeout(DISCOVERY_DEADLINE) {
+            Ok(answer) => answer,
+            Err(RecvTimeoutError::Timeout) => {
+                self.pending = Some(rx);
+                Err(format!(
+                    "the sentinels did not name a primary within {DISCOVERY_DEADLINE:?}"
+                ))
+            }
+            Err(RecvTimeoutError::Disconnected) => Err("the sentinel query failed".into()),
+        }
+    }
+}
+
+/// Owns the connection: serves queued operations, reconnects with backoff (asking the
+/// sentinels again, or the cluster for its slots). While Redis is unreachable, lookups are
+/// answered "miss" at once (and counted), writes are dropped (and counted).
+fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) {
+    let mut backoff = MIN_BACKOFF;
+    let mut last: Option<String> = None;
     loop {
-        match client.get_connection_with_timeout(Duration::from_secs(1)) {
-            Ok(mut con) => {
-                let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
-                let _ = con.set_write_timeout(Some(Duration::from_secs(1)));
-                backoff = Duration::from_millis(50);
-                tracing::info!("connected to Redis session store");
+        match connector.connect() {
+            Ok((mut con, reached)) => {
+                backoff = MIN_BACKOFF;
+                match &last {
+                    None => tracing::info!(server = %reached, "connected to Redis session store"),
+                    Some(before) => {
+                        counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                        let until = counters.ms(Instant::now() + RECONNECT_QUARANTINE);
+                        counters
+                            .quarantine_until_ms
+                            .fetch_max(until, Ordering::Relaxed);
+                        if *before != reached {
+                            tracing::warn!(from = %before, to = %reached,
+                                "Redis session store: following the failover to a new primary");
+                        } else {
+                            tracing::info!(server = %reached, "reconnected to Redis session store");
+                        }
+                    }
+                }
+                last = Some(reached);
+                counters.down.store(false, Ordering::Relaxed);
                 loop {
                     let Ok(op) = ops.recv() else { return };
-                    if let Err(e) = serve(&mut con, op, &counters) {
+                    if let Err(e) = serve(con.get(), op, &counters) {
                         tracing::warn!(error = %e, "Redis session store failed; reconnecting");
                         break;
                     }
@@ -305,9 +839,12 @@ fn worker(client: redis::Client, ops: Receiver<Op>, counters: Arc<Counters>) {
             }
             Err(e) => tracing::debug!(error = %e, "Redis session store unreachable"),
         }
+        if last.is_some() {
+            counters.down.store(true, Ordering::Relaxed);
+        }
         // Down: answer everything that arrives during the backoff without waiting.
         let until = Instant::now() + backoff;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        backoff = (backoff * 2).min(MAX_BACKOFF);
         loop {
             let left = until.saturating_duration_since(Instant::now());
             match ops.recv_timeout(left) {
@@ -325,7 +862,11 @@ fn worker(client: redis::Client, ops: Receiver<Op>, counters: Arc<Counters>) {
     }
 }
 
-fn serve(con: &mut redis::Connection, op: Op, counters: &Counters) -> redis::RedisResult<()> {
+fn serve(
+    con: &mut dyn redis::ConnectionLike,
+    op: Op,
+    counters: &Counters,
+) -> redis::RedisResult<()> {
     match op {
         Op::Get { key, take, reply } => {
             let cmd = if take { "GETDEL" } else { "GET" };
@@ -373,7 +914,7 @@ mod take_tests {
         let shared = || [Shared::Found(v()), Shared::Absent, Shared::Unavailable];
         for local in [Some(v()), None] {
             for (i, s) in shared().into_iter().enumerate() {
-                let taken = combine(local.clone(), s);
+                let taken = combine(local.clone(), s, false);
                 let want = match (i, local.is_some()) {
                     (0, _) => TakenKind::Exclusive,
                     (1, true) => TakenKind::Reused,
@@ -391,6 +932,17 @@ mod take_tests {
             }
         }
     }
+
+    /// After a reconnection Redis's GETDEL is no proof either: the value serves a 1-RTT
+    /// resumption, never early data.
+    #[test]
+    fn a_getdel_right_after_a_reconnection_is_not_exclusive() {
+        for local in [Some(vec![1u8]), None] {
+            let taken = combine(local, Shared::Found(vec![7u8; 4]), true);
+            assert_eq!(taken.kind(), TakenKind::Local);
+            assert_eq!(taken.into_value(), Some(vec![7u8; 4]));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -406,5 +958,160 @@ mod redact_tests {
         assert_eq!(redact("rediss://secret@h"), "rediss://***@h");
         assert_eq!(redact("redis://h:6379/?a=b@c"), "redis://h:6379/?a=b@c");
         assert_eq!(redact("redis://u:p@ss@h/"), "redis://u:***@h/");
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::{redact, store_url, Credentials, HostPort, Target};
+
+    fn hp(host: &str, port: u16) -> HostPort {
+        HostPort {
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        assert_eq!(
+            Target::parse("redis+sentinel://127.0.0.1:26379,h2,[::1]:26380/mymaster").unwrap(),
+            Target::Sentinel {
+                sentinels: vec![hp("127.0.0.1", 26379), hp("h2", 26379), hp("::1", 26380)],
+                primary: "mymaster".into(),
+                credentials: Credentials::default(),
+                db: 0,
+            }
+        );
+        assert_eq!(
+            Target::parse("redis+sentinel://u:p%40ss@h:1/set-1/3/").unwrap(),
+            Target::Sentinel {
+                sentinels: vec![hp("h", 1)],
+                primary: "set-1".into(),
+                credentials: Credentials {
+                    username: Some("u".into()),
+                    password: Some("p@ss".into()),
+                },
+                db: 3,
+            }
+        );
+        for bad in [
+            "redis+sentinel://h:26379",
+            "redis+sentinel://h:26379/",
+            "redis+sentinel://h:26379/a b",
+            "redis+sentinel://h:26379/m/x",
+            "redis+sentinel://h:26379/m/1/2",
+            "redis+sentinel://h:0/m",
+            "redis+sentinel://h:99999/m",
+            "redis+sentinel://h:1,,h:2/m",
+            "redis+sentinel://[::1/m",
+            "redis+sentinel://h:1/m?x=1",
+            "redis+sentinel://u:%zz@h/m",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cluster_urls() {
+        assert_eq!(
+            Target::parse("redis+cluster://:pw@a:7000,b:7001,c/").unwrap(),
+            Target::Cluster {
+                nodes: vec![hp("a", 7000), hp("b", 7001), hp("c", 6379)],
+                credentials: Credentials {
+                    username: None,
+                    password: Some("pw".into()),
+                },
+            }
+        );
+        assert!(Target::parse("redis+cluster://a:7000/1").is_err());
+        let many = (0..65)
+            .map(|i| format!("h{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(Target::parse(&format!("redis+cluster://{many}/")).is_err());
+    }
+
+    #[test]
+    fn single_urls_and_store_forms() {
+        assert_eq!(
+            Target::parse("redis://h:6379/0").unwrap(),
+            Target::Single {
+                url: "redis://h:6379/0".into()
+            }
+        );
+        assert!(Target::parse("redis://a:1,b:2/").is_err());
+        assert!(Target::parse("http://h/").is_err());
+
+        assert_eq!(store_url("memory"), None);
+        assert_eq!(store_url("peers=x"), None);
+        assert_eq!(
+            store_url("redis-cluster=redis://a:7000,b:7001/"),
+            Some(Ok("redis+cluster://a:7000,b:7001/".into()))
+        );
+        assert_eq!(
+            store_url("redis-sentinel=redis://a:26379,b:26379/m"),
+            Some(Ok("redis+sentinel://a:26379,b:26379/m".into()))
+        );
+        assert_eq!(
+            store_url("redis-sentinel=redis+sentinel://a/m"),
+            Some(Ok("redis+sentinel://a/m".into()))
+        );
+        assert_eq!(
+            store_url("redis=redis+cluster://a/"),
+            Some(Ok("redis+cluster://a/".into()))
+        );
+        assert!(matches!(
+            store_url("redis-sentinel=redis+cluster://a/"),
+            Some(Err(_))
+        ));
+        assert!(matches!(
+            store_url("redis-cluster=redis://a/m/x"),
+            Some(Err(_))
+        ));
+    }
+
+    /// No error, Debug or redacted form carries the password.
+    #[test]
+    fn passwords_never_show() {
+        let urls = [
+            "redis+sentinel://user:s3cret@h1:26379,h2:26379/m",
+            "redis+sentinel://s3cret@h1/m",
+            "redis+cluster://:s3cret@a:7000,b:7001/",
+            "redis+cluster://u:s3cret@a:7000,b:7001/9",
+            "redis+sentinel://u:s3cret@h1:26379/",
+            "redis://u:s3cret@a:1,b:2/",
+        ];
+        for url in urls {
+            assert!(!redact(url).contains("s3cret"), "{url}");
+            match Target::parse(url) {
+                Ok(t) => assert!(!format!("{t:?}").contains("s3cret"), "{url}"),
+                Err(e) => assert!(!e.contains("s3cret"), "{url}: {e}"),
+            }
+            for form in ["redis", "redis-sentinel", "redis-cluster"] {
+                if let Some(Err(e)) = store_url(&format!("{form}={url}")) {
+                    assert!(!e.contains("s3cret"), "{form}={url}: {e}");
+                }
+            }
+        }
+        assert_eq!(
+            redact("redis+sentinel://u:s3cret@h1:26379,h2:26379/m"),
+            "redis+sentinel://u:***@h1:26379,h2:26379/m"
+        );
+        assert_eq!(
+            redact("redis+cluster://s3cret@a:7000,b:7001/"),
+            "redis+cluster://***@a:7000,b:7001/"
+        );
+    }
+
+    /// Parsing and redaction never panic, whatever the input.
+    #[test]
+    fn parsing_never_panics() {
+        use proptest::prelude::*;
+        proptest!(|(s in "(redis(\\+sentinel|\\+cluster)?://)?[a-z0-9:@/,\\[\\]%?.-]{0,40}")| {
+            let _ = Target::parse(&s);
+            let _ = store_url(&format!("redis-sentinel={s}"));
+            let _ = redact(&s);
+        });
     }
 }

@@ -105,4 +105,7 @@ pub struct StoreStats {
     pub refused: u64,
     /// Lookups answered "miss" because the shared store was down or slow (a full handshake).
     pub fallbacks: u64,
+    /// Connections to the shared store made again after losing it: a restart, or a failover
+    /// followed to the promoted replica (Redis Sentinel, a Redis Cluster shard).
+    pub reconnects: u64,
 }
