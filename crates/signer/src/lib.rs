@@ -78,6 +78,7 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
     anyhow::ensure!(args.queue >= 1, "--queue must be at least 1");
     let path = server::unix_path(&args.listen)?;
+    refuse_inspection()?;
     let auth = auth::AuthKey::from_file(&args.auth_key_file)?;
     let mut loaded = Vec::new();
     for k in &args.key {
@@ -144,4 +145,21 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
         );
         Ok(())
     })
+}
+
+/// Before any key is read: no core dumps, and no other process of the same user may attach
+/// to this one or read its memory through /proc (a non-dumpable process needs
+/// CAP_SYS_PTRACE for that). The signer exists so that an agent's compromise does not
+/// reveal the keys, and deployments may run both under one user (`deploy/systemd`).
+fn refuse_inspection() -> anyhow::Result<()> {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) takes no pointers and only changes this process's
+    // dumpable flag.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if r != 0 {
+        anyhow::bail!(
+            "making the signer non-dumpable: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
