@@ -669,15 +669,15 @@ struct Sentinels {
 
 /// A connection to the one server, Sentinel's current primary, or the cluster.
 enum Conn {
-    One(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    One(Box<redis::Connection>),
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl Conn {
     fn get(&mut self) -> &mut dyn redis::ConnectionLike {
         match self {
-            Conn::One(c) => c,
-            Conn::Cluster(c) => c,
+            Conn::One(c) => c.as_mut(),
+            Conn::Cluster(c) => c.as_mut(),
         }
     }
 }
@@ -731,7 +731,7 @@ impl Connector {
             let _ = con.set_read_timeout(Some(IO_TIMEOUT));
             let _ = con.set_write_timeout(Some(IO_TIMEOUT));
             Ok((
-                Conn::One(con),
+                Conn::One(Box::new(con)),
                 client.get_connection_info().addr().to_string(),
             ))
         };
@@ -742,7 +742,7 @@ impl Connector {
                 let con = client.get_connection().map_err(|e| e.to_string())?;
                 let _ = con.set_read_timeout(Some(IO_TIMEOUT));
                 let _ = con.set_write_timeout(Some(IO_TIMEOUT));
-                Ok((Conn::Cluster(con), "the cluster".into()))
+                Ok((Conn::Cluster(Box::new(con)), "the cluster".into()))
             }
         }
     }
