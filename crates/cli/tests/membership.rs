@@ -304,3 +304,188 @@ fn the_admin_endpoint_is_loopback_only_and_the_roster_must_be_servable() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// One HTTPS request from source address `src` (its own TLS session cache in `config`):
+/// whether the handshake was a resumption, or the error.
+fn fetch_from(
+    src: std::net::IpAddr,
+    to: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+) -> Result<rustls::HandshakeKind, String> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| e.to_string())?;
+    socket
+        .bind(&SocketAddr::new(src, 0).into())
+        .map_err(|e| e.to_string())?;
+    socket
+        .connect_timeout(&to.into(), Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    let tcp: TcpStream = socket.into();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let conn = rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap())
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut response = Vec::new();
+    match tls.read_to_end(&mut response) {
+        Ok(_) => {}
+        // a peer that closes without close_notify after a complete response
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+        Err(e) => return Err(format!("read: {e}")),
+    }
+    if !response.starts_with(b"HTTP/1.1 200") {
+        return Err(String::from_utf8_lossy(&response).into());
+    }
+    tls.conn
+        .handshake_kind()
+        .ok_or_else(|| "no handshake".into())
+}
+
+#[test]
+fn two_dispatchers_behind_haproxy_agree_on_homes_and_one_can_die() {
+    if Command::new("haproxy").arg("-v").output().is_err() {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+            "haproxy required"
+        );
+        eprintln!("haproxy not installed: skipping");
+        return;
+    }
+    let pki = Pki::new();
+    let dir = TempDir::new("two-dispatchers");
+    let cluster_key = key_file(&dir, "cluster.key");
+    let tickets = key_file(&dir, "tickets.key");
+    let agents: Vec<Agent> = (0..2)
+        .map(|id| {
+            Agent::serving(
+                &pki,
+                &[
+                    "--agent-id",
+                    &id.to_string(),
+                    "--handoff",
+                    "true",
+                    "--link-listen",
+                    "127.0.0.1:0",
+                    "--cluster-key-file",
+                    &cluster_key,
+                    "--ticket-key-file",
+                    &tickets,
+                ],
+            )
+        })
+        .collect();
+    let roster: String = agents
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            format!(
+                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
+                a.addr,
+                a.link.unwrap()
+            )
+        })
+        .collect();
+    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    let mut dispatchers: Vec<Option<(Dispatcher, SocketAddr)>> = (0..2)
+        .map(|_| {
+            Some(dispatcher(
+                &dir.arg("agents.toml"),
+                &[
+                    "--policy",
+                    "handoff",
+                    "--cluster-key-file",
+                    &cluster_key,
+                    "--accept-proxy-protocol",
+                    "true",
+                ],
+            ))
+        })
+        .collect();
+    assert!(
+        within(Duration::from_secs(10), || agents
+            .iter()
+            .all(|a| a.metric("baton_link_connections_active") >= 4.0)),
+        "links from both dispatchers did not come up"
+    );
+    // HAProxy in front, as an L4 balancer would be: round robin, PROXY v2 to the dispatchers
+    // (so they route on the client's address), fast checks and redispatch on a dead one.
+    let front = free_port();
+    let servers: String = dispatchers
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let addr = d.as_ref().unwrap().0.addr;
+            format!("    server d{i} {addr} send-proxy-v2 check inter 200 fall 1 rise 1\n")
+        })
+        .collect();
+    std::fs::write(
+        dir.path("haproxy.cfg"),
+        format!(
+            "global\n    maxconn 4096\ndefaults\n    mode tcp\n    timeout connect 1s\n    timeout client 30s\n    timeout server 30s\n    retries 3\n    option redispatch\n\
+             frontend tls\n    bind 127.0.0.1:{front}\n    default_backend dispatchers\nbackend dispatchers\n    balance roundrobin\n{servers}"
+        ),
+    )
+    .unwrap();
+    let mut haproxy = Command::new("haproxy")
+        .args(["-f", &dir.arg("haproxy.cfg"), "-db"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_port(front), "haproxy did not listen");
+    let front = SocketAddr::from(([127, 0, 0, 1], front));
+
+    // six client hosts, each with its own session cache
+    let clients: Vec<(std::net::IpAddr, Arc<rustls::ClientConfig>)> = (10..16u8)
+        .map(|i| {
+            (
+                std::net::IpAddr::from([127, 0, 0, i]),
+                Arc::new(pki.client(&[&TLS13], None)),
+            )
+        })
+        .collect();
+    let resumed_at = |a: &Agent| a.handshakes("1.3", "resumed");
+    // Each client's resumptions go to its home, through either dispatcher: the home seen
+    // must be the same every time (the dispatchers agree), before and after one dies.
+    let mut homes: Vec<Option<usize>> = vec![None; clients.len()];
+    let mut round = |label: &str, homes: &mut Vec<Option<usize>>| {
+        for (i, (src, config)) in clients.iter().enumerate() {
+            let before: Vec<u64> = agents.iter().map(resumed_at).collect();
+            let kind = fetch_from(*src, front, config)
+                .unwrap_or_else(|e| panic!("{label}: client {src}: {e}"));
+            if kind != rustls::HandshakeKind::Resumed {
+                continue; // a first (full) handshake: its session moves home
+            }
+            let at: Vec<usize> = (0..agents.len())
+                .filter(|a| resumed_at(&agents[*a]) > before[*a])
+                .collect();
+            assert_eq!(at.len(), 1, "{label}: {src} resumed at {at:?}");
+            match homes[i] {
+                None => homes[i] = Some(at[0]),
+                Some(h) => assert_eq!(h, at[0], "{label}: {src} changed home"),
+            }
+        }
+    };
+    for _ in 0..4 {
+        round("both dispatchers", &mut homes);
+    }
+    assert!(homes.iter().all(Option::is_some), "{homes:?}");
+    let both_used = |d: &Option<(Dispatcher, SocketAddr)>| {
+        d.as_ref()
+            .unwrap()
+            .0
+            .metric("baton_dispatch_hellos_total{outcome=\"parsed\"}")
+    };
+    assert!(both_used(&dispatchers[0]) > 0.0 && both_used(&dispatchers[1]) > 0.0);
+
+    // one dispatcher dies: the other carries every client, sessions resume, homes stay
+    let (mut dead, _) = dispatchers[0].take().unwrap();
+    let _ = dead.child.kill();
+    let _ = dead.child.wait();
+    for _ in 0..4 {
+        round("one dispatcher left", &mut homes);
+    }
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
+}
