@@ -449,7 +449,7 @@ fn two_dispatchers_behind_haproxy_agree_on_homes_and_one_can_die() {
     // Each client's resumptions go to its home, through either dispatcher: the home seen
     // must be the same every time (the dispatchers agree), before and after one dies.
     let mut homes: Vec<Option<usize>> = vec![None; clients.len()];
-    let mut round = |label: &str, homes: &mut Vec<Option<usize>>| {
+    let round = |label: &str, homes: &mut Vec<Option<usize>>| {
         for (i, (src, config)) in clients.iter().enumerate() {
             let before: Vec<u64> = agents.iter().map(resumed_at).collect();
             let kind = fetch_from(*src, front, config)
