@@ -46,6 +46,8 @@ pub struct End {
     pub began: Option<std::time::Instant>,
     /// Time from `began` to the first response byte.
     pub ttfb: Option<std::time::Duration>,
+    /// TLS 1.3 tickets the client had received before this connection's handshake.
+    pub tickets_before: Option<u64>,
 }
 
 /// What kind of connection a transaction's first response came on, for TTFB by kind.
@@ -213,6 +215,33 @@ mod tests {
     }
 
     #[test]
+    fn kinds_for_ttfb() {
+        let end = |handshake, early| End {
+            handshake: Some(handshake),
+            early,
+            ..End::default()
+        };
+        assert_eq!(
+            Kind::of(&end(Handshake::Resumed, Some(true))),
+            Some(Kind::Early)
+        );
+        assert_eq!(
+            Kind::of(&end(Handshake::Resumed, Some(false))),
+            Some(Kind::Resumed)
+        );
+        assert_eq!(
+            Kind::of(&end(Handshake::Resumed, None)),
+            Some(Kind::Resumed)
+        );
+        // early data refused with the ticket: a full handshake
+        assert_eq!(
+            Kind::of(&end(Handshake::ResumeRefused, Some(false))),
+            Some(Kind::Full)
+        );
+        assert_eq!(Kind::of(&End::default()), None);
+    }
+
+    #[test]
     fn every_connection_and_request_is_counted_once() {
         let full = Some(Handshake::Full);
         // refused at TCP: no handshake either way, every request unanswered
@@ -280,6 +309,7 @@ mod tests {
                 responses: 2,
                 error: Some(ErrorClass::Closed),
                 negotiated: None,
+                ..End::default()
             },
             5,
         );
@@ -293,6 +323,7 @@ mod tests {
                 responses: 4,
                 error: None,
                 negotiated: None,
+                ..End::default()
             },
             4,
         );

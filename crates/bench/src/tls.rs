@@ -36,6 +36,8 @@ pub struct ClientSessions {
     inner: Mutex<Sessions>,
     /// false: `--resume none`, sessions and tickets are dropped on arrival.
     keep: bool,
+    /// TLS 1.3 tickets received so far.
+    received: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +52,7 @@ impl ClientSessions {
         Self {
             inner: Mutex::default(),
             keep,
+            received: Default::default(),
         }
     }
 
@@ -59,6 +62,11 @@ impl ClientSessions {
         let mut s = self.lock();
         s.tls12 = None;
         s.tls13.clear();
+    }
+
+    /// TLS 1.3 tickets received so far.
+    pub fn tickets_received(&self) -> u64 {
+        self.received.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the next connection will offer a session to resume.
@@ -94,6 +102,8 @@ impl ClientSessionStore for ClientSessions {
         if !self.keep {
             return;
         }
+        self.received
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut s = self.lock();
         if s.tls13.len() == MAX_TICKETS {
             s.tls13.pop_front();

@@ -102,6 +102,7 @@ impl Client {
                 server_name,
             } => {
                 let offered = sessions.has_session();
+                end.tickets_before = Some(sessions.tickets_received());
                 // HTTP/1.1: the first request is handed to rustls before the handshake; rustls
                 // sends it the moment the handshake completes, with the client's Finished (TLS
                 // 1.3, and TLS 1.2 resumption), so the server gets both in one segment, as from
@@ -334,6 +335,21 @@ impl Client {
                     ErrorClass::Closed,
                     &format_args!("server closed after {} of {k} requests", i + 1),
                 ));
+            }
+        }
+        // A TLS 1.3 server sends its new tickets once it has the client's Finished: after a
+        // 0-RTT response, which comes a round trip earlier. A client that closed at once would
+        // never get them and would run out of tickets (a browser keeps the connection open
+        // long enough); so wait for one, for at most the timeout (not counted in TTFB).
+        if let (Some(true), Some(before), ClientTls::Rustls { sessions, .. }) =
+            (end.early, end.tickets_before, &self.tls)
+        {
+            let give_up = Instant::now() + t;
+            while sessions.tickets_received() == before && Instant::now() < give_up {
+                match timeout(Duration::from_millis(2), tls.read(&mut buf[held..])).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(_)) | Err(_) => {}
+                }
             }
         }
         // close_notify, then `close` on drop sends the FIN; a server that already closed is fine
