@@ -62,7 +62,9 @@ const IO_TIMEOUT: Duration = Duration::from_secs(1);
 /// Asking the sentinels for the primary, checking its ROLE included.
 const DISCOVERY_DEADLINE: Duration = Duration::from_secs(2);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// A cluster's slot map is re-read at most this often while a shard fails.
+const SLOT_REFRESH: Duration = Duration::from_millis(250);
 /// Most hosts one URL may list.
 const MAX_HOSTS: usize = 64;
 
@@ -804,6 +806,10 @@ impl Sentinels {
 /// Owns the connection: serves queued operations, reconnects with backoff (asking the
 /// sentinels again, or the cluster for its slots). While Redis is unreachable, lookups are
 /// answered "miss" at once (and counted), writes are dropped (and counted).
+///
+/// In a cluster, one shard failing does not stop the others: the worker keeps its connection
+/// and re-reads the slot map (a new cluster connection, at most every [`SLOT_REFRESH`]) until
+/// the shard's replica has taken over; only when no node answers is the store down.
 fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) {
     let mut backoff = MIN_BACKOFF;
     let mut last: Option<String> = None;
@@ -814,11 +820,7 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
                 match &last {
                     None => tracing::info!(server = %reached, "connected to Redis session store"),
                     Some(before) => {
-                        counters.reconnects.fetch_add(1, Ordering::Relaxed);
-                        let until = counters.ms(Instant::now() + RECONNECT_QUARANTINE);
-                        counters
-                            .quarantine_until_ms
-                            .fetch_max(until, Ordering::Relaxed);
+                        reconnected(&counters);
                         if *before != reached {
                             tracing::warn!(from = %before, to = %reached,
                                 "Redis session store: following the failover to a new primary");
@@ -829,11 +831,33 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
                 }
                 last = Some(reached);
                 counters.down.store(false, Ordering::Relaxed);
+                let mut next_refresh = Instant::now();
                 loop {
                     let Ok(op) = ops.recv() else { return };
-                    if let Err(e) = serve(con.get(), op, &counters) {
+                    let Err(e) = serve(con.get(), op, &counters) else {
+                        continue;
+                    };
+                    if !matches!(con, Conn::Cluster(_)) {
                         tracing::warn!(error = %e, "Redis session store failed; reconnecting");
                         break;
+                    }
+                    if Instant::now() < next_refresh {
+                        tracing::debug!(error = %e, "Redis Cluster session store: a shard failed");
+                        continue;
+                    }
+                    next_refresh = Instant::now() + SLOT_REFRESH;
+                    match connector.connect() {
+                        Ok((fresh, _)) => {
+                            tracing::warn!(error = %e,
+                                "Redis Cluster session store: a shard failed; slot map re-read");
+                            con = fresh;
+                            reconnected(&counters);
+                        }
+                        Err(again) => {
+                            tracing::warn!(error = %again,
+                                "Redis Cluster session store unreachable; reconnecting");
+                            break;
+                        }
                     }
                 }
             }
@@ -860,6 +884,15 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
             }
         }
     }
+}
+
+/// A connection made again: counted, and takes are not exclusive for a while.
+fn reconnected(counters: &Counters) {
+    counters.reconnects.fetch_add(1, Ordering::Relaxed);
+    let until = counters.ms(Instant::now() + RECONNECT_QUARANTINE);
+    counters
+        .quarantine_until_ms
+        .fetch_max(until, Ordering::Relaxed);
 }
 
 fn serve(
