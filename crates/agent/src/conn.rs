@@ -227,7 +227,7 @@ async fn serve(
     // once the client has sent something: connections that idle after the handshake (browser
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
-    if ahead.is_empty() && !request_waiting(&mut stream, &shared, first_by).await {
+    if ahead.is_empty() && !request_waiting(&mut stream, &shared, first_by, false).await {
         return;
     }
     if h2 {
@@ -421,8 +421,9 @@ pub(crate) type Tls = TlsStream<ConnIo<AgentIo>>;
 /// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
 /// socket is readable and what arrived decrypts to some) or the peer closed. `false` when the
 /// connection should end instead (idle timeout, drain, I/O error, or `until` passed: bytes
-/// that decrypt to nothing, a record trickled in, do not extend the wait).
-async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant) -> bool {
+/// that decrypt to nothing, a record trickled in, do not extend the wait). A drain ends only a
+/// `later` wait (for a keep-alive connection's next request).
+async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant, later: bool) -> bool {
     loop {
         let (io, tls) = stream.get_mut();
         match tls.process_new_packets() {
@@ -434,7 +435,9 @@ async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant) -> b
         }
         tokio::select! {
             r = io.readable() => if r.is_err() { return false },
-            _ = shared.draining.cancelled() => return false,
+            // A drain ends the wait for a keep-alive connection's next request, not for a new
+            // connection's first: its client connected while we served, and gets its answer.
+            _ = shared.draining.cancelled(), if later => return false,
             _ = tokio::time::sleep_until(until) => {
                 shared.metrics.slow_request(false);
                 return false;
@@ -477,7 +480,8 @@ async fn serve_http1(
     let mut first = Some(first_by);
     loop {
         let until = first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
-        if ahead.is_empty() && !request_waiting(&mut stream, &shared, until).await {
+        let later = first.is_none();
+        if ahead.is_empty() && !request_waiting(&mut stream, &shared, until, later).await {
             return;
         }
         let state = Arc::new(RequestState::default());
@@ -522,9 +526,11 @@ async fn serve_http1(
         let result = loop {
             tokio::select! {
                 r = std::future::poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break r,
-                // hyper has the whole response: stop after it instead of waiting for another
+                // hyper has the whole response: stop after it instead of waiting for another.
+                // (A drain needs no branch: this hyper connection serves one request, whose
+                // bytes are here, and `again` below ends the loop. Shutting hyper down before
+                // it has read them would close the connection unanswered.)
                 _ = parked.notified() => conn.as_mut().graceful_shutdown(),
-                _ = shared.draining.cancelled() => conn.as_mut().graceful_shutdown(),
                 why = pace::overdue(pace, &state) => {
                     shared.metrics.slow_request(why == TooSlow::Rate);
                     return;

@@ -2,6 +2,7 @@
 //! (SIGHUP reloads certificates and ticket keys, SIGTERM/SIGINT drain).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use baton_ops::accept::{Acceptor, Admitted};
@@ -66,7 +67,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let mut int = signal(SignalKind::interrupt())?;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
     let link = config.link_listen.map(|a| ("link", a));
-    let (listeners, link_listener, metrics_listener) =
+    let (listeners, link_listener_socket, metrics_listener) =
         baton_ops::listen::open_with("tls", &config.listen, link, config.metrics)?;
     for entry in tls.cert_summary() {
         tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
@@ -91,14 +92,20 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             tracker.clone(),
         ));
     }
-    if let Some(l) = link_listener {
+    let mut link_listener = None;
+    if let Some(l) = link_listener_socket {
         let ring = shared
             .tls
             .cluster_ring()
             .cloned()
             .context("--link-listen needs --cluster-key-file")?;
-        let link = baton_link::LinkListener::new(l, shared.config.agent_id, ring);
+        let link = Arc::new(baton_link::LinkListener::new(
+            l,
+            shared.config.agent_id,
+            ring,
+        ));
         shared.link_stats.set(link.stats()).ok();
+        link_listener = Some(link.clone());
         tokio::spawn(link_accept_loop(
             link,
             shared.clone(),
@@ -133,8 +140,21 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         "draining: no new connections, waiting for open ones"
     );
     draining.cancel();
-    tracker.close();
-    if tokio::time::timeout(shared.config.drain_timeout, tracker.wait())
+    let drained = async {
+        // Dispatchers hear it on every link (GOAWAY) and take new clients elsewhere; streams
+        // they opened before hearing it still arrive, so the links must have closed (each
+        // once its last stream ends) before an empty tracker means the work is done.
+        if let Some(link) = &link_listener {
+            link.drain();
+            let stats = link.stats();
+            while stats.connections_active() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        tracker.close();
+        tracker.wait().await;
+    };
+    if tokio::time::timeout(shared.config.drain_timeout, drained)
         .await
         .is_err()
     {
@@ -180,20 +200,18 @@ async fn accept_loop(
     }
 }
 
-/// Streams of the agent link count against the same connection cap as sockets.
+/// Streams of the agent link count against the same connection cap as sockets. Draining
+/// does not end this loop: the link refuses new streams itself (GOAWAY), and the streams a
+/// dispatcher opened before that are still served.
 async fn link_accept_loop(
-    link: baton_link::LinkListener,
+    link: Arc<baton_link::LinkListener>,
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
 ) {
     loop {
-        let stream = tokio::select! {
-            s = link.accept() => match s {
-                Some(s) => s,
-                None => return,
-            },
-            _ = shared.draining.cancelled() => return,
+        let Some(stream) = link.accept().await else {
+            return;
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             shared.metrics.connection_rejected();

@@ -489,3 +489,94 @@ fn two_dispatchers_behind_haproxy_agree_on_homes_and_one_can_die() {
     let _ = haproxy.kill();
     let _ = haproxy.wait();
 }
+
+#[test]
+fn an_agent_told_to_stop_tells_the_dispatcher_and_no_client_is_lost() {
+    let pki = Pki::new();
+    let dir = TempDir::new("self-drain");
+    let cluster_key = key_file(&dir, "cluster.key");
+    let mut agents: Vec<Agent> = (0..2)
+        .map(|id| {
+            Agent::serving(
+                &pki,
+                &[
+                    "--agent-id",
+                    &id.to_string(),
+                    "--link-listen",
+                    "127.0.0.1:0",
+                    "--cluster-key-file",
+                    &cluster_key,
+                ],
+            )
+        })
+        .collect();
+    let roster: String = agents
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            format!(
+                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
+                a.addr,
+                a.link.unwrap()
+            )
+        })
+        .collect();
+    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    let (d, admin_addr) = dispatcher(
+        &dir.arg("agents.toml"),
+        &[
+            "--policy",
+            "round-robin",
+            "--cluster-key-file",
+            &cluster_key,
+            // only the agent's own word takes it out, not a health check
+            "--health-interval",
+            "60",
+        ],
+    );
+    let config = Arc::new(pki.client(&[&TLS13], None));
+    let d = Arc::new(d);
+    // four clients in a loop, new connections each time, while agent 0 is stopped
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (d, config, stop) = (d.clone(), config.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                for _ in 0..400 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    match fetch(&*d, &config, "/") {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) => failed.push(format!("status {}", r.status)),
+                        Err(e) => failed.push(e),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    assert!(within(Duration::from_secs(20), || handshakes(&agents[0]) >= 20));
+    agents[0].signal("TERM");
+    let exited = agents[0].wait_exit(Duration::from_secs(20));
+    assert!(exited.is_some(), "agent 0 did not finish draining");
+    let after = handshakes(&agents[1]);
+    assert!(within(Duration::from_secs(20), || handshakes(&agents[1])
+        >= after + 40));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for c in clients {
+        let (o, f) = c.join().unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}",
+        failed.len(),
+        ok as usize + failed.len()
+    );
+    // the dispatcher took agent 0 out on its word
+    assert!(listed(admin_addr).contains(&(0, "active".into(), false)));
+}

@@ -198,7 +198,7 @@ pub async fn at_home(
         done: false,
     };
     shared.metrics.handoff(Outcome::Declined);
-    agent.write_all(&first).await?;
+    // the client's first bytes are on the stream already (`server::confirm`)
     let (mut up, mut down) = (first.len() as u64, 0u64);
     drop(first);
     let deadline = Instant::now() + shared.config.hello_timeout;

@@ -252,38 +252,47 @@ async fn handle(
             (None, _) => HelloOutcome::Unparsed,
         });
 
-    // Route; if the chosen agent refuses the connection, mark it down and ask again once.
+    // Route; if the chosen agent cannot take the connection (refused, no live link, going
+    // away), mark it down and ask again, up to three times.
     let destination = bound.or_else(|| client.local_addr().ok()).unwrap_or(peer);
     let mut tries = 0;
-    let (agent_idx, agent) = loop {
+    let (agent_idx, agent, plan) = loop {
         let Some((idx, reason)) = shared.router().route(first.hello.as_ref(), source.ip()) else {
             shared.metrics.no_agent();
             return Ok(());
         };
         match connect(idx, source, destination, shared).await {
+            Some(AgentStream::Link(mut s)) => {
+                let (plan, mut head) = plan_for(idx, source, destination, shared);
+                head.extend_from_slice(&first.bytes);
+                if confirm(&mut s, &head, first.hello.is_some(), shared).await {
+                    shared.metrics.routed(idx, reason);
+                    break (idx, AgentStream::Link(s), plan);
+                }
+                tracing::debug!(agent = idx, "agent did not take the stream; routing again");
+            }
             Some(s) => {
                 shared.metrics.routed(idx, reason);
-                break (idx, s);
+                break (idx, s, Plan::Relay);
             }
-            None => {
-                shared.metrics.connect_failed(idx);
-                let mut r = shared.router();
-                r.closed(idx);
-                r.set_health(idx, false);
-                drop(r);
-                tries += 1;
-                if tries >= 3 {
-                    return Ok(());
-                }
-            }
+            None => {}
+        }
+        shared.metrics.connect_failed(idx);
+        let mut r = shared.router();
+        r.closed(idx);
+        r.handshake_done(idx);
+        r.set_health(idx, false);
+        drop(r);
+        tries += 1;
+        if tries >= 3 {
+            return Ok(());
         }
     };
-    let result = match agent {
-        AgentStream::Link(mut agent) if shared.router().policy() == Policy::Handoff => {
-            let home = shared.router().home_of(source.ip()).unwrap_or(agent_idx);
-            if home != agent_idx {
-                return handoff(client, agent, agent_idx, source, destination, first, shared).await;
-            }
+    let result = match (agent, plan) {
+        (AgentStream::Link(agent), Plan::Handoff(ends)) => {
+            return handoff(client, agent, ends, first, shared).await;
+        }
+        (AgentStream::Link(mut agent), Plan::AtHome) => {
             let r =
                 crate::handoff::at_home(&mut client, &mut agent, agent_idx, first.bytes, shared)
                     .await;
@@ -292,19 +301,95 @@ async fn handle(
             }
             r.map(drop)
         }
-        AgentStream::Link(mut agent) => {
-            relay(&mut client, &mut agent, first, agent_idx, shared).await
+        (AgentStream::Link(mut agent), Plan::Relay) => {
+            relay(&mut client, &mut agent, first, true, agent_idx, shared).await
         }
-        AgentStream::Tcp(mut agent) => {
+        (AgentStream::Tcp(mut agent), _) => {
             let head = shared.proxy_head(source, destination);
             if !head.is_empty() {
                 agent.write_all(&head).await?;
             }
-            relay(&mut client, &mut agent, first, agent_idx, shared).await
+            relay(&mut client, &mut agent, first, false, agent_idx, shared).await
         }
     };
     shared.router().closed(agent_idx);
     result
+}
+
+/// What a link stream to the chosen agent carries.
+enum Plan {
+    /// The client's bytes, spliced both ways.
+    Relay,
+    /// `handoff`, and the agent is the client's home: nothing to migrate.
+    AtHome,
+    /// `handoff`: offered for migration to the client's home agent.
+    Handoff(crate::handoff::Ends),
+}
+
+/// The plan for a stream to agent `agent_idx`, and what goes before the client's bytes on it
+/// (the handoff offer).
+fn plan_for(
+    agent_idx: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    shared: &Shared,
+) -> (Plan, Vec<u8>) {
+    if shared.router().policy() != Policy::Handoff {
+        return (Plan::Relay, Vec::new());
+    }
+    let home_idx = shared.router().home_of(source.ip()).unwrap_or(agent_idx);
+    if home_idx == agent_idx {
+        return (Plan::AtHome, Vec::new());
+    }
+    // The home agent's link the session will travel on, fixed now: the object is sealed for
+    // it. No live link to the home agent: the handshake agent keeps the client (it declines).
+    let home = shared.roster.link(home_idx);
+    let (home_idx, home) = match home {
+        Some(h) => (home_idx, Some(h)),
+        None => (agent_idx, None),
+    };
+    // The home agent's id names who the session object is sealed for.
+    let home_id = shared.router().id_of(home_idx).unwrap_or(0);
+    let token = baton_link::token();
+    let mut binding = [0u8; baton_wire::handoff::BINDING_LEN];
+    if let Some(h) = &home {
+        binding[..16].copy_from_slice(&h.id());
+    }
+    binding[16..].copy_from_slice(&token);
+    let head = baton_wire::handoff::Relay::offer(home_id, binding);
+    let ends = crate::handoff::Ends {
+        agent_idx,
+        home_idx,
+        home,
+        token,
+        source,
+        destination,
+    };
+    (Plan::Handoff(ends), head)
+}
+
+/// Sends a link stream's first bytes and, when they hold a whole ClientHello (so the agent
+/// owes an answer), waits for the agent's first byte: whether the agent took the stream. An
+/// agent going away refuses streams it never read (GOAWAY, REFUSED_STREAM); one that fails
+/// before answering has shown the client nothing. Either way the client can be routed again
+/// without loss. Waits at most `--hello-timeout`; a silent agent counts as taken (the relay
+/// then meets whatever it does).
+async fn confirm(stream: &mut LinkStream, head: &[u8], answer_due: bool, shared: &Shared) -> bool {
+    if stream.write_all(head).await.is_err() {
+        return false;
+    }
+    if !answer_due {
+        return true;
+    }
+    match tokio::time::timeout(shared.config.hello_timeout, stream.readable()).await {
+        Ok(Err(e)) => {
+            if baton_link::is_refused(&e) {
+                tracing::debug!("agent refused the stream (going away)");
+            }
+            false
+        }
+        Ok(Ok(())) | Err(_) => true,
+    }
 }
 
 /// A stream to an agent: a TCP connection, or a stream of its link.
@@ -342,52 +427,19 @@ async fn connect(
     }
 }
 
-/// `handoff`: every connection is offered, so its agent says when the handshake is over
-/// (Freeze, or Decline when it is the home agent already) and the router balances handshakes;
-/// a full handshake on an agent other than the client's home agent migrates.
+/// `handoff`: every connection is offered (its offer went out with the client's first bytes,
+/// [`plan_for`]), so its agent says when the handshake is over (Freeze, or Decline when it is
+/// the home agent already) and the router balances handshakes; a full handshake on an agent
+/// other than the client's home agent migrates.
 async fn handoff(
     mut client: TcpStream,
-    mut agent: LinkStream,
-    agent_idx: usize,
-    source: SocketAddr,
-    destination: SocketAddr,
+    agent: LinkStream,
+    ends: crate::handoff::Ends,
     first: FirstBytes,
     shared: &Shared,
 ) -> std::io::Result<()> {
-    let home_idx = shared.router().home_of(source.ip()).unwrap_or(agent_idx);
-    // The home agent's link the session will travel on, fixed now: the object is sealed for
-    // it. No live link to the home agent: the handshake agent keeps the client (it declines).
-    let home = Some(home_idx)
-        .filter(|h| *h != agent_idx)
-        .and_then(|h| shared.roster.link(h));
-    let (home_idx, home) = match home {
-        Some(h) => (home_idx, Some(h)),
-        None => (agent_idx, None),
-    };
-    // The home agent's id names who the session object is sealed for.
-    let home_id = shared.router().id_of(home_idx).unwrap_or(0);
-    let token = baton_link::token();
-    let mut binding = [0u8; baton_wire::handoff::BINDING_LEN];
-    if let Some(h) = &home {
-        binding[..16].copy_from_slice(&h.id());
-    }
-    binding[16..].copy_from_slice(&token);
-    let mut head = baton_wire::handoff::Relay::offer(home_id, binding);
-    head.extend_from_slice(&first.bytes);
-    let result = match agent.write_all(&head).await {
-        Ok(()) => {
-            let ends = crate::handoff::Ends {
-                agent_idx,
-                home_idx,
-                home,
-                token,
-                source,
-                destination,
-            };
-            crate::handoff::relay(&mut client, agent, ends, first.bytes, shared).await
-        }
-        Err(e) => Err(e),
-    };
+    let agent_idx = ends.agent_idx;
+    let result = crate::handoff::relay(&mut client, agent, ends, first.bytes, shared).await;
     let ended_on = match result {
         Ok((idx, up, down)) => {
             shared.metrics.bytes(up, down);
@@ -435,18 +487,22 @@ async fn read_hello(client: &mut TcpStream) -> std::io::Result<FirstBytes> {
     }
 }
 
-/// Replays what was read from the client to the agent, then splices both ways.
+/// Replays what was read from the client to the agent (unless `written` already), then
+/// splices both ways.
 async fn relay<S>(
     client: &mut TcpStream,
     agent: &mut S,
     first: FirstBytes,
+    written: bool,
     agent_idx: usize,
     shared: &Shared,
 ) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    agent.write_all(&first.bytes).await?;
+    if !written {
+        agent.write_all(&first.bytes).await?;
+    }
     let first_len = first.bytes.len() as u64;
     // the hello, its parse and its bytes are not needed for the rest of the connection
     drop(first);

@@ -41,7 +41,7 @@ pub use client::{LinkHandle, LinkPool};
 pub use meta::StreamMeta;
 pub use server::LinkListener;
 pub use stats::LinkStats;
-pub use stream::{is_release, LinkStream};
+pub use stream::{is_refused, is_release, LinkStream};
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use baton_session::SharedRing;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Mutex, Semaphore};
+use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
 use crate::auth::{self, AgentHello};
 use crate::{LinkStats, LinkStream, StreamMeta};
@@ -23,6 +23,7 @@ const QUEUE: usize = 4096;
 pub struct LinkListener {
     streams: Mutex<mpsc::Receiver<LinkStream>>,
     stats: Arc<LinkStats>,
+    draining: watch::Sender<bool>,
 }
 
 impl LinkListener {
@@ -31,11 +32,28 @@ impl LinkListener {
     pub fn new(listener: TcpListener, agent_id: u16, ring: SharedRing) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let stats = Arc::new(LinkStats::default());
-        tokio::spawn(accept_loop(listener, agent_id, ring, tx, stats.clone()));
+        let (draining, drain) = watch::channel(false);
+        tokio::spawn(accept_loop(
+            listener,
+            agent_id,
+            ring,
+            tx,
+            stats.clone(),
+            drain,
+        ));
         Self {
             streams: Mutex::new(rx),
             stats,
+            draining,
         }
+    }
+
+    /// The agent is going away: tells every dispatcher so (an HTTP/2 GOAWAY on each link:
+    /// streams already opened are still delivered by [`accept`](Self::accept) and run to
+    /// their end; new ones are refused before any byte of theirs is sent, so a dispatcher
+    /// takes the client elsewhere) and stops accepting link connections.
+    pub fn drain(&self) {
+        self.draining.send_replace(true);
     }
 
     /// The next client stream from any link; `None` once the listener is gone.
@@ -54,11 +72,17 @@ async fn accept_loop(
     ring: SharedRing,
     tx: mpsc::Sender<LinkStream>,
     stats: Arc<LinkStats>,
+    drain: watch::Receiver<bool>,
 ) {
     let authenticating = Arc::new(Semaphore::new(MAX_AUTHENTICATING));
     let links = Arc::new(Semaphore::new(MAX_LINKS));
     loop {
-        let (tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            // Draining: no new links (the listener closes with this loop).
+            _ = wait_drain(drain.clone()) => return,
+        };
+        let (tcp, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "link accept failed");
@@ -78,7 +102,7 @@ async fn accept_loop(
             continue;
         };
         crate::tune(&tcp);
-        let (ring, tx, stats) = (ring.clone(), tx.clone(), stats.clone());
+        let (ring, tx, stats, drain) = (ring.clone(), tx.clone(), stats.clone(), drain.clone());
         tokio::spawn(async move {
             let mut tcp = tcp;
             let authed =
@@ -94,7 +118,7 @@ async fn accept_loop(
                 }
             };
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = serve(tcp, link_id, &tx, &stats).await {
+            if let Err(e) = serve(tcp, link_id, &tx, &stats, drain).await {
                 tracing::debug!(%peer, error = %e, "link connection ended");
             }
             stats.connections.fetch_sub(1, Ordering::Relaxed);
@@ -152,6 +176,7 @@ async fn serve(
     link_id: [u8; 16],
     tx: &mpsc::Sender<LinkStream>,
     stats: &LinkStats,
+    drain: watch::Receiver<bool>,
 ) -> Result<(), h2::Error> {
     let mut conn = h2::server::Builder::new()
         .initial_window_size(crate::STREAM_WINDOW)
@@ -160,7 +185,20 @@ async fn serve(
         .max_header_list_size(4096)
         .handshake::<_, Bytes>(tcp)
         .await?;
-    while let Some(next) = conn.accept().await {
+    let draining = wait_drain(drain);
+    tokio::pin!(draining);
+    let mut said_goaway = false;
+    loop {
+        let next = tokio::select! {
+            next = conn.accept() => next,
+            _ = &mut draining, if !said_goaway => {
+                // GOAWAY now; accept() goes on yielding the streams opened before it.
+                conn.graceful_shutdown();
+                said_goaway = true;
+                continue;
+            }
+        };
+        let Some(next) = next else { break };
         let (request, mut respond) = next?;
         let Some(meta) = StreamMeta::read(request.headers()) else {
             respond.send_reset(h2::Reason::PROTOCOL_ERROR);
@@ -174,4 +212,11 @@ async fn serve(
     }
     // No more new streams; the open ones still need the connection driven.
     std::future::poll_fn(|cx| conn.poll_closed(cx)).await
+}
+
+/// Resolves once the agent drains (never, if the listener is gone without draining).
+async fn wait_drain(mut drain: watch::Receiver<bool>) {
+    if drain.wait_for(|d| *d).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }

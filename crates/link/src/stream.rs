@@ -310,6 +310,17 @@ pub fn is_release(e: &io::Error) -> bool {
             .is_some_and(|h| h.is_remote() && h.reason() == Some(h2::Reason::NO_ERROR))
 }
 
+/// Whether a read error says the agent never took the stream: refused with REFUSED_STREAM,
+/// or above the last stream its GOAWAY promised to process (RFC 9113 8.7: safe to retry).
+pub fn is_refused(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionReset
+        && e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<h2::Error>())
+            .is_some_and(|h| {
+                h.reason() == Some(h2::Reason::REFUSED_STREAM) || (h.is_go_away() && h.is_remote())
+            })
+}
+
 impl LinkStream {
     /// Ends the stream both ways at once with a reset the peer can tell from a failure
     /// ([`is_release`] on its next read): one frame, and the peer owes no answer. The
