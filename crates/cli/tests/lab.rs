@@ -209,3 +209,37 @@ fn scenario_a_quick_handoff_spreads_full_handshakes_evenly() {
     off_sorted.sort();
     assert_eq!(off_sorted, vec![300, 600], "client-ip: {off:?}");
 }
+
+#[test]
+fn homes_move_about_one_in_n_when_an_agent_joins_or_leaves() {
+    let dir = TempDir::new("lab-homes");
+    let json = dir.path("homes.json");
+    let out = Command::new(lab_binary())
+        .args(["lab", "homes", "--quick", "--quota", "0", "--json"])
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path("work"))
+        .output()
+        .expect("running baton lab homes");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["experiments"][0]["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 6, "3, 5 and 8 agents, join and leave");
+    for r in &rows {
+        let (moved, ideal) = (f(r, "moved_percent"), f(r, "ideal_percent"));
+        assert!((moved - ideal).abs() < ideal * 0.15, "{r}");
+        // what hash % N did: most clients move
+        assert!(f(r, "modulo_moved_percent") > 60.0, "{r}");
+    }
+}
+
+fn f(row: &Value, key: &str) -> f64 {
+    row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {key} in {row}"))
+}

@@ -10,6 +10,7 @@
 
 mod auth_modes;
 mod crypto_share;
+mod homes;
 mod key_sizes;
 mod policies;
 mod report;
@@ -77,6 +78,9 @@ pub enum Experiment {
     /// The crypto offload paper: crypto's share of the agent's CPU by op (metering beside perf), full vs
     /// resumed, key in the agent vs in `baton signer`.
     CryptoShare,
+    /// Issue 17: clients whose home changes when one agent of 3, 5 or 8 joins or leaves
+    /// (rendezvous hashing beside `hash % N`), and the spread of homes. Computed, no processes.
+    Homes,
     /// Every experiment, one after another, into one report.
     All,
     /// Issue 15's chaos soak (not part of `all`): load through a handoff cluster with Redis and
@@ -97,6 +101,7 @@ pub const EXPERIMENTS: &[(Experiment, &str, Run)] = &[
     (Experiment::KeySizes, "key-sizes", key_sizes::run),
     (Experiment::Suites, "suites", suites::run),
     (Experiment::CryptoShare, "crypto-share", crypto_share::run),
+    (Experiment::Homes, "homes", homes::run),
 ];
 
 pub fn lab(args: LabArgs) -> anyhow::Result<()> {
