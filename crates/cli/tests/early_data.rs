@@ -248,6 +248,10 @@ fn redis_agents(
                     "false",
                     "--early-data",
                     "16384",
+                    // Redis's answer, not its speed, is under test: a loaded machine must
+                    // not turn a replay's "taken already" into "Redis too slow" (rejected)
+                    "--store-wait",
+                    "500ms",
                     "--agent-id",
                     &i.to_string(),
                     &upstream.arg(),
