@@ -32,6 +32,40 @@ fn entry(id: u16, a: &Agent, state: &str) -> String {
     )
 }
 
+/// `n` agents with ids 0..n serving on links authenticated with `cluster_key`, plus `extra`.
+fn linked_agents(pki: &Pki, n: u16, cluster_key: &str, extra: &[&str]) -> Vec<Agent> {
+    (0..n)
+        .map(|id| {
+            let id = id.to_string();
+            let mut args = vec![
+                "--agent-id",
+                &id,
+                "--link-listen",
+                "127.0.0.1:0",
+                "--cluster-key-file",
+                cluster_key,
+            ];
+            args.extend_from_slice(extra);
+            Agent::serving(pki, &args)
+        })
+        .collect()
+}
+
+/// The agents file naming `agents` by their ids (positions), with their links.
+fn linked_roster(agents: &[Agent]) -> String {
+    agents
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            format!(
+                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
+                a.addr,
+                a.link.unwrap()
+            )
+        })
+        .collect()
+}
+
 /// `baton dispatch --agents-file FILE --admin 127.0.0.1:0`, and the admin address.
 fn dispatcher(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
     let mut args = vec!["--agents-file", file, "--admin", "127.0.0.1:0"];
@@ -356,37 +390,13 @@ fn two_dispatchers_behind_haproxy_agree_on_homes_and_one_can_die() {
     let dir = TempDir::new("two-dispatchers");
     let cluster_key = key_file(&dir, "cluster.key");
     let tickets = key_file(&dir, "tickets.key");
-    let agents: Vec<Agent> = (0..2)
-        .map(|id| {
-            Agent::serving(
-                &pki,
-                &[
-                    "--agent-id",
-                    &id.to_string(),
-                    "--handoff",
-                    "true",
-                    "--link-listen",
-                    "127.0.0.1:0",
-                    "--cluster-key-file",
-                    &cluster_key,
-                    "--ticket-key-file",
-                    &tickets,
-                ],
-            )
-        })
-        .collect();
-    let roster: String = agents
-        .iter()
-        .enumerate()
-        .map(|(id, a)| {
-            format!(
-                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
-                a.addr,
-                a.link.unwrap()
-            )
-        })
-        .collect();
-    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    let agents = linked_agents(
+        &pki,
+        2,
+        &cluster_key,
+        &["--handoff", "true", "--ticket-key-file", &tickets],
+    );
+    std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
     let mut dispatchers: Vec<Option<(Dispatcher, SocketAddr)>> = (0..2)
         .map(|_| {
             Some(dispatcher(
@@ -495,33 +505,8 @@ fn an_agent_told_to_stop_tells_the_dispatcher_and_no_client_is_lost() {
     let pki = Pki::new();
     let dir = TempDir::new("self-drain");
     let cluster_key = key_file(&dir, "cluster.key");
-    let mut agents: Vec<Agent> = (0..2)
-        .map(|id| {
-            Agent::serving(
-                &pki,
-                &[
-                    "--agent-id",
-                    &id.to_string(),
-                    "--link-listen",
-                    "127.0.0.1:0",
-                    "--cluster-key-file",
-                    &cluster_key,
-                ],
-            )
-        })
-        .collect();
-    let roster: String = agents
-        .iter()
-        .enumerate()
-        .map(|(id, a)| {
-            format!(
-                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
-                a.addr,
-                a.link.unwrap()
-            )
-        })
-        .collect();
-    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    let mut agents = linked_agents(&pki, 2, &cluster_key, &[]);
+    std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
     let (d, admin_addr) = dispatcher(
         &dir.arg("agents.toml"),
         &[
