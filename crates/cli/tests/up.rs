@@ -106,3 +106,181 @@ fn redis_store_needs_only_the_clients_full_handshakes() {
         assert_eq!(server_full, 1000, "{v:?}");
     }
 }
+
+fn is_root() -> bool {
+    let out = std::process::Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "0"
+}
+
+fn baton_namespaces() -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("baton-"))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn up_hosts_puts_every_process_on_a_host_of_its_own_and_removes_them() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+            "--hosts needs root (BATON_REQUIRE_SERVERS is set)"
+        );
+        eprintln!("skipping: network namespaces need root");
+        return;
+    }
+    let up = Up::start(&[
+        "--hosts",
+        "--agents",
+        "2",
+        "--dispatchers",
+        "2",
+        "--client-hosts",
+        "1",
+        "--policy",
+        "handoff",
+        "--store",
+        "peers",
+    ]);
+    let hosts = up.state["hosts"].as_array().unwrap().clone();
+    let names: Vec<&str> = hosts.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["agent0", "agent1", "dispatch0", "dispatch1", "client0"]
+    );
+    // every process listens on its own host's address, none on loopback
+    let addr_of = |name: &str| -> String {
+        hosts.iter().find(|h| h["name"] == name).unwrap()["addr"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for (i, agent) in up.state["agents"].as_array().unwrap().iter().enumerate() {
+        let tls: std::net::SocketAddr = agent["tls"].as_str().unwrap().parse().unwrap();
+        assert_eq!(tls.ip().to_string(), addr_of(&format!("agent{i}")));
+    }
+    let dispatchers: Vec<std::net::SocketAddr> = up.state["dispatchers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(dispatchers.len(), 2);
+    // curl from the client host through each dispatcher: served, and the agents saw the
+    // client host's address (it crossed the bridge, not loopback)
+    let netns = hosts.iter().find(|h| h["name"] == "client0").unwrap()["netns"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for d in &dispatchers {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &netns, "curl", "-s", "-m", "10"])
+            .args(["-w", "%{http_code} %{local_ip}", "-o", "/dev/null"])
+            .args(["--cacert", up.ca()])
+            .args(["--resolve", &format!("localhost:{}:{}", d.port(), d.ip())])
+            .arg(format!("https://localhost:{}/", d.port()))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(said, format!("200 {}", addr_of("client0")), "through {d}");
+    }
+    let served: f64 = (0..2)
+        .map(|i| up.agent_sum(i, "baton_handshakes_total", ""))
+        .sum();
+    assert!(served >= 2.0, "{served}");
+    let ours: Vec<String> = hosts
+        .iter()
+        .map(|h| h["netns"].as_str().unwrap().to_string())
+        .collect();
+    let now = baton_namespaces();
+    assert!(
+        ours.iter().all(|n| now.contains(n)),
+        "{ours:?} not in {now:?}"
+    );
+    drop(up);
+    // gone with `baton up`, and so is the bridge
+    let left: Vec<String> = baton_namespaces()
+        .into_iter()
+        .filter(|n| ours.contains(n))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn up_hosts_without_privileges_says_so() {
+    if !is_root() {
+        return; // setpriv needs root to drop to another user
+    }
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args([
+            BATON,
+            "up",
+            "--hosts",
+            "--dir",
+            "/tmp/baton-up-unprivileged",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--hosts needs the privileges"), "{err}");
+}
+
+#[test]
+fn up_hosts_sweeps_what_a_killed_run_left_behind() {
+    if !is_root() {
+        return;
+    }
+    let dir = TempDir::new("up-crashed");
+    let state = dir.path("state.json");
+    let (mut crashed, _) = spawn_ready(
+        "up",
+        &["--listen", "127.0.0.1:0", "--hosts", "--agents", "1"],
+        &[
+            "--state",
+            state.to_str().unwrap(),
+            "--dir",
+            &dir.arg("cluster"),
+        ],
+    );
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    let agent_pid = s["agents"][0]["pid"].as_u64().unwrap();
+    let left: Vec<String> = s["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["netns"].as_str().unwrap().to_string())
+        .collect();
+    // SIGKILL: no clean-up; its agent and namespaces stay
+    crashed.kill().unwrap();
+    crashed.wait().unwrap();
+    assert!(baton_namespaces().iter().any(|n| left.contains(n)));
+    assert!(std::path::Path::new(&format!("/proc/{agent_pid}")).exists());
+    // the next run removes them, and the orphaned agent with them
+    let up = Up::start(&["--hosts", "--agents", "1"]);
+    assert!(
+        !baton_namespaces().iter().any(|n| left.contains(n)),
+        "leftovers of the killed run are still there"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let stat = std::fs::read_to_string(format!("/proc/{agent_pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "the killed run's agent still runs: {stat}"
+    );
+    drop(up);
+}

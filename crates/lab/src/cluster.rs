@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
+use crate::hosts::{Host, Hosts};
 use crate::pki::{self, KeyKind, Pki};
 use crate::rig::cap::Confine;
 use crate::rig::free_port;
@@ -72,6 +73,20 @@ pub struct ClusterSpec {
     pub agent_args: Vec<String>,
     /// CPU caps: agent `i` runs under `agent_caps[i]` when given (the lab's experiments).
     pub agent_caps: Vec<Arc<Confine>>,
+    /// Where the processes run and how many dispatchers there are.
+    pub topology: Topology,
+}
+
+/// Where a cluster's processes run.
+#[derive(Debug, Clone, Default)]
+pub struct Topology {
+    /// Each process in a network namespace of its own, on a bridge (`crate::hosts`), instead
+    /// of all on 127.0.0.1.
+    pub hosts: bool,
+    /// Dispatchers with the same agents (0 means 1); the first listens on `listen`.
+    pub dispatchers: usize,
+    /// With `hosts`: empty namespaces for clients (`client0`, ...), for `ip netns exec`.
+    pub client_hosts: usize,
 }
 
 /// One running child and the addresses it announced.
@@ -91,17 +106,34 @@ impl Proc {
 #[derive(Debug)]
 pub struct Cluster {
     pub dispatcher: Proc,
+    /// Dispatchers beyond the first, with the same agents.
+    pub more_dispatchers: Vec<Proc>,
     pub agents: Vec<Proc>,
     pub pki: Pki,
     pub dir: PathBuf,
+    /// The Redis a `--hosts` cluster runs in a namespace of its own.
+    redis: Option<Child>,
+    /// The namespaces, removed after the processes (field order: dropped last).
+    pub hosts: Option<Hosts>,
 }
 
 #[derive(Serialize)]
 struct State<'a> {
     dispatcher: SocketAddr,
     dispatcher_metrics: Option<SocketAddr>,
+    /// Every dispatcher's client address, the first one included.
+    dispatchers: Vec<SocketAddr>,
     ca: &'a Path,
     agents: Vec<AgentState>,
+    /// With `--hosts`: each namespace (`ip netns exec NAME ...`) and its address.
+    hosts: Vec<HostState>,
+}
+
+#[derive(Serialize)]
+struct HostState {
+    name: String,
+    netns: String,
+    addr: std::net::Ipv4Addr,
 }
 
 #[derive(Serialize)]
@@ -130,20 +162,53 @@ impl Cluster {
             let line = baton_session::generate_key_line()?;
             pki::write_private(path, format!("{line}\n").as_bytes())?;
         }
-        let peer_ports: Vec<u16> = match spec.store {
-            Store::Peers => (0..spec.agents)
-                .map(|_| free_port())
+        let mut hosts = match spec.topology.hosts {
+            true => Some(Hosts::create()?),
+            false => None,
+        };
+        // Each agent's host (or none: 127.0.0.1), made before any process starts.
+        let mut agent_hosts = Vec::new();
+        for id in 0..spec.agents {
+            agent_hosts.push(match &mut hosts {
+                Some(h) => Some(h.add(&format!("agent{id}"))?),
+                None => None,
+            });
+        }
+        let ip_of = |h: &Option<Host>| -> std::net::IpAddr {
+            h.as_ref()
+                .map_or(std::net::Ipv4Addr::LOCALHOST, |h| h.addr)
+                .into()
+        };
+        let peer_addrs: Vec<SocketAddr> = match spec.store {
+            Store::Peers => agent_hosts
+                .iter()
+                .map(|h| match h {
+                    // a namespace has its ports to itself
+                    Some(h) => Ok(SocketAddr::from((h.addr, 7100))),
+                    None => free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p))),
+                })
                 .collect::<anyhow::Result<_>>()?,
             _ => Vec::new(),
         };
+        // `--store redis` across hosts: a Redis of its own host (a URL given is used as is).
+        let mut redis = None;
+        let mut store = spec.store.clone();
+        if let (Some(h), Store::Redis(url)) = (&mut hosts, &spec.store) {
+            if url == "redis://127.0.0.1:6379/" {
+                let host = h.add("redis")?;
+                redis = Some(start_redis(&host, &spec.dir)?);
+                store = Store::Redis(format!("redis://{}:6379/", host.addr));
+            }
+        }
         let mut agents = Vec::new();
-        for id in 0..spec.agents {
+        for (id, host) in agent_hosts.iter().enumerate() {
+            let ip = ip_of(host);
             let mut args: Vec<String> = vec![
                 "agent".into(),
                 "--listen".into(),
-                "127.0.0.1:0".into(),
+                format!("{ip}:0"),
                 "--metrics".into(),
-                "127.0.0.1:0".into(),
+                format!("{ip}:0"),
                 "--agent-id".into(),
                 id.to_string(),
                 "--cert".into(),
@@ -153,7 +218,7 @@ impl Cluster {
                 "--proxy-protocol".into(),
                 "true".into(),
                 "--link-listen".into(),
-                "127.0.0.1:0".into(),
+                format!("{ip}:0"),
                 "--cluster-key-file".into(),
                 path(&cluster_key),
             ];
@@ -163,22 +228,18 @@ impl Cluster {
             if handoff {
                 args.extend(["--handoff".into(), "true".into()]);
             }
-            match &spec.store {
+            match &store {
                 Store::Memory => {}
-                Store::Peers => args.extend(peer_args(&peer_ports, id)),
+                Store::Peers => args.extend(peer_args_at(&peer_addrs, id)),
                 Store::Redis(url) => args.extend(["--store".into(), format!("redis={url}")]),
             }
             args.extend(spec.agent_args.iter().cloned());
             let log = spec.dir.join(format!("agent-{id}.log"));
             let cap = spec.agent_caps.get(id).map(|c| &**c);
-            agents.push(spawn_ready_in(&spec.baton, &args, &log, cap)?);
+            agents.push(spawn_on(host, &spec.baton, &args, &log, cap)?);
         }
         let mut args: Vec<String> = vec![
             "dispatch".into(),
-            "--listen".into(),
-            spec.listen.to_string(),
-            "--metrics".into(),
-            "127.0.0.1:0".into(),
             "--policy".into(),
             spec.policy.clone(),
             "--proxy-protocol".into(),
@@ -196,13 +257,56 @@ impl Cluster {
             args.extend(["--agent".into(), addr.to_string()]);
             args.extend(["--agent-link".into(), link.to_string()]);
         }
-        let dispatcher = spawn_ready(&spec.baton, &args, &spec.dir.join("dispatch.log"))?;
+        // Every dispatcher gets the same agents, so all make the same choices (homes by
+        // rendezvous hashing over agent ids).
+        let mut dispatchers = Vec::new();
+        for i in 0..spec.topology.dispatchers.max(1) {
+            let host = match &mut hosts {
+                Some(h) => Some(h.add(&format!("dispatch{i}"))?),
+                None => None,
+            };
+            let ip = ip_of(&host);
+            let listen = match (&host, i) {
+                (None, 0) => spec.listen,
+                (None, _) => SocketAddr::from(([127, 0, 0, 1], 0)),
+                (Some(_), _) => SocketAddr::new(ip, spec.listen.port()),
+            };
+            let mut all = args.clone();
+            all.extend([
+                "--listen".into(),
+                listen.to_string(),
+                "--metrics".into(),
+                format!("{ip}:0"),
+            ]);
+            let log = spec.dir.join(format!(
+                "dispatch{}.log",
+                if i == 0 { String::new() } else { i.to_string() }
+            ));
+            dispatchers.push(spawn_on(&host, &spec.baton, &all, &log, None)?);
+        }
+        if let Some(h) = &mut hosts {
+            for i in 0..spec.topology.client_hosts {
+                h.add(&format!("client{i}"))?;
+            }
+        }
+        let dispatcher = dispatchers.remove(0);
         Ok(Cluster {
             dispatcher,
+            more_dispatchers: dispatchers,
             agents,
             pki,
             dir: spec.dir.clone(),
+            redis,
+            hosts,
         })
+    }
+
+    /// Every dispatcher's client-facing address, the first one's first.
+    pub fn dispatcher_addrs(&self) -> Vec<SocketAddr> {
+        std::iter::once(&self.dispatcher)
+            .chain(&self.more_dispatchers)
+            .filter_map(|d| d.addr("dispatch"))
+            .collect()
     }
 
     /// The dispatcher's client-facing address.
@@ -217,6 +321,7 @@ impl Cluster {
         let state = State {
             dispatcher: self.addr(),
             dispatcher_metrics: self.dispatcher.addr("metrics"),
+            dispatchers: self.dispatcher_addrs(),
             ca: &self.pki.ca,
             agents: self
                 .agents
@@ -229,6 +334,16 @@ impl Cluster {
                     metrics: a.addr("metrics"),
                 })
                 .collect(),
+            hosts: self
+                .hosts
+                .iter()
+                .flat_map(|h| h.hosts())
+                .map(|h| HostState {
+                    name: h.name.clone(),
+                    netns: h.netns.clone(),
+                    addr: h.addr,
+                })
+                .collect(),
         };
         let tmp = file.with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
@@ -239,7 +354,9 @@ impl Cluster {
     /// Whether the dispatcher has exited (then the cluster is unreachable), and which agents
     /// have: an agent's death is survivable — the dispatcher routes around it.
     pub fn exited(&mut self) -> (Option<std::process::ExitStatus>, Vec<usize>) {
-        let dispatcher = self.dispatcher.child.try_wait().ok().flatten();
+        let dispatcher = std::iter::once(&mut self.dispatcher)
+            .chain(self.more_dispatchers.iter_mut())
+            .find_map(|d| d.child.try_wait().ok().flatten());
         let agents = self
             .agents
             .iter_mut()
@@ -252,7 +369,9 @@ impl Cluster {
     /// Stops every process: SIGTERM (agents drain), then SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {
         let mut all: Vec<&mut Child> = std::iter::once(&mut self.dispatcher.child)
+            .chain(self.more_dispatchers.iter_mut().map(|d| &mut d.child))
             .chain(self.agents.iter_mut().map(|a| &mut a.child))
+            .chain(self.redis.iter_mut())
             .collect();
         for c in all.iter_mut() {
             // SAFETY: kill(2) on a child pid we own; no memory is touched.
@@ -284,18 +403,71 @@ fn path(p: &Path) -> String {
 
 /// `--store peers` flags for agent `i` of agents replicating on 127.0.0.1:`ports`.
 pub fn peer_args(ports: &[u16], i: usize) -> Vec<String> {
+    let addrs: Vec<SocketAddr> = ports
+        .iter()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
+    peer_args_at(&addrs, i)
+}
+
+/// `--store peers` flags for agent `i` of agents replicating on `addrs`.
+pub fn peer_args_at(addrs: &[SocketAddr], i: usize) -> Vec<String> {
     let mut args = vec![
         "--store".to_string(),
         "peers".into(),
         "--peer-listen".into(),
-        format!("127.0.0.1:{}", ports[i]),
+        addrs[i].to_string(),
     ];
-    for (j, p) in ports.iter().enumerate() {
+    for (j, a) in addrs.iter().enumerate() {
         if j != i {
-            args.extend(["--peer".into(), format!("127.0.0.1:{p}")]);
+            args.extend(["--peer".into(), a.to_string()]);
         }
     }
     args
+}
+
+/// [`spawn_ready_in`] inside `host` when there is one.
+fn spawn_on(
+    host: &Option<Host>,
+    baton: &Path,
+    args: &[String],
+    log: &Path,
+    cap: Option<&Confine>,
+) -> anyhow::Result<Proc> {
+    let Some(host) = host else {
+        return spawn_ready_in(baton, args, log, cap);
+    };
+    let stderr =
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut cmd = host.command(baton);
+    cmd.args(args).stderr(stderr);
+    if let Some(c) = cap {
+        c.apply(&mut cmd)?;
+    }
+    start_ready(cmd, Some(log))
+}
+
+/// `redis-server` in `host` on port 6379 (no persistence), once it answers from here.
+fn start_redis(host: &Host, dir: &Path) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(dir.join("redis.log"))?;
+    let mut child = host
+        .command(crate::rig::redis::binary())
+        .args(["--port", "6379", "--bind", &host.addr.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting redis-server")?;
+    let addr = SocketAddr::from((host.addr, 6379));
+    for _ in 0..200 {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    bail!("redis-server in its host did not listen on {addr}")
 }
 
 /// Starts `baton ARGS` with stderr to `log`, and waits (at most 30 s) for `ready` on stdout,

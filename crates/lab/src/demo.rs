@@ -66,6 +66,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
             key: crate::pki::KeyKind::EcdsaP256,
             agent_args: Vec::new(),
             agent_caps: Vec::new(),
+            topology: Default::default(),
         })?;
         // peers connect to each other right after start
         std::thread::sleep(Duration::from_millis(300));

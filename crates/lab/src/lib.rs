@@ -7,6 +7,7 @@
 pub mod cluster;
 mod demo;
 pub mod experiments;
+pub mod hosts;
 pub mod pki;
 pub mod profile;
 pub mod rig;
@@ -14,7 +15,7 @@ pub mod soak;
 pub mod table;
 mod up;
 
-pub use cluster::{Cluster, ClusterSpec, Store};
+pub use cluster::{Cluster, ClusterSpec, Store, Topology};
 pub use demo::{demo, DemoArgs};
 pub use experiments::{lab, LabArgs};
 pub use up::{up, UpArgs};

@@ -40,6 +40,21 @@ pub struct UpArgs {
     /// A flag passed to every agent (repeatable), e.g. --agent-arg=--body-size=4096.
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
+    /// Dispatchers with the same agents (they make the same choices: run them behind an L4
+    /// balancer). The first listens on --listen; the others on free ports (or, with --hosts,
+    /// on --listen's port of their own host).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub dispatchers: usize,
+    /// Every process on a host of its own: a network namespace with its own address on a
+    /// bridge, so traffic crosses a real network stack (root only). `--store redis` then runs
+    /// Redis on a host too. Namespaces are removed on exit, and leftovers of a crashed run at
+    /// the next start.
+    #[arg(long)]
+    pub hosts: bool,
+    /// With --hosts: this many empty client hosts (`ip netns exec NETNS curl ...`), listed in
+    /// --state and on stdout.
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "hosts")]
+    pub client_hosts: usize,
 }
 
 pub fn up(args: UpArgs) -> anyhow::Result<()> {
@@ -64,13 +79,20 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         }),
         agent_args: args.agent_args,
         agent_caps: Vec::new(),
+        topology: crate::cluster::Topology {
+            hosts: args.hosts,
+            dispatchers: args.dispatchers,
+            client_hosts: args.client_hosts,
+        },
     })?;
     if let Some(state) = &args.state {
         cluster.write_state(state)?;
     }
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "listening dispatch {}", cluster.addr())?;
+        for d in cluster.dispatcher_addrs() {
+            writeln!(out, "listening dispatch {d}")?;
+        }
         if let Some(m) = cluster.dispatcher.addr("metrics") {
             writeln!(out, "listening metrics {m}")?;
         }
@@ -78,6 +100,9 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             if let (Some(tls), Some(m)) = (a.addr("tls"), a.addr("metrics")) {
                 writeln!(out, "agent {i} tls {tls} metrics {m}")?;
             }
+        }
+        for h in cluster.hosts.iter().flat_map(|h| h.hosts()) {
+            writeln!(out, "host {} netns {} addr {}", h.name, h.netns, h.addr)?;
         }
         writeln!(out, "ca {}", cluster.pki.ca.display())?;
         writeln!(out, "ready")?;

@@ -402,6 +402,7 @@ impl Sut {
             key: kind,
             agent_args: agent_args.to_vec(),
             agent_caps: caps.clone(),
+            topology: Default::default(),
         })?;
         let mut sut = Sut::empty(name, cluster.pki.ca.clone());
         sut.entry = cluster.addr();

@@ -204,6 +204,7 @@ impl Systems {
                 key: KeyKind::EcdsaP256,
                 agent_args: agent_args.iter().map(|a| a.to_string()).collect(),
                 agent_caps: Vec::new(),
+                topology: Default::default(),
             })
         };
         // no stateless tickets on side A: sessions live in Redis, so its outage costs something
