@@ -1,15 +1,14 @@
-//! Entry points for the cargo-fuzz target in `fuzz/` (one line calling [`http1`]), so the
-//! fuzzed invariants are built and type-checked with the crate. Unlike the rest of the crate
-//! this panics on purpose: a panic is a finding.
+//! Entry points for the cargo-fuzz target in `fuzz/` (calling [`http1`]), so the fuzzed
+//! invariants are built and type-checked with the crate. Unlike the rest of the crate this
+//! panics on purpose: a panic is a finding. The same target feeds its input to
+//! `baton_recorder::fuzzing::connect` (`baton record`'s proxy request heads).
 
 use crate::http1::{parse_head, Chunked, MAX_HEAD};
-use crate::record::connect;
 
-/// Bytes a server under test (or a browser, through `baton record`) sends: a response head,
-/// a chunked body, a proxy request head. The first byte picks a chunk size. Checks: a parsed
-/// head is no longer than its input and parses the same from exactly its own bytes; an
-/// incomplete head is under its limit; the chunked decoder reaches the same outcome whole and
-/// in chunks, and never claims more than it was given.
+/// Bytes a server under test sends: a response head, a chunked body. The first byte picks a
+/// chunk size. Checks: a parsed head is no longer than its input and parses the same from
+/// exactly its own bytes; an incomplete head is under its limit; the chunked decoder reaches
+/// the same outcome whole and in chunks, and never claims more than it was given.
 pub fn http1(data: &[u8]) {
     let Some((&cut, rest)) = data.split_first() else {
         return;
@@ -57,18 +56,6 @@ pub fn http1(data: &[u8]) {
         (Err(_), Err(_)) => {}
         (a, b) => panic!("whole {a:?}, in chunks {b:?}"),
     }
-
-    match connect::parse(rest) {
-        Ok(Some(connect::Head::Connect { host, port, len })) => {
-            assert!(len <= rest.len() && !host.is_empty() && port != 0);
-            assert_eq!(
-                connect::parse(&rest[..len]),
-                Ok(Some(connect::Head::Connect { host, port, len }))
-            );
-        }
-        Ok(None) => assert!(rest.len() < connect::MAX_HEAD),
-        Ok(Some(connect::Head::Refuse { .. })) | Err(_) => {}
-    }
 }
 
 // The fuzz target's invariants on structured inputs, run on stable in `cargo test` too.
@@ -99,11 +86,5 @@ mod tests {
             super::http1(&chunked);
         }
 
-        #[test]
-        fn proxy_requests(cut in any::<u8>(), method in "CONNECT|GET|[A-Z]{1,7}", target in "[a-z0-9.:\\[\\]]{0,30}") {
-            let mut data = vec![cut];
-            data.extend_from_slice(format!("{method} {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
-            super::http1(&data);
-        }
     }
 }

@@ -5,11 +5,14 @@
 //! `engine` (the TLS engine seam: rustls or `openssl_engine`, the system libssl),
 //! `accounting` (full/resumed/refused, and dealing connections to clients so mixes are exact),
 //! `transaction` (one connection, phase by phase), `http1` (response framing, sans-IO),
-//! `runner` (closed and open loop), `scenario` (scenario files, HAR import), `record` (the
-//! recording proxy), `stats` (counters, histograms), `scrape` (server
+//! `runner` (closed and open loop), `scenario` (scenario files, HAR import), `redact` (what a
+//! scenario keeps of credentials), `stats` (counters, histograms), `scrape` (server
 //! metrics), `report` (JSON and the human summary), `html` + `svg` (the HTML report), `merge`
 //! (runs of several machines as one), `search` + `find_max` (the highest rate at zero loss),
 //! `cli` (the subcommands), `fuzzing` (the fuzz targets' entry points).
+//!
+//! `baton record`, the browser proxy that writes scenario files, is the `baton-recorder`
+//! crate; it uses `scenario` and `redact` from here.
 
 mod accounting;
 mod cli;
@@ -21,10 +24,10 @@ mod html;
 mod http1;
 mod merge;
 mod openssl_engine;
-mod record;
+pub mod redact;
 mod report;
 mod runner;
-mod scenario;
+pub mod scenario;
 pub mod scrape;
 mod search;
 mod stats;
@@ -43,7 +46,6 @@ use anyhow::Context;
 pub use cli::{BenchCli, BenchCommand, MergeArgs};
 pub use config::{parse_duration, BenchArgs, BenchConfig};
 pub use find_max::FindMaxArgs;
-pub use record::{main as record_main, RecordArgs};
 pub use report::Report;
 pub use scenario::{main as scenario_main, ScenarioCli};
 pub use scrape::parse as parse_metrics;

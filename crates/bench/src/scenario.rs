@@ -277,7 +277,7 @@ pub struct Imported {
     /// Header names left out (pseudo-headers and baton's own), each once.
     pub dropped_headers: Vec<String>,
     /// What was masked (`None`: credentials kept).
-    pub redacted: Option<crate::record::redact::Counts>,
+    pub redacted: Option<crate::redact::Counts>,
 }
 
 #[derive(Deserialize)]
@@ -427,11 +427,11 @@ impl Collector {
 /// file's order, think time = the gap between one entry's `startedDateTime` and the previous
 /// kept one's (0 for the first, and where a time is missing or goes backwards). Unless
 /// `keep_credentials`, credentials and request bodies are masked as `baton record` masks them
-/// (`record::redact`), counted in `redacted`.
+/// ([`crate::redact`]), counted in `redacted`.
 pub fn import_har(json: &str, keep_credentials: bool) -> anyhow::Result<Imported> {
     let har: Har = serde_json::from_str(json).context("not a HAR file (log.entries[].request)")?;
     let mut c = Collector::new(None);
-    let mut redacted = crate::record::redact::Counts::default();
+    let mut redacted = crate::redact::Counts::default();
     for (i, e) in har.log.entries.iter().enumerate() {
         let entry = || format!("entry {}", i + 1);
         let start = match &e.started_date_time {
@@ -461,7 +461,7 @@ pub fn import_har(json: &str, keep_credentials: bool) -> anyhow::Result<Imported
         let mut body = body;
         let mut url = std::borrow::Cow::Borrowed(e.request.url.as_str());
         if !keep_credentials {
-            use crate::record::redact;
+            use crate::redact;
             for (name, value) in &mut headers {
                 if let Some(v) = redact::header_value(name, value) {
                     *value = v;
@@ -714,19 +714,21 @@ pub fn main(cli: ScenarioCli) -> anyhow::Result<()> {
             );
             if let Some(c) = imported.redacted {
                 comment.push('\n');
-                comment.push_str(&crate::record::redact::comment(c));
+                comment.push_str(&crate::redact::comment(c));
             }
             let toml = to_toml(&imported.scenario, &comment)?;
             // what was written must read back
             parse(&toml).context("the imported scenario does not read back")?;
-            crate::record::write_atomically(&out, toml.as_bytes())?;
+            write_atomically(&out, toml.as_bytes())?;
             eprintln!("{}", summary(&imported, &out));
             Ok(())
         }
     }
 }
 
-pub(crate) fn summary(i: &Imported, out: &std::path::Path) -> String {
+/// The summary of an import (or a recording) written to `out`: how many requests to which host,
+/// and what was dropped.
+pub fn summary(i: &Imported, out: &std::path::Path) -> String {
     let mut s = format!(
         "wrote {}: {} requests to {}",
         out.display(),
@@ -750,6 +752,38 @@ pub(crate) fn summary(i: &Imported, out: &std::path::Path) -> String {
         );
     }
     s
+}
+
+/// Writes a scenario file (or any file) `path` whole or not at all, readable by its owner only
+/// (it may hold credentials): a fresh temporary file next to it, created 0600, synced, renamed
+/// over it.
+pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = path
+        .file_name()
+        .with_context(|| format!("--out {}: not a file name", path.display()))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    // a stale temporary file of an earlier run with this pid (and whatever mode) goes first
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
@@ -948,5 +982,24 @@ body-base64 = "AAEC/w=="
             "{w}"
         );
         assert_eq!(steps[1].think, Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn the_scenario_file_is_written_0600_even_over_a_readable_one() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = std::env::temp_dir().join(format!("baton-record-write-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("s.toml");
+        write_atomically(&out, b"one").unwrap();
+        assert_eq!(mode(&out), 0o600);
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_atomically(&out, b"two").unwrap();
+        assert_eq!(mode(&out), 0o600);
+        assert_eq!(std::fs::read(&out).unwrap(), b"two");
+        // only the file is left, no temporary one
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -26,7 +26,7 @@ enum Command {
     /// Scenario files for `baton bench --scenario`: `import-har` converts a browser's HAR export.
     Scenario(baton_bench::ScenarioCli),
     /// Record a browser's HTTPS requests into a scenario file (an intercepting proxy).
-    Record(Box<baton_bench::RecordArgs>),
+    Record(Box<baton_recorder::RecordArgs>),
     /// Spread TLS connections over agents by policy (the TLS-aware dispatcher).
     Dispatch(Box<baton_dispatch::DispatchArgs>),
     /// Local clusters under load, side by side: round robin with and without shared sessions,
@@ -50,7 +50,7 @@ fn main() -> ExitCode {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::main(*args),
         Command::Scenario(args) => baton_bench::scenario_main(args).map(|()| ExitCode::SUCCESS),
-        Command::Record(args) => baton_bench::record_main(*args).map(|()| ExitCode::SUCCESS),
+        Command::Record(args) => baton_recorder::main(*args).map(|()| ExitCode::SUCCESS),
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Lab(args) => baton_lab::lab(args).map(|()| ExitCode::SUCCESS),

@@ -1,27 +1,42 @@
 //! `baton record`: an HTTPS proxy that records what a browser requests into a scenario file
-//! for `baton bench --scenario`.
+//! for `baton bench --scenario`. The scenario format (`baton_bench::scenario`) and the
+//! redaction rules (`baton_bench::redact`) are the bench's; this crate is the proxy that
+//! fills them from a live browser. The `baton` binary runs [`main`] with [`RecordArgs`].
 //!
-//! The browser's `CONNECT host:port` is answered 200, its TLS terminated with a leaf minted
-//! for the name it asks for (signed by the recorder's CA, `ca`), and each request forwarded
-//! to the real origin over TLS (`proxy`), the response streamed back. Every request the origin
-//! answers is recorded (`recording`); the scenario keeps those to one host (`--host`, else the
-//! first recorded one's) in the order they started, think time = the gap between starts.
+//! The browser's `CONNECT host:port` is answered 200 (`connect`, sans-IO and fuzzed through
+//! [`fuzzing`]), its TLS terminated with a leaf minted for the name it asks for (signed by the
+//! recorder's CA, `ca`), and each request forwarded to the real origin over TLS (`proxy`),
+//! the response streamed back. Every request the origin answers is recorded (`recording`);
+//! the scenario keeps those to one host (`--host`, else the first recorded one's) in the
+//! order they started, think time = the gap between starts.
 //!
 //! Refused, not recorded: plain `http://` requests (400: only HTTPS is replayed), request
 //! bodies over `--max-body` (413), requests the origin does not answer (502). The recording
-//! ends on SIGINT/SIGTERM, `--duration` or `--max-requests`, and the file is written whole
-//! (a temporary file, created 0600, renamed over it).
+//! ends on SIGINT/SIGTERM, `--duration` or `--max-requests`.
 //!
-//! The scenario has no credentials unless `--keep-credentials`: cookie values, authorization
-//! headers, headers and query parameters named like credentials, and request bodies are
-//! replaced by `x`s of the same length (`redact`). The CA lives `--ca-days` days; the
-//! recorder installs it nowhere and says at start-up how to trust it and how to remove it.
+//! Safety properties:
+//! - The CA: created on first use in `--ca-dir` (a 0700 directory; `ca.key` created 0600,
+//!   exclusively), valid `--ca-days` days (at most 3650), replaced once expired (or with
+//!   under an hour left), refused when valid for longer than asked; the recorder installs it
+//!   nowhere and says at start-up how to trust it and how to remove it. Origins are verified
+//!   against the system's roots (and `--upstream-ca`), never skipped.
+//! - Redaction: the scenario has no credentials unless `--keep-credentials`: cookie values,
+//!   authorization headers, headers and query parameters named like credentials, and request
+//!   bodies are replaced by `x`s of the same length as each exchange comes in (`redact`), and
+//!   the same query values are masked in the log. Responses are not stored.
+//! - File modes: the scenario file is written whole, readable by its owner only (a temporary
+//!   file created 0600, synced, renamed over it: `baton_bench::scenario::write_atomically`).
+//!
+//! No `unsafe`: the crate forbids it.
+
+#![forbid(unsafe_code)]
 
 mod ca;
-pub(crate) mod connect;
+mod connect;
+pub mod fuzzing;
 mod proxy;
 mod recording;
-pub(crate) mod redact;
+mod redact;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,7 +48,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::scenario;
+use baton_bench::scenario;
 
 /// Connections open at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 512;
@@ -64,7 +79,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PEM")]
     pub upstream_ca: Vec<PathBuf>,
     /// End the recording after this long (e.g. 30s, 5m). Default: until SIGINT/SIGTERM.
-    #[arg(long, value_name = "D", value_parser = crate::config::parse_duration)]
+    #[arg(long, value_name = "D", value_parser = baton_bench::parse_duration)]
     pub duration: Option<Duration>,
     /// End the recording once this many requests to the recorded host are in.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -77,7 +92,7 @@ pub struct RecordArgs {
     pub max_body: usize,
     /// Time each phase a peer can stall may take (CONNECT head, TLS handshakes, origin
     /// connect); a request body and an origin's response head get 3 times that.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = crate::config::parse_duration)]
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = baton_bench::parse_duration)]
     pub timeout: Duration,
 }
 
@@ -205,7 +220,7 @@ async fn run(args: RecordArgs) -> anyhow::Result<()> {
     }
     let text = scenario::to_toml(&finished.imported.scenario, &comment)?;
     scenario::parse(&text).context("the recorded scenario does not read back")?;
-    write_atomically(&args.out, text.as_bytes())?;
+    scenario::write_atomically(&args.out, text.as_bytes())?;
     eprintln!(
         "{}{}",
         scenario::summary(&finished.imported, &args.out),
@@ -234,62 +249,4 @@ fn ca_guide(ca: &ca::Ca, dir: &Path) -> String {
         steps = ca::removal_steps(name),
         dir = dir.display(),
     )
-}
-
-/// Writes `path` whole or not at all, readable by its owner only (it may hold credentials):
-/// a fresh temporary file next to it, created 0600, synced, renamed over it.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let name = path
-        .file_name()
-        .with_context(|| format!("--out {}: not a file name", path.display()))?;
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    // a stale temporary file of an earlier run with this pid (and whatever mode) goes first
-    let _ = std::fs::remove_file(&tmp);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("writing {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt as _;
-
-    fn mode(p: &Path) -> u32 {
-        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
-    }
-
-    #[test]
-    fn the_scenario_file_is_written_0600_even_over_a_readable_one() {
-        let dir = std::env::temp_dir().join(format!("baton-record-write-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("s.toml");
-        write_atomically(&out, b"one").unwrap();
-        assert_eq!(mode(&out), 0o600);
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).unwrap();
-        write_atomically(&out, b"two").unwrap();
-        assert_eq!(mode(&out), 0o600);
-        assert_eq!(std::fs::read(&out).unwrap(), b"two");
-        // only the file is left, no temporary one
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

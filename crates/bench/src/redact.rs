@@ -1,6 +1,7 @@
-//! What `baton record` keeps out of a scenario file unless `--keep-credentials`: credentials
-//! and request bodies are replaced by `x`s of the same length, so a replay still sends
-//! requests of the recorded sizes, with valid headers, to the same paths.
+//! What a scenario file keeps of credentials unless `--keep-credentials` (`baton record`, in
+//! `baton-recorder`, and `baton scenario import-har` mask the same things): credentials and
+//! request bodies are replaced by `x`s of the same length, so a replay still sends requests
+//! of the recorded sizes, with valid headers, to the same paths.
 //!
 //! - `Cookie`: each cookie's value (the names stay: `sid=xxxx; theme=xxxx`).
 //! - `Authorization`, `Proxy-Authorization`: the credentials after the scheme
@@ -11,9 +12,7 @@
 //! - Request bodies: every byte (a form or JSON body carries passwords and tokens as often
 //!   as not); empty bodies stay empty.
 //!
-//! The recorder does not store responses, so `Set-Cookie` never reaches the file.
-
-use super::recording::Exchange;
+//! Neither stores responses, so `Set-Cookie` never reaches the file.
 
 /// Headers whose values are always credentials.
 const CREDENTIAL_HEADERS: &[&str] = &["cookie", "authorization", "proxy-authorization"];
@@ -45,7 +44,7 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, o: Counts) {
+    pub fn add(&mut self, o: Counts) {
         self.headers += o.headers;
         self.params += o.params;
         self.bodies += o.bodies;
@@ -110,39 +109,6 @@ pub fn url(url: &str) -> (String, usize) {
         .collect::<Vec<_>>()
         .join("&");
     (format!("{base}?{query}"), n)
-}
-
-/// Redacts one exchange in place; what it replaced.
-pub fn exchange(e: &mut Exchange) -> Counts {
-    let mut c = Counts::default();
-    for (name, value) in &mut e.headers {
-        if let Some(v) = header_value(name, value) {
-            *value = v;
-            c.headers += 1;
-        }
-    }
-    let (u, params) = url(&e.url);
-    e.url = u;
-    c.params = params;
-    if let Some(b) = &mut e.body {
-        if !b.is_empty() {
-            b.fill(b'x');
-            c.bodies = 1;
-        }
-    }
-    c
-}
-
-/// Redacts exchanges as they come in, counting what it replaced.
-#[derive(Debug, Default)]
-pub struct Redactor {
-    pub counts: Counts,
-}
-
-impl Redactor {
-    pub fn exchange(&mut self, e: &mut Exchange) {
-        self.counts.add(exchange(e));
-    }
 }
 
 /// The scenario file's comment lines saying what was redacted.
@@ -235,50 +201,5 @@ mod tests {
         );
         assert_eq!(url("/plain"), ("/plain".into(), 0));
         assert_eq!(url("/q?author=me"), ("/q?author=me".into(), 0));
-    }
-
-    #[test]
-    fn an_exchange_keeps_sizes_and_nothing_secret() {
-        let mut e = Exchange {
-            start_ms: 0.0,
-            method: "POST".into(),
-            url: "https://shop.test/login?session=S3".into(),
-            headers: vec![
-                ("cookie".into(), "sid=SECRET1".into()),
-                ("authorization".into(), "Bearer SECRET2".into()),
-                ("x-api-key".into(), "SECRET3".into()),
-                ("content-type".into(), "application/json".into()),
-            ],
-            body: Some(br#"{"password":"SECRET4"}"#.to_vec()),
-        };
-        let before = e.clone();
-        let mut r = Redactor::default();
-        r.exchange(&mut e);
-        assert_eq!(
-            r.counts,
-            Counts {
-                headers: 3,
-                params: 1,
-                bodies: 1
-            }
-        );
-        let all = format!("{e:?}");
-        assert!(!all.contains("SECRET") && !all.contains("S3"), "{all}");
-        assert_eq!(e.url.len(), before.url.len());
-        assert_eq!(
-            e.body.as_ref().unwrap().len(),
-            before.body.as_ref().unwrap().len()
-        );
-        for (a, b) in e.headers.iter().zip(&before.headers) {
-            assert_eq!((&a.0, a.1.len()), (&b.0, b.1.len()));
-        }
-        assert_eq!(e.headers[3].1, "application/json");
-        // an empty body stays empty, no body stays none
-        let mut get = Exchange {
-            body: Some(Vec::new()),
-            ..before
-        };
-        assert_eq!(exchange(&mut get).bodies, 0);
-        assert_eq!(get.body, Some(Vec::new()));
     }
 }

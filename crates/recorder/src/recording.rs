@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::redact::{self, Redactor};
-use crate::scenario::{normalize_host, Collector, Imported, Pushed};
+use baton_bench::scenario::{normalize_host, Collector, Imported, Pushed};
 
 /// One request the browser made and the origin answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,7 +193,7 @@ pub fn headers_of(map: &http::HeaderMap) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{parse, to_toml};
+    use baton_bench::scenario::{parse, to_toml};
 
     fn ex(start_ms: f64, method: &str, url: &str) -> Exchange {
         Exchange {
