@@ -128,13 +128,14 @@ fn until(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A port whose cluster bus port (+10000) is free too (a few bounded tries).
-fn cluster_port(taken: &[u16]) -> u16 {
-    for i in 0..500u16 {
-        let port = 20000 + (std::process::id() as u16 % 97) * 100 + i * 7 % 9000;
-        if taken.contains(&port) {
-            continue;
-        }
+/// A port whose cluster bus port (+10000) is free too (a few bounded tries). Ports are handed
+/// out once per process, so clusters of tests running side by side never pick the same.
+fn cluster_port() -> u16 {
+    use std::sync::atomic::AtomicU16;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20000 + (std::process::id() % 200) as u16 * 50;
+    for _ in 0..500 {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 10000;
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         if free(port) && free(port + 10000) {
             return port;
@@ -243,10 +244,7 @@ struct Cluster {
 impl Cluster {
     fn start() -> Cluster {
         let dir = TempDir::new("cluster");
-        let mut ports = Vec::new();
-        for _ in 0..6 {
-            ports.push(cluster_port(&ports));
-        }
+        let ports: Vec<u16> = (0..6).map(|_| cluster_port()).collect();
         let nodes: Vec<Server> = ports
             .iter()
             .map(|&p| {
