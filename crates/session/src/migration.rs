@@ -229,11 +229,8 @@ impl Codec for SessionObject {
         self.rx.encode(out);
         u8::from(self.resumed).encode(out);
         encode_bytes(out, FIELD_LEN, self.alpn.as_deref().unwrap_or_default());
-        encode_bytes(
-            out,
-            FIELD_LEN,
-            self.sni.as_deref().unwrap_or_default().as_bytes(),
-        );
+        let sni = self.sni.as_deref().unwrap_or_default();
+        encode_bytes(out, FIELD_LEN, sni.as_bytes());
         let subject = self.client_subject.as_deref().unwrap_or_default();
         encode_bytes(out, FIELD_LEN, subject.as_bytes());
         encode_bytes(out, PLAINTEXT_LEN, &self.plaintext);
