@@ -89,7 +89,8 @@ pub fn handoff(data: &[u8]) {
     let Some((&cut, rest)) = data.split_first() else {
         return;
     };
-    let whole = drain(&mut Splitter::new(), rest);
+    let mut one = Splitter::new();
+    let whole = drain(&mut one, rest);
     let chunk = 1 + usize::from(cut % 17);
     let mut s = Splitter::new();
     let mut chunked = (Vec::new(), Vec::new(), true);
@@ -114,7 +115,15 @@ pub fn handoff(data: &[u8]) {
     if t.track(&rest[..k]).is_ok() {
         let (tls, frames, ok) = drain(&mut t, &rest[k..]);
         if ok && frames.is_empty() && whole.2 && whole.1.is_empty() {
-            assert_eq!([&rest[..k], &tls[..]].concat(), whole.0, "takeover differs");
+            let got = [&rest[..k], &tls[..]].concat();
+            if one.at_boundary() {
+                assert_eq!(got, whole.0, "takeover differs");
+            } else {
+                // The stream ends inside a record header: the one-push splitter still holds
+                // those bytes, while the tracker passed them on (rustls had them). The same
+                // stream, cut at a different place.
+                assert!(got.starts_with(&whole.0), "takeover differs");
+            }
         }
     }
 
@@ -211,5 +220,14 @@ mod tests {
         fn handoff_streams(data in vec(any::<u8>(), 0..1024)) {
             super::handoff(&data);
         }
+    }
+
+    /// What libFuzzer found: a stream ending inside a record header that a tracker had
+    /// partly passed on (the harness compared it with the held bytes of a one-push split).
+    #[test]
+    fn a_stream_ending_inside_a_header_after_a_takeover() {
+        super::handoff(&[0xff, 0x16, 0x03, 0x00, 0x00]);
+        // and the same with the record whole: bytes after the takeover point match exactly
+        super::handoff(&[0xff, 0x16, 0x03, 0x00, 0x00, 0x01, 0x07]);
     }
 }
