@@ -542,15 +542,16 @@ fn spread(v: &[f64]) -> String {
 /// round robin, Redis, stateful tickets, `--early-data 16384`) behind the lab's delay proxy
 /// at 30 ms RTT; `baton bench` TTFB (from the transaction's start, TCP connect included) of
 /// full handshakes, 1-RTT resumptions and 0-RTT, several runs each; then, without the delay,
-/// the agents' CPU per resumption with and without early data. Release build:
-/// `BATON_BIN=target/release/baton cargo test --release -p baton-cli --test early_data -- \
-///  --ignored zero_rtt_benchmark --nocapture`
+/// the agents' CPU per resumption with and without early data. In the test tier it runs once
+/// (that the measurement works); for figures, five runs of the release build:
+/// `BATON_RUNS=5 BATON_BIN=target/release/baton cargo test --release -p baton-cli --test \
+///  early_data -- --ignored zero_rtt_benchmark --nocapture`
 #[test]
 #[ignore = "slow tier: benchmark for the issue's closing note"]
 fn zero_rtt_benchmark() {
     let Some(redis) = Redis::start() else { return };
     let bin = std::env::var("BATON_BIN").unwrap_or_else(|_| common::BATON.to_string());
-    let runs: usize = std::env::var("BATON_RUNS").map_or(5, |v| v.parse().unwrap());
+    let runs: usize = std::env::var("BATON_RUNS").map_or(1, |v| v.parse().unwrap());
     let store = format!("redis={}", redis.url());
     let up = common::Up::start_with(
         &bin,
