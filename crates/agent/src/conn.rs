@@ -19,7 +19,6 @@ use baton_ops::cidr::Cidr;
 use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
-use crate::certs::subject_of;
 use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
@@ -185,27 +184,7 @@ async fn serve(
             kind == Some(HandshakeKind::Resumed),
             kind == Some(HandshakeKind::FullWithHelloRetryRequest),
         );
-        ConnInfo {
-            peer,
-            version: match version {
-                Version::Tls12 => "TLSv1.2",
-                Version::Tls13 => "TLSv1.3",
-            },
-            suite: tls
-                .negotiated_cipher_suite()
-                .map(|s| format!("{:?}", s.suite()))
-                .unwrap_or_default(),
-            alpn: tls
-                .alpn_protocol()
-                .map(|p| String::from_utf8_lossy(p).into_owned()),
-            sni: tls.server_name().map(String::from),
-            resumed: kind == Some(HandshakeKind::Resumed),
-            client_subject: tls
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(subject_of),
-            early: None,
-        }
+        ConnInfo::of(peer, tls)
     };
     let h2 = info.alpn.as_deref() == Some("h2");
     let mut stream = stream;

@@ -297,25 +297,10 @@ pub(crate) struct EarlyConn {
 impl EarlyConn {
     /// What the HTTP layer is told; `early` only when early data was accepted.
     fn info(&self, peer: SocketAddr) -> ConnInfo {
-        let tls = &self.tls;
+        // early data is refused with --client-ca, so there is no client certificate here
         ConnInfo {
-            peer,
-            version: match tls.protocol_version() {
-                Some(ProtocolVersion::TLSv1_2) => "TLSv1.2",
-                _ => "TLSv1.3",
-            },
-            suite: tls
-                .negotiated_cipher_suite()
-                .map(|s| format!("{:?}", s.suite()))
-                .unwrap_or_default(),
-            alpn: tls
-                .alpn_protocol()
-                .map(|p| String::from_utf8_lossy(p).into_owned()),
-            sni: tls.server_name().map(String::from),
-            resumed: tls.handshake_kind() == Some(HandshakeKind::Resumed),
-            // early data is refused with --client-ca, so no client certificate here
-            client_subject: None,
             early: self.accepted.then(|| self.state.clone()),
+            ..ConnInfo::of(peer, &self.tls)
         }
     }
 

@@ -37,6 +37,33 @@ pub struct ConnInfo {
     pub early: Option<Arc<crate::early_tls::EarlyState>>,
 }
 
+impl ConnInfo {
+    /// What rustls negotiated on a server connection (no early data: see `early_tls`).
+    pub fn of(peer: SocketAddr, tls: &rustls::ServerConnection) -> ConnInfo {
+        ConnInfo {
+            peer,
+            version: match tls.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "TLSv1.3",
+            },
+            suite: tls
+                .negotiated_cipher_suite()
+                .map(|s| format!("{:?}", s.suite()))
+                .unwrap_or_default(),
+            alpn: tls
+                .alpn_protocol()
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+            sni: tls.server_name().map(String::from),
+            resumed: tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+            client_subject: tls
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(crate::certs::subject_of),
+            early: None,
+        }
+    }
+}
+
 /// Shared by every connection: what to answer and where to count it.
 #[derive(Debug)]
 pub struct HttpService {
