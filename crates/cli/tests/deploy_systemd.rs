@@ -298,7 +298,7 @@ fn as_nobody(args: &[&str]) -> Command {
 #[test]
 fn the_signer_cannot_be_read_by_another_process_of_its_user() {
     use std::os::unix::fs::{chown, PermissionsExt};
-    if !nix_root() {
+    if !is_root() {
         eprintln!("skipping: needs root to switch users");
         return;
     }
@@ -349,9 +349,4 @@ fn the_signer_cannot_be_read_by_another_process_of_its_user() {
         "the signer's memory map is readable by its user"
     );
     let _ = sleeper.0.kill();
-}
-
-fn nix_root() -> bool {
-    let out = Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim() == "0"
 }

@@ -107,11 +107,6 @@ fn redis_store_needs_only_the_clients_full_handshakes() {
     }
 }
 
-fn is_root() -> bool {
-    let out = std::process::Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim() == "0"
-}
-
 fn baton_namespaces() -> Vec<String> {
     let out = std::process::Command::new("ip")
         .args(["netns", "list"])

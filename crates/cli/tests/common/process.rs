@@ -211,3 +211,9 @@ impl Endpoint for Dispatcher {
         self.addr
     }
 }
+
+/// Whether the tests run as root (network namespaces, switching users).
+pub fn is_root() -> bool {
+    let out = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "0"
+}
