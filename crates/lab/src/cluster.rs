@@ -145,7 +145,23 @@ struct AgentState {
 }
 
 impl Cluster {
+    /// Starts the cluster. The replication ports of `--store peers` are picked free before the
+    /// agents bind them, so another process may take one meanwhile: a start that fails with
+    /// "Address already in use" is retried (three attempts in all) with new ports.
     pub fn start(spec: &ClusterSpec) -> anyhow::Result<Cluster> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(spec) {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
+                    tracing::warn!(attempt, error = %format!("{e:#}"), "a port was taken meanwhile; starting again");
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once(spec: &ClusterSpec) -> anyhow::Result<Cluster> {
         if spec.agents == 0 || spec.agents > 64 {
             bail!("--agents must be between 1 and 64");
         }
@@ -236,7 +252,19 @@ impl Cluster {
             args.extend(spec.agent_args.iter().cloned());
             let log = spec.dir.join(format!("agent-{id}.log"));
             let cap = spec.agent_caps.get(id).map(|c| &**c);
-            agents.push(spawn_on(host, &spec.baton, &args, &log, cap)?);
+            match spawn_on(host, &spec.baton, &args, &log, cap) {
+                Ok(p) => agents.push(p),
+                Err(e) => {
+                    // nothing of a failed start may outlive it
+                    stop_all(
+                        agents
+                            .iter_mut()
+                            .map(|a| &mut a.child)
+                            .chain(redis.as_mut()),
+                    );
+                    return Err(e);
+                }
+            }
         }
         let mut args: Vec<String> = vec![
             "dispatch".into(),
@@ -282,7 +310,14 @@ impl Cluster {
                 "dispatch{}.log",
                 if i == 0 { String::new() } else { i.to_string() }
             ));
-            dispatchers.push(spawn_on(&host, &spec.baton, &all, &log, None)?);
+            match spawn_on(&host, &spec.baton, &all, &log, None) {
+                Ok(p) => dispatchers.push(p),
+                Err(e) => {
+                    let started = agents.iter_mut().chain(dispatchers.iter_mut());
+                    stop_all(started.map(|p| &mut p.child).chain(redis.as_mut()));
+                    return Err(e);
+                }
+            }
         }
         if let Some(h) = &mut hosts {
             for i in 0..spec.topology.client_hosts {
@@ -424,6 +459,14 @@ pub fn peer_args_at(addrs: &[SocketAddr], i: usize) -> Vec<String> {
         }
     }
     args
+}
+
+/// SIGKILL and reap.
+fn stop_all<'a>(children: impl Iterator<Item = &'a mut Child>) {
+    for c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }
 
 /// [`spawn_ready_in`] inside `host` when there is one.
