@@ -25,11 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use baton_wire::{ClientHello, HelloReader, Progress};
+use baton_wire::ClientHello;
 use http::Method;
 use rustls::server::{ServerConnection, StoresServerSessions};
 use rustls::{HandshakeKind, ProtocolVersion};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use zeroize::Zeroizing;
@@ -40,10 +40,6 @@ use crate::io::ConnIo;
 use crate::metrics::{FailureReason, Metrics, Version};
 use crate::server::Shared;
 use crate::transport::AgentIo;
-
-/// Raw bytes read while looking for the ClientHello: the hello's bound plus its record
-/// headers (as the dispatcher's `HELLO_RAW_LIMIT`).
-const HELLO_RAW_LIMIT: usize = baton_wire::DEFAULT_MESSAGE_LIMIT + 64;
 
 /// What the HTTP layer of a connection with accepted early data asks about it.
 #[derive(Debug)]
@@ -94,17 +90,18 @@ pub(crate) async fn start(
             }),
         );
     }
-    let (bytes, hello) = match tokio::time::timeout_at(deadline, read_hello(&mut io)).await {
-        Ok(Ok(read)) => read,
-        Ok(Err(_)) => {
-            metrics.failure(FailureReason::Eof);
-            return Start::Done;
-        }
-        Err(_) => {
-            metrics.failure(FailureReason::Timeout);
-            return Start::Done;
-        }
-    };
+    let (bytes, hello) =
+        match tokio::time::timeout_at(deadline, baton_ops::hello::read(&mut io)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(_)) => {
+                metrics.failure(FailureReason::Eof);
+                return Start::Done;
+            }
+            Err(_) => {
+                metrics.failure(FailureReason::Timeout);
+                return Start::Done;
+            }
+        };
     let Some(hello) = hello.filter(ClientHello::early_data) else {
         return plain(io, bytes, deadline, shared).await;
     };
@@ -191,31 +188,6 @@ async fn plain(io: ConnIo<AgentIo>, bytes: Vec<u8>, deadline: Instant, shared: &
         let _ = tokio::time::timeout_at(deadline, io.write_all(&alert)).await;
     }
     Start::Done
-}
-
-/// Reads until a ClientHello is complete (or proves not to be one, or exceeds the bound):
-/// every byte read, and the hello if one could be parsed. What follows the hello in the last
-/// read (early data records) is among the bytes, for rustls.
-async fn read_hello(io: &mut ConnIo<AgentIo>) -> io::Result<(Vec<u8>, Option<ClientHello>)> {
-    let mut reader = HelloReader::new();
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let room = HELLO_RAW_LIMIT.saturating_sub(bytes.len()).min(buf.len());
-        if room == 0 {
-            return Ok((bytes, None)); // too much for a hello: rustls refuses it
-        }
-        let n = io.read(&mut buf[..room]).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        bytes.extend_from_slice(&buf[..n]);
-        match reader.push(&buf[..n]) {
-            Ok(Progress::NeedMore) => continue,
-            Ok(Progress::Done(hello, _)) => return Ok((bytes, Some(hello))),
-            Err(_) => return Ok((bytes, None)), // not a hello we can read: rustls answers it
-        }
-    }
 }
 
 /// Puts bytes already read from the client into rustls and processes them.

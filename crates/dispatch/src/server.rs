@@ -11,7 +11,7 @@ use baton_link::{LinkStream, StreamMeta};
 use baton_ops::accept::{Acceptor, Admitted};
 use baton_ops::cidr::Cidr;
 use baton_wire::proxy_v2::{self, ProxyHeader};
-use baton_wire::{HelloReader, Progress, ServerHelloReader};
+use baton_wire::{Progress, ServerHelloReader};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
@@ -233,8 +233,8 @@ async fn handle(
             Err(_) => return Ok(()),
         }
     }
-    let first = match tokio::time::timeout_at(deadline, read_hello(&mut client)).await {
-        Ok(Ok(first)) => first,
+    let first = match tokio::time::timeout_at(deadline, baton_ops::hello::read(&mut client)).await {
+        Ok(Ok((bytes, hello))) => FirstBytes { bytes, hello },
         Ok(Err(e)) => {
             shared.metrics.hello(HelloOutcome::Closed);
             return Err(e);
@@ -449,42 +449,6 @@ async fn handoff(
     };
     shared.router().closed(ended_on);
     result.map(|_| ())
-}
-
-/// Raw bytes buffered while looking for the ClientHello: the hello's own bound plus room for
-/// its record headers when sent in full-size records. The reader bounds the hello's payload;
-/// this bounds the bytes, which a hello sent as 1-byte records (5 header bytes each) would
-/// otherwise inflate six-fold.
-pub(crate) const HELLO_RAW_LIMIT: usize = baton_wire::DEFAULT_MESSAGE_LIMIT + 64;
-
-/// Reads until a ClientHello is complete (or proves not to be one, or exceeds the bound).
-async fn read_hello(client: &mut TcpStream) -> std::io::Result<FirstBytes> {
-    let mut reader = HelloReader::new();
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let room = HELLO_RAW_LIMIT.saturating_sub(bytes.len()).min(buf.len());
-        if room == 0 {
-            // Too much for a hello: forward what we have and let the agent refuse it.
-            return Ok(FirstBytes { bytes, hello: None });
-        }
-        let n = client.read(&mut buf[..room]).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        bytes.extend_from_slice(&buf[..n]);
-        match reader.push(&buf[..n]) {
-            Ok(Progress::NeedMore) => continue,
-            Ok(Progress::Done(hello, _)) => {
-                return Ok(FirstBytes {
-                    bytes,
-                    hello: Some(hello),
-                })
-            }
-            // Not a hello we can read: forward what we have and let the agent answer it.
-            Err(_) => return Ok(FirstBytes { bytes, hello: None }),
-        }
-    }
 }
 
 /// Replays what was read from the client to the agent (unless `written` already), then

@@ -6,6 +6,7 @@
 pub mod accept;
 pub mod affinity;
 pub mod cidr;
+pub mod hello;
 pub mod listen;
 pub mod metrics;
 pub mod process;
