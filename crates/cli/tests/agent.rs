@@ -945,27 +945,7 @@ fn keep_alive_pipelining_and_close_across_parked_connections() {
     let conn =
         rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let read_response =
-        |tls: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>| -> String {
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                assert_eq!(tls.read(&mut byte).unwrap(), 1, "connection closed early");
-                head.push(byte[0]);
-            }
-            let head = String::from_utf8(head).unwrap();
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse().unwrap())
-                })
-                .unwrap();
-            let mut body = vec![0u8; len];
-            tls.read_exact(&mut body).unwrap();
-            head + &String::from_utf8_lossy(&body)
-        };
+    let read_response = read_http_response;
     // sequential keep-alive requests with pauses (the connection parks in between)
     for i in 0..3 {
         tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")

@@ -34,12 +34,7 @@ fn finish(mut child: Child, json: &str) -> Value {
 
 #[test]
 fn behind_haproxy_round_robin_shared_sessions_need_only_the_clients_full_handshakes() {
-    if Command::new("haproxy").arg("-v").output().is_err() {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-            "haproxy required"
-        );
-        eprintln!("haproxy not installed: skipping");
+    if !have_haproxy() {
         return;
     }
     // agents alone (no baton dispatcher), sharing sessions between peers

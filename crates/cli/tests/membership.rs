@@ -151,24 +151,7 @@ impl KeepAlive {
         self.0
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             .unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(self.0.read(&mut byte).unwrap(), 1, "connection closed");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
-        let len: usize = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .unwrap();
-        let mut body = vec![0u8; len];
-        self.0.read_exact(&mut body).unwrap();
-        head[9..12].parse().unwrap()
+        read_http_response(&mut self.0)[9..12].parse().unwrap()
     }
 }
 
@@ -378,12 +361,7 @@ fn fetch_from(
 
 #[test]
 fn two_dispatchers_behind_haproxy_agree_on_homes_and_one_can_die() {
-    if Command::new("haproxy").arg("-v").output().is_err() {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-            "haproxy required"
-        );
-        eprintln!("haproxy not installed: skipping");
+    if !have_haproxy() {
         return;
     }
     let pki = Pki::new();

@@ -31,7 +31,9 @@ pub fn best(client: IpAddr, servers: impl IntoIterator<Item = (u64, bool)>) -> O
         .map(|(i, _)| i)
 }
 
-fn client_hash(client: IpAddr) -> u64 {
+/// A stable 64-bit hash of a client address (FNV-1a over its bytes); `hash % n` is how homes
+/// were chosen before rendezvous hashing (the lab's `homes` experiment compares the two).
+pub fn client_hash(client: IpAddr) -> u64 {
     match client {
         IpAddr::V4(v4) => fnv1a(&v4.octets()),
         IpAddr::V6(v6) => fnv1a(&v6.octets()),

@@ -199,3 +199,26 @@ pub fn fetch_addr(
 ) -> Result<Fetched, String> {
     fetch(&Addr(addr), config, path)
 }
+
+/// One HTTP/1.1 response with a Content-Length off a kept-alive stream: its head and body as
+/// text, reading exactly that much (the next response stays in the stream).
+pub fn read_http_response(s: &mut impl Read) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "connection closed early");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
+}

@@ -217,3 +217,17 @@ pub fn is_root() -> bool {
     let out = Command::new("id").arg("-u").output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim() == "0"
 }
+
+/// Whether haproxy is installed; without it a test skips, unless BATON_REQUIRE_SERVERS says
+/// it must not (CI).
+pub fn have_haproxy() -> bool {
+    if Command::new("haproxy").arg("-v").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+        "haproxy required"
+    );
+    eprintln!("haproxy not installed: skipping");
+    false
+}

@@ -20,20 +20,11 @@ fn homes(clients: &[IpAddr], ids: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// What the dispatcher did before rendezvous hashing: FNV-1a of the address, modulo N.
+/// What the dispatcher did before rendezvous hashing: the client's hash modulo N.
 fn modulo_homes(clients: &[IpAddr], n: u64) -> Vec<u64> {
     clients
         .iter()
-        .map(|c| {
-            let bytes = match c {
-                IpAddr::V4(v4) => v4.octets().to_vec(),
-                IpAddr::V6(v6) => v6.octets().to_vec(),
-            };
-            let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-            });
-            h % n
-        })
+        .map(|c| baton_ops::affinity::client_hash(*c) % n)
         .collect()
 }
 
