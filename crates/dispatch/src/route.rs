@@ -201,11 +201,11 @@ impl Router {
 
     /// The best-scoring slot for `client` among the agents on the roster that `may` allow.
     fn choose_home(&self, client: IpAddr, may: impl Fn(&Self, usize) -> bool) -> Option<usize> {
-        let slots: Vec<usize> = self.slots().collect();
-        let candidates = slots
-            .iter()
-            .map(|a| (u64::from(self.agents[*a].id), may(self, *a)));
-        baton_ops::affinity::best(client, candidates).map(|i| slots[i])
+        // Every slot is a candidate, a removed one never available: positions are slots.
+        let candidates = self.agents.iter().enumerate();
+        let candidates =
+            candidates.map(|(slot, a)| (u64::from(a.id), a.present && may(self, slot)));
+        baton_ops::affinity::best(client, candidates)
     }
 
     /// The client's home and whether it is its first choice (`Reason::Home`, or
