@@ -633,6 +633,8 @@ impl Disp {
                     }
                 }
                 Action::Splice(t) => self.spliced = Some(t),
+                // no agent here leaves (drains) during a handshake's move
+                Action::ChooseHome => self.relay.stay(),
             }
         }
         match self.spliced {

@@ -10,11 +10,21 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Frame, HandoffError, RefuseReason, Splitter, MAX_HELD};
+use super::{Frame, HandoffError, RefuseReason, Splitter, BINDING_LEN, MAX_HELD};
 
 /// What the handshake agent must do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ExportEvent {
+    /// The dispatcher answered Leave with where to move (in [`ExportInput::moved`]): seal
+    /// for this home agent and binding. The machine waits for Frozen next, as after a Freeze.
+    Move {
+        home: u16,
+        binding: [u8; BINDING_LEN],
+    },
+
+    /// The dispatcher answered Leave with Stay: carry on with the TLS engine, feeding it
+    /// `ciphertext` (client bytes after the answer) first.
+    Stay { ciphertext: Vec<u8> },
     /// Every client record before the freeze has been given out to decrypt: extract and seal
     /// the session, then [`Exporter::switch`] (or [`Exporter::abort`]).
     Frozen,
@@ -33,11 +43,17 @@ pub enum ExportEvent {
 pub struct ExportInput {
     /// Client records to decrypt now (before the freeze), in order.
     pub decrypt: Vec<u8>,
+    /// [`ExportEvent::Move`], when the dispatcher's answer to Leave came in this input (an
+    /// `event` may follow it in the same input).
+    pub moved: Option<ExportEvent>,
     pub event: Option<ExportEvent>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ExportState {
+    /// Leave sent: client records are decrypted (their plaintext carried, if the connection
+    /// moves) until the dispatcher's Offer or Stay.
+    Leaving,
     /// Freeze sent; client records until Frozen are decrypted and their plaintext carried.
     Freezing,
     /// Over the plaintext cap: Abort sent; records until Frozen are kept as ciphertext.
@@ -79,12 +95,22 @@ impl Exporter {
         (me, Frame::Freeze.to_bytes())
     }
 
+    /// Starts moving an established connection at `now` because this agent drains: the
+    /// machine and the Leave frame to send. Nothing may be sent to the client from here on
+    /// (the last response is on the wire). The dispatcher answers with an Offer
+    /// ([`ExportEvent::Move`]; then as after [`Exporter::freeze`]) or Stay.
+    pub fn leave(cap: usize, timeout: Duration, now: Instant) -> (Self, Vec<u8>) {
+        let (mut me, _) = Self::freeze(cap, timeout, now);
+        me.state = ExportState::Leaving;
+        (me, Frame::Leave.to_bytes())
+    }
+
     /// Where the client's stream stood when the TLS engine stopped reading it: `read` has
     /// [tracked](Splitter::track) every client byte the engine took during the handshake. The
     /// engine reads in chunks, so the handshake may end with part of a record inside it and the
     /// rest still on the stream; without this the rest would be read as a record header.
     pub fn continue_from(&mut self, read: Splitter) {
-        if self.state == ExportState::Freezing {
+        if matches!(self.state, ExportState::Freezing | ExportState::Leaving) {
             self.splitter = read;
         }
     }
@@ -94,7 +120,7 @@ impl Exporter {
         let mut out = ExportInput::default();
         while !data.is_empty() {
             match self.state {
-                ExportState::Freezing | ExportState::Aborting => {}
+                ExportState::Freezing | ExportState::Aborting | ExportState::Leaving => {}
                 ExportState::Switched => return self.verdict(data),
                 s => return Err(HandoffError::Unexpected("bytes", export_name(s))),
             }
@@ -110,6 +136,18 @@ impl Exporter {
             }
             match split.frame {
                 None => {}
+                // Records and Frozen may follow in the same input: they are read on.
+                Some(Frame::Offer { home, binding }) if self.state == ExportState::Leaving => {
+                    self.state = ExportState::Freezing;
+                    out.moved = Some(ExportEvent::Move { home, binding });
+                }
+                Some(Frame::Stay) if self.state == ExportState::Leaving => {
+                    self.state = ExportState::Finished;
+                    out.event = Some(ExportEvent::Stay {
+                        ciphertext: data.to_vec(),
+                    });
+                    return Ok(out);
+                }
                 // After an abort, the client's bytes follow Frozen at once: they are the
                 // TLS engine's, like those kept since the cap.
                 Some(Frame::Frozen) if self.state == ExportState::Aborting => {
@@ -121,7 +159,7 @@ impl Exporter {
                 }
                 // Otherwise the dispatcher holds every client byte after Frozen until its
                 // verdict.
-                Some(Frame::Frozen) if data.is_empty() => {
+                Some(Frame::Frozen) if data.is_empty() && self.state == ExportState::Freezing => {
                     self.state = ExportState::Frozen;
                     out.event = Some(ExportEvent::Frozen);
                 }
@@ -148,8 +186,8 @@ impl Exporter {
             self.state = ExportState::Finished;
         }
         Ok(ExportInput {
-            decrypt: Vec::new(),
             event,
+            ..ExportInput::default()
         })
     }
 
@@ -158,6 +196,8 @@ impl Exporter {
     /// client sends until Frozen is kept as ciphertext instead of decrypted.
     pub fn decrypted(&mut self, n: usize) -> Option<Vec<u8>> {
         self.plaintext += n;
+        // While leaving nobody can take an Abort yet; the cap applies once the move starts
+        // (the caller reports the records before it then).
         if self.state == ExportState::Freezing && self.plaintext > self.cap {
             self.state = ExportState::Aborting;
             return Some(Frame::Abort.to_bytes());
@@ -195,7 +235,10 @@ impl Exporter {
     pub fn deadline(&self) -> Option<Instant> {
         matches!(
             self.state,
-            ExportState::Freezing | ExportState::Aborting | ExportState::Switched
+            ExportState::Leaving
+                | ExportState::Freezing
+                | ExportState::Aborting
+                | ExportState::Switched
         )
         .then_some(self.deadline)
     }
@@ -208,6 +251,7 @@ impl Exporter {
 
 fn export_name(s: ExportState) -> &'static str {
     match s {
+        ExportState::Leaving => "leaving",
         ExportState::Freezing => "freezing",
         ExportState::Aborting => "aborting",
         ExportState::Frozen => "frozen",

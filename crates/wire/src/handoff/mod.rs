@@ -150,6 +150,12 @@ pub enum Frame {
     Ready,
     Refused(RefuseReason),
     Commit,
+    /// An agent that drains asks to move an established connection it is idle on (between
+    /// two HTTP/1.1 requests). It sends nothing more until the dispatcher answers with an
+    /// Offer (then the exchange goes on as after a Freeze) or Stay.
+    Leave,
+    /// The dispatcher's answer to Leave when there is nowhere to move: keep the connection.
+    Stay,
 }
 
 impl std::fmt::Debug for Frame {
@@ -202,6 +208,8 @@ impl Frame {
             Frame::Ready => 10,
             Frame::Refused(_) => 11,
             Frame::Commit => 12,
+            Frame::Leave => 13,
+            Frame::Stay => 14,
         }
     }
 
@@ -219,6 +227,8 @@ impl Frame {
             Frame::Ready => "Ready",
             Frame::Refused(_) => "Refused",
             Frame::Commit => "Commit",
+            Frame::Leave => "Leave",
+            Frame::Stay => "Stay",
         }
     }
 
@@ -283,6 +293,8 @@ impl Frame {
                 RefuseReason::read(&mut r).map_err(|_| HandoffError::Malformed("Refused"))?,
             ),
             12 => Frame::Commit,
+            13 => Frame::Leave,
+            14 => Frame::Stay,
             k => return Err(HandoffError::UnknownKind(k)),
         };
         match r.expect_empty("frame") {
@@ -315,7 +327,7 @@ fn classify(head: &[u8]) -> Result<bool, HandoffError> {
 /// Walks a stream of TLS records and handoff frames without holding record bodies: TLS bytes
 /// are passed through as they come (a record may end in a later push), frames are collected
 /// whole (bounded by [`MAX_FRAME_BODY`]) and returned one at a time.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Splitter {
     /// A unit's header being collected, or a whole frame.
     head: Vec<u8>,
@@ -324,6 +336,17 @@ pub struct Splitter {
     /// How many bytes at the front of `head` were [tracked](Self::track) (passed on by
     /// someone else) and must not be passed again.
     head_passed: usize,
+}
+
+/// The result of one [`Splitter::pass`] call.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Passed {
+    /// How many bytes at the front of the input are TLS, to forward unchanged.
+    pub tls: usize,
+    /// The first complete frame, if one ended in this input (after those TLS bytes).
+    pub frame: Option<Frame>,
+    /// How many input bytes were consumed (the TLS bytes, then the frame or part of it).
+    pub consumed: usize,
 }
 
 /// The result of one [`Splitter::split`] call.
@@ -378,6 +401,55 @@ impl Splitter {
             }
         }
         Ok(())
+    }
+
+    /// Walks a stream of records that may carry frames between them, copying nothing but a
+    /// frame: the front `passed.tls` bytes of `data` are TLS to forward as they are (record
+    /// headers included, as they come). Stops after the first complete frame; the caller
+    /// forwards `data[..tls]`, acts on the frame and calls again with `data[consumed..]`.
+    /// For a spliced stream, where copying every record as [`Splitter::split`] does would
+    /// cost the bulk traffic a copy.
+    pub fn pass(&mut self, data: &[u8]) -> Result<Passed, HandoffError> {
+        let mut i = 0;
+        while i < data.len() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len() - i);
+                self.body_left -= n;
+                i += n;
+                continue;
+            }
+            // A unit starts (or its header goes on): its first byte tells a frame at once.
+            let frame_starts = self.head.is_empty() && data[i] == FRAME_TYPE;
+            if frame_starts || self.head.first() == Some(&FRAME_TYPE) {
+                let tls = if frame_starts { i } else { 0 };
+                let s = self.split(&data[i..])?;
+                return Ok(Passed {
+                    tls,
+                    frame: s.frame,
+                    consumed: i + s.consumed,
+                });
+            }
+            let n = (HEADER_LEN - self.head.len()).min(data.len() - i);
+            self.head.extend_from_slice(&data[i..i + n]);
+            i += n;
+            // passed on already, like `track`'s: a later `split` must not pass them again
+            self.head_passed = self.head.len();
+            classify(&self.head)?;
+            if self.head.len() == HEADER_LEN {
+                let len = body_len(&self.head)?;
+                if len > MAX_CIPHERTEXT_LEN {
+                    return Err(HandoffError::RecordTooLarge(len));
+                }
+                self.head.clear();
+                self.head_passed = 0;
+                self.body_left = len;
+            }
+        }
+        Ok(Passed {
+            tls: data.len(),
+            frame: None,
+            consumed: data.len(),
+        })
     }
 
     /// Consumes `data` up to and including the first complete frame.
@@ -455,3 +527,7 @@ mod relay_test;
 #[cfg(test)]
 #[path = "agent_test.rs"]
 mod agent_test;
+
+#[cfg(test)]
+#[path = "leave_test.rs"]
+mod leave_test;

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Frame, HandoffError, RefuseReason, Splitter, MAX_HELD};
+use super::{Frame, HandoffError, Passed, RefuseReason, Splitter, BINDING_LEN, MAX_HELD};
 
 /// Tracks the boundaries between the client's records, refusing anything but TLS records.
 #[derive(Debug, Default)]
@@ -55,8 +55,32 @@ pub enum Action {
     CloseAgent,
     /// The home agent's stream is useless (it refused, broke or was too late): reset it.
     CloseHome,
-    /// From here on copy bytes between the client and `Target` without looking at them.
+    /// The move is over: from here on the connection is served by `Target` (after a
+    /// migration the home agent's stream becomes the agent's: [`Relay::from_agent`] and
+    /// [`Relay::watch_agent`] take its bytes). The shell splices, following the records
+    /// ([`Relay::watch_client`], [`Relay::watch_agent`]) so the agent can still ask to leave.
     Splice(Target),
+    /// The agent asked to leave (it drains): choose the client's next home and call
+    /// [`Relay::move_to`], or [`Relay::stay`] when there is none.
+    ChooseHome,
+}
+
+/// Why a session moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveReason {
+    /// A full handshake ran away from the client's home agent (CSSL-SF).
+    Handshake,
+    /// Its agent drains: the live connection moves to another agent.
+    Drain,
+}
+
+impl MoveReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Handshake => "handshake",
+            Self::Drain => "drain",
+        }
+    }
 }
 
 /// How a handoff ended, for metrics.
@@ -84,8 +108,10 @@ enum State {
     Connecting,
     /// Waiting for the home agent's Ready or Refused.
     Importing,
-    /// Spliced: nothing more to decide.
-    Spliced(Target),
+    /// Served by the current agent, whose records pass untouched; it may ask to leave.
+    Serving,
+    /// The agent asked to leave; the shell is choosing where to.
+    Leaving,
 }
 
 impl State {
@@ -96,7 +122,8 @@ impl State {
             State::Frozen => "frozen",
             State::Connecting => "connecting",
             State::Importing => "importing",
-            State::Spliced(_) => "spliced",
+            State::Serving => "serving",
+            State::Leaving => "leaving",
         }
     }
 }
@@ -116,6 +143,7 @@ pub struct Relay {
     held: Vec<u8>,
     actions: VecDeque<Action>,
     outcome: Option<Outcome>,
+    reason: MoveReason,
 }
 
 impl Relay {
@@ -131,6 +159,17 @@ impl Relay {
             held: Vec::new(),
             actions: VecDeque::new(),
             outcome: None,
+            reason: MoveReason::Handshake,
+        }
+    }
+
+    /// A relay for a connection that was not offered for migration (any policy but
+    /// `handoff`, or a client at its home agent already): the client's and the agent's bytes
+    /// pass, followed record by record from their first byte, until the agent asks to leave.
+    pub fn serving() -> Self {
+        Self {
+            state: State::Serving,
+            ..Self::new()
         }
     }
 
@@ -143,14 +182,25 @@ impl Relay {
         self.actions.pop_front()
     }
 
-    /// How the handoff ended, once it has.
+    /// How the last move ended, once it has.
     pub fn outcome(&self) -> Option<Outcome> {
         self.outcome
     }
 
+    /// Why the last move was tried.
+    pub fn reason(&self) -> MoveReason {
+        self.reason
+    }
+
+    /// Whether the connection is being served, no move under way: the shell splices (with
+    /// [`Relay::watch_client`] and [`Relay::watch_agent`]).
+    pub fn is_serving(&self) -> bool {
+        self.state == State::Serving
+    }
+
     /// Whether the shell should read from the client now (false while enough is held).
     pub fn wants_client_bytes(&self) -> bool {
-        !matches!(self.state, State::Spliced(_)) && self.held.len() < MAX_HELD
+        self.held.len() < MAX_HELD
     }
 
     /// Client bytes held while frozen.
@@ -177,7 +227,8 @@ impl Relay {
 
     pub fn from_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
         match self.state {
-            State::Relaying => {
+            // Until Frozen the agent gets the client's bytes, also while it asks to leave.
+            State::Relaying | State::Serving | State::Leaving => {
                 self.client.inner.track(data)?;
                 self.push(Action::ToAgent(data.to_vec()));
             }
@@ -188,6 +239,8 @@ impl Relay {
                 }
                 if self.client.inner.at_boundary() {
                     self.freeze_now();
+                    // followed too: wherever they end up, a later move needs the boundaries
+                    self.client.inner.track(&data[n..])?;
                     self.held.extend_from_slice(&data[n..]);
                     if aborted {
                         self.release_to_agent();
@@ -197,28 +250,75 @@ impl Relay {
             }
             // The shell stops reading at MAX_HELD; a read may overshoot it by one buffer.
             State::Frozen | State::Connecting | State::Importing => {
+                self.client.inner.track(data)?;
                 self.held.extend_from_slice(data)
             }
-            // bytes that raced the splice: the shell forwards them to the target
-            State::Spliced(t) => self.push(match t {
-                Target::HandshakeAgent => Action::ToAgent(data.to_vec()),
-                Target::HomeAgent => Action::ToHome(data.to_vec()),
-            }),
         }
         Ok(())
     }
 
+    /// Client bytes the shell forwards to the agent itself while serving (no copy): only
+    /// followed, so the next move can cut at a record boundary.
+    pub fn watch_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+        if !matches!(self.state, State::Serving | State::Leaving) {
+            return Err(HandoffError::Unexpected("spliced bytes", self.state.name()));
+        }
+        self.client.inner.track(data)
+    }
+
+    /// Agent bytes while serving: the front `tls` bytes go to the client unchanged. A Leave
+    /// frame after them asks for [`Action::ChooseHome`] (the shell stops splicing and does the
+    /// actions); the bytes after `consumed` are the shell's to feed again.
+    pub fn watch_agent(&mut self, data: &[u8]) -> Result<Passed, HandoffError> {
+        if self.state != State::Serving {
+            return Err(HandoffError::Unexpected("spliced bytes", self.state.name()));
+        }
+        let passed = self.agent.pass(data)?;
+        match &passed.frame {
+            None => {}
+            Some(Frame::Leave) => self.leave(),
+            Some(f) => return Err(HandoffError::Unexpected(f.name(), "serving")),
+        }
+        Ok(passed)
+    }
+
+    /// Moves the connection, whose agent asked to leave, to the agent `home` (its id), bound
+    /// as in an Offer: the exchange then goes on as after a Freeze.
+    pub fn move_to(&mut self, home: u16, binding: [u8; BINDING_LEN]) {
+        if self.state != State::Leaving {
+            return;
+        }
+        self.reason = MoveReason::Drain;
+        self.outcome = None;
+        self.push(Action::ToAgent(Frame::Offer { home, binding }.to_bytes()));
+        if self.client.inner.at_boundary() {
+            self.freeze_now();
+        } else {
+            self.state = State::Freezing { aborted: false };
+        }
+    }
+
+    /// Nowhere to move: the agent keeps the connection.
+    pub fn stay(&mut self) {
+        if self.state != State::Leaving {
+            return;
+        }
+        self.push(Action::ToAgent(Frame::Stay.to_bytes()));
+        self.state = State::Serving;
+    }
+
+    fn leave(&mut self) {
+        self.state = State::Leaving;
+        self.push(Action::ChooseHome);
+    }
+
     pub fn from_agent(&mut self, mut data: &[u8]) -> Result<(), HandoffError> {
         while !data.is_empty() {
-            if let State::Spliced(Target::HandshakeAgent) = self.state {
-                self.push(Action::ToClient(data.to_vec()));
-                return Ok(());
-            }
             let split = self.agent.split(data)?;
             data = &data[split.consumed..];
             if !split.tls.is_empty() {
-                // The agent sends TLS only while the handshake is relayed.
-                if self.state != State::Relaying {
+                // The agent sends TLS only while the handshake is relayed, or it serves.
+                if !matches!(self.state, State::Relaying | State::Serving) {
                     return Err(HandoffError::Unexpected(
                         "TLS from the agent",
                         self.state.name(),
@@ -252,6 +352,7 @@ impl Relay {
                     self.state = State::Connecting;
                     self.push(Action::ConnectHome);
                 }
+                (State::Serving, Frame::Leave) => self.leave(),
                 (s, f) => return Err(HandoffError::Unexpected(f.name(), s.name())),
             }
         }
@@ -277,10 +378,6 @@ impl Relay {
     pub fn from_home(&mut self, mut data: &[u8]) -> Result<(), HandoffError> {
         while !data.is_empty() {
             match self.state {
-                State::Spliced(Target::HomeAgent) => {
-                    self.push(Action::ToClient(data.to_vec()));
-                    return Ok(());
-                }
                 State::Importing => {}
                 // a late answer after a fallback: the home stream is reset, nothing to do
                 _ => return Ok(()),
@@ -343,8 +440,13 @@ impl Relay {
     }
 
     fn finish(&mut self, target: Target, outcome: Outcome) {
-        self.state = State::Spliced(target);
+        self.state = State::Serving;
         self.outcome = Some(outcome);
+        if target == Target::HomeAgent {
+            // The home agent serves from here, its stream at a boundary after Ready: it is
+            // the agent a next move starts from.
+            self.agent = std::mem::take(&mut self.home);
+        }
         self.push(Action::Splice(target));
     }
 

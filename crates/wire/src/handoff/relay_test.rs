@@ -141,6 +141,7 @@ impl Peers {
                     assert!(self.spliced.is_none(), "spliced twice");
                     self.spliced = Some(t)
                 }
+                Action::ChooseHome => panic!("no agent asked to leave"),
             }
         }
     }
@@ -204,8 +205,8 @@ fn migration_happy_path() {
     assert_eq!(p.to_home, Frame::Import(vec![7; 200]).to_bytes());
     relay.from_home(&Frame::Ready.to_bytes()).unwrap();
     p.drain(&mut relay);
-    // the home agent's first response, after Commit
-    relay.from_home(&record(23, 40, 0xB0)).unwrap();
+    // the home agent's first response, after Commit: its stream is the agent's now
+    relay.from_agent(&record(23, 40, 0xB0)).unwrap();
     p.drain(&mut relay);
     assert!(p.agent_closed);
     assert_eq!(p.spliced, Some(Target::HomeAgent));
