@@ -36,6 +36,9 @@ pub struct End {
     pub first_byte: bool,
     /// Responses received, whatever their status.
     pub responses: u32,
+    /// Requests never sent because the server had closed the connection (or announced
+    /// `Connection: close`) first: a client would send them on a new connection.
+    pub unsent: u32,
     /// Why the transaction failed, if it did.
     pub error: Option<ErrorClass>,
     /// What the handshake agreed on, once complete.
@@ -44,6 +47,8 @@ pub struct End {
     pub early: Option<bool>,
     /// When the transaction started (TCP connect included).
     pub began: Option<std::time::Instant>,
+    /// When it was due (open loop: its place in the schedule; else when it began).
+    pub due: Option<std::time::Instant>,
     /// Time from `began` to the first response byte.
     pub ttfb: Option<std::time::Duration>,
     /// TLS 1.3 tickets the client had received before this connection's handshake.
@@ -134,9 +139,11 @@ pub struct Settled {
     /// TCP never connected.
     pub handshake: Option<Handshake>,
     pub handshake_failed: bool,
-    /// Requests that got no response at all (responses with an error status are counted
+    /// Requests sent that got no response at all (responses with an error status are counted
     /// where they arrive).
     pub unanswered: u64,
+    /// Requests not sent: the server closed the keep-alive connection before them.
+    pub unsent: u64,
 }
 
 /// The counting rules:
@@ -146,7 +153,11 @@ pub struct Settled {
 ///   already seen "handshake complete", but the server did not accept it, so it is a failed
 ///   handshake, not a full one;
 /// - every one of the `--requests-per-conn` requests is either answered (ok or failed by
-///   status) or unanswered (failed), so ok + failed = connections x requests per connection.
+///   status), unanswered (failed), or unsent (the server closed the connection between
+///   requests, before the client sent it), so ok + failed + unsent = connections x requests
+///   per connection. Unsent is not failed: nothing the client asked for was lost, but a real
+///   client would have had to connect again (the `closed` error class counts those
+///   connections).
 pub fn settle(end: &End, requests_per_conn: u32) -> Settled {
     let rejected = end.error == Some(ErrorClass::Tls) && !end.first_byte;
     let handshake = end.handshake.filter(|_| !rejected);
@@ -154,7 +165,12 @@ pub fn settle(end: &End, requests_per_conn: u32) -> Settled {
         negotiated: end.negotiated.filter(|_| handshake.is_some()),
         handshake,
         handshake_failed: end.handshake_started && handshake.is_none(),
-        unanswered: requests_per_conn.saturating_sub(end.responses) as u64,
+        unanswered: requests_per_conn
+            .saturating_sub(end.responses)
+            .saturating_sub(end.unsent) as u64,
+        unsent: end
+            .unsent
+            .min(requests_per_conn.saturating_sub(end.responses)) as u64,
     }
 }
 
@@ -258,7 +274,8 @@ mod tests {
                 negotiated: None,
                 handshake: None,
                 handshake_failed: false,
-                unanswered: 3
+                unanswered: 3,
+                unsent: 0,
             }
         );
         // TLS alert during the handshake
@@ -300,20 +317,36 @@ mod tests {
             (s.handshake, s.handshake_failed, s.unanswered),
             (full, false, 2)
         );
-        // the server closed keep-alive after 2 of 5
+        // the server closed keep-alive after 2 of 5, before the third was sent: 3 unsent,
+        // none failed
         let s = settle(
             &End {
                 handshake_started: true,
                 handshake: full,
                 first_byte: true,
                 responses: 2,
+                unsent: 3,
                 error: Some(ErrorClass::Closed),
                 negotiated: None,
                 ..End::default()
             },
             5,
         );
-        assert_eq!((s.handshake, s.unanswered), (full, 3));
+        assert_eq!((s.handshake, s.unanswered, s.unsent), (full, 0, 3));
+        // ... after the third was sent (the close crossed it): that one failed, 2 unsent
+        let s = settle(
+            &End {
+                handshake_started: true,
+                handshake: full,
+                first_byte: true,
+                responses: 2,
+                unsent: 2,
+                error: Some(ErrorClass::Closed),
+                ..End::default()
+            },
+            5,
+        );
+        assert_eq!((s.unanswered, s.unsent), (1, 2));
         // all served
         let s = settle(
             &End {
@@ -333,7 +366,8 @@ mod tests {
                 negotiated: None,
                 handshake: Some(Handshake::Resumed),
                 handshake_failed: false,
-                unanswered: 0
+                unanswered: 0,
+                unsent: 0,
             }
         );
     }

@@ -52,6 +52,11 @@ pub struct BenchArgs {
     /// Scenario think times: recorded (default), none, or a scale factor (0.5 = half).
     #[arg(long, value_name = "recorded|none|SCALE")]
     pub think: Option<String>,
+    /// Plain URL runs with --requests-per-conn > 1: pause this long (e.g. 300ms) between the
+    /// requests of one keep-alive connection, as an HTTP/1.1 client that holds its connection
+    /// and sends a request every so often. Not counted in any latency. Scenarios: --think.
+    #[arg(long, value_name = "DURATION")]
+    pub think_time: Option<String>,
     /// TLS client engine: rustls (default) or openssl (the system libssl: TLS 1.0-1.3, RSA key
     /// exchange, DHE, CBC, anonymous suites; --suite then takes OpenSSL cipher strings).
     #[arg(long, value_name = "ENGINE")]
@@ -149,9 +154,10 @@ connected (connect error or timeout); every request is ok (2xx/3xx), failed by s
 failed unanswered.
 
 --json FILE: handshakes, negotiated (version suite group: count), requests (ok, failed,
-by_status), errors by class (connect, tls, timeout, http, io, closed) and the first cause of
-each (error_examples), latency_ms per phase (connect, handshake, ttfb, total: p50 p90 p99
-p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
+unsent, by_status), errors by class (connect, tls, timeout, http, io, closed) and the first
+cause of each (error_examples), latency_ms per phase (connect, handshake, ttfb, total; and
+request: each request of a connection, from when it was due to its last byte, think time
+excluded: p50 p90 p99 p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
 --server-metrics deltas, and raw histograms (microseconds, [value, count] pairs of HdrHistogram
 buckets, 3 significant figures) that add up exactly across runs, and a timeline (transactions
 completed and failed per 100 ms). --report FILE.html: the same as one self-contained page.
@@ -202,6 +208,10 @@ pub struct BenchConfig {
     pub scenarios: Vec<ScenarioRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub think: Option<String>,
+    /// `--think-time`: the pause between the requests of a plain keep-alive connection, in
+    /// seconds (0 without; absent in results of older versions).
+    #[serde(default)]
+    pub think_time_s: f64,
     /// The parsed scenarios with their weights.
     #[serde(skip)]
     pub loaded: Vec<(Scenario, u32)>,
@@ -256,6 +266,11 @@ impl BenchConfig {
 
     pub fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.timeout_s)
+    }
+
+    /// `--think-time` (zero without).
+    pub fn think_time(&self) -> Duration {
+        Duration::from_secs_f64(self.think_time_s)
     }
 }
 
@@ -365,6 +380,16 @@ impl BenchArgs {
         if requests_per_conn == 0 && scenarios.is_empty() {
             bail!("--requests-per-conn must be at least 1");
         }
+        let think_time_s = match a.think_time.as_deref().map(parse_duration).transpose()? {
+            None => 0.0,
+            Some(_) if !scenarios.is_empty() => {
+                bail!("--think-time is for plain URL runs; a scenario's think times are its own (--think)")
+            }
+            Some(_) if requests_per_conn < 2 => {
+                bail!("--think-time is the pause between the requests of one connection: give --requests-per-conn 2 or more")
+            }
+            Some(d) => d.as_secs_f64(),
+        };
         if let Some(r) = a.rate {
             if !(r > 0.0 && r.is_finite()) {
                 bail!("--rate must be a positive number of transactions per second");
@@ -431,6 +456,7 @@ impl BenchArgs {
             body: a.body,
             scenarios,
             think: a.think,
+            think_time_s,
             loaded,
             engine,
             tls_version: a.tls_version,
@@ -479,6 +505,7 @@ impl BenchArgs {
             body: self.body.or(f.body),
             scenario: list(self.scenario, f.scenario),
             think: self.think.or(f.think),
+            think_time: self.think_time.or(f.think_time),
             engine: self.engine.or(f.engine),
             tls_version: self.tls_version.or(f.tls_version),
             suite: list(self.suite, f.suite),
@@ -566,6 +593,46 @@ mod tests {
         BenchArgs {
             url: Some(url.into()),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn think_time_is_for_plain_keepalive_runs() {
+        let c = BenchArgs {
+            requests_per_conn: Some(4),
+            think_time: Some("250ms".into()),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.think_time(), Duration::from_millis(250));
+        assert_eq!(
+            args("https://a:1/").resolve().unwrap().think_time(),
+            Duration::ZERO
+        );
+        // from a config file too
+        let file: BenchArgs =
+            toml::from_str("url = \"https://h:2/\"\nrequests-per-conn = 2\nthink-time = \"1s\"\n")
+                .unwrap();
+        assert_eq!(file.resolve().unwrap().think_time_s, 1.0);
+        for bad in [
+            // one request per connection: nothing to pause between
+            BenchArgs {
+                think_time: Some("250ms".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                requests_per_conn: Some(2),
+                think_time: Some("0ms".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                requests_per_conn: Some(2),
+                think_time: Some("often".into()),
+                ..args("https://a:1/")
+            },
+        ] {
+            assert!(bad.resolve().is_err());
         }
     }
 

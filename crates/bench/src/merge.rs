@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context};
 
 use crate::report::{Merged, Report, Timeline};
-use crate::stats::{add_timelines, from_raw, raw, summary, PHASES, TIMELINE_MS};
+use crate::stats::{add_histograms, add_timelines, from_raw, raw, summary, PHASES, TIMELINE_MS};
 
 pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
     let Some(first) = runs.first() else {
@@ -22,6 +22,7 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
     let mut urls = vec![first.url.clone()];
     let mut histograms = BTreeMap::new();
     let mut timeline: Vec<[u64; 2]> = Vec::new();
+    let mut by_second = Vec::new();
     for (i, r) in runs.iter().enumerate() {
         if r.config.requests_per_conn != first.config.requests_per_conn {
             bail!(
@@ -52,8 +53,9 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
                 Some(acc) => acc.add(h)?,
             }
         }
-        // TTFB by connection kind: in the runs that had that kind
-        for kind in crate::accounting::Kind::ALL.map(|k| k.key()) {
+        // TTFB by connection kind, and per request: in the runs that had them
+        let optional = crate::accounting::Kind::ALL.map(|k| k.key());
+        for kind in optional.into_iter().chain([crate::report::REQUEST]) {
             let Some(h) = r.histograms.get(kind) else {
                 continue;
             };
@@ -73,6 +75,14 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
             .map(|(c, f)| [*c, *f])
             .collect();
         add_timelines(&mut timeline, &pairs);
+        let seconds = r
+            .timeline
+            .request_by_second
+            .iter()
+            .enumerate()
+            .map(|(s, h)| from_raw(h).with_context(|| format!("run {}: second {s}", i + 1)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        add_histograms(&mut by_second, &seconds);
         if !urls.contains(&r.url) {
             urls.push(r.url.clone());
         }
@@ -90,6 +100,7 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
         e.rejected += o.rejected;
         m.requests.ok += r.requests.ok;
         m.requests.failed += r.requests.failed;
+        m.requests.unsent += r.requests.unsent;
         m.requests.expected += r.requests.expected;
         add(&mut m.requests.by_status, &r.requests.by_status);
         add(&mut m.errors, &r.errors);
@@ -126,6 +137,7 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
         interval_ms: TIMELINE_MS,
         completed: timeline.iter().map(|x| x[0]).collect(),
         failed: timeline.iter().map(|x| x[1]).collect(),
+        request_by_second: by_second.iter().map(raw).collect(),
     };
     let runs_before: u64 = runs
         .iter()
@@ -219,6 +231,47 @@ mod tests {
             back.histograms["total"].counts,
             m.histograms["total"].counts
         );
+    }
+
+    #[test]
+    fn unsent_and_request_latency_by_second_merge_exactly() {
+        let (mut a, mut b) = (run(3, 50), run(5, 70));
+        a.requests_unsent = 4;
+        b.requests_unsent = 1;
+        for i in 0..30u64 {
+            a.request_latency(
+                Duration::from_millis(i * 100),
+                Duration::from_micros(500 + i),
+            );
+            b.request_latency(
+                Duration::from_millis(i * 50),
+                Duration::from_micros(900 + i),
+            );
+        }
+        let mut union = a.clone();
+        union.merge(&b);
+        let m = merge(&[report(&a, 1), report(&b, 1)]).unwrap();
+        let direct = report(&union, 2);
+        assert_eq!(m.requests.unsent, 5);
+        assert_eq!(m.latency_ms["request"].count, 60);
+        assert_eq!(
+            m.histograms["request"].counts,
+            direct.histograms["request"].counts
+        );
+        assert_eq!(m.timeline.request_by_second.len(), 3);
+        for (x, y) in m
+            .timeline
+            .request_by_second
+            .iter()
+            .zip(&direct.timeline.request_by_second)
+        {
+            assert_eq!(x.counts, y.counts);
+        }
+        // runs without request latencies (older versions) merge with runs that have them
+        let mut old = report(&run(1, 10), 1);
+        old.timeline.request_by_second.clear();
+        old.histograms.remove("request");
+        assert!(merge(&[old, report(&a, 1)]).is_ok());
     }
 
     #[test]

@@ -56,6 +56,11 @@ pub struct Timeline {
     pub completed: Vec<u64>,
     /// Transactions failed in each interval.
     pub failed: Vec<u64>,
+    /// Request latency by the second in which each request was due (raw histograms, as in
+    /// `histograms`; second 0 first): windows such as "during a restart" are read from one run
+    /// by adding the seconds they span. Absent in runs of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub request_by_second: Vec<RawHistogram>,
 }
 
 /// What a merged report was made of.
@@ -88,7 +93,13 @@ pub struct Handshakes {
 pub struct Requests {
     pub ok: u64,
     pub failed: u64,
-    /// What the connections were to make: ok + failed (absent in runs of older versions).
+    /// Requests not sent because the server closed the keep-alive connection before them
+    /// (counted neither ok nor failed; their connections are in `errors.closed`). Absent in
+    /// runs of older versions.
+    #[serde(default)]
+    pub unsent: u64,
+    /// What the connections were to make: ok + failed + unsent (absent in runs of older
+    /// versions).
     #[serde(default)]
     pub expected: u64,
     pub by_status: BTreeMap<u16, u64>,
@@ -129,6 +140,7 @@ pub fn build(
         requests: Requests {
             ok: s.requests_ok,
             failed: s.requests_failed,
+            unsent: s.requests_unsent,
             expected: s.requests_expected,
             by_status: s.by_status.clone(),
         },
@@ -153,6 +165,7 @@ pub fn build(
             interval_ms: TIMELINE_MS,
             completed: s.timeline.iter().map(|x| x[0]).collect(),
             failed: s.timeline.iter().map(|x| x[1]).collect(),
+            request_by_second: s.request_by_second.iter().map(raw).collect(),
         },
         early_data: EarlyData {
             offered: s.early_offered,
@@ -164,16 +177,24 @@ pub fn build(
 }
 
 /// The latency histograms of a run by JSON key: the phases, then TTFB by connection kind
-/// (those that occurred).
+/// (those that occurred), then each request's latency (`request`, when any was answered).
 fn phases(s: &Stats) -> impl Iterator<Item = (&'static str, &hdrhistogram::Histogram<u64>)> {
-    PHASES.iter().copied().zip(s.latency.iter()).chain(
-        Kind::ALL
-            .iter()
-            .map(|k| k.key())
-            .zip(s.ttfb_by_kind.iter())
-            .filter(|(_, h)| !h.is_empty()),
-    )
+    PHASES
+        .iter()
+        .copied()
+        .zip(s.latency.iter())
+        .chain(
+            Kind::ALL
+                .iter()
+                .map(|k| k.key())
+                .zip(s.ttfb_by_kind.iter())
+                .filter(|(_, h)| !h.is_empty()),
+        )
+        .chain(std::iter::once((REQUEST, &s.request)).filter(|(_, h)| !h.is_empty()))
 }
+
+/// The JSON key of the per-request latency (`latency_ms`, `histograms`).
+pub const REQUEST: &str = "request";
 
 /// The summary a person reads: a few aligned tables.
 pub fn human(r: &Report) -> String {
@@ -225,6 +246,14 @@ pub fn human(r: &Report) -> String {
         r.requests.failed,
         statuses.join(", ")
     );
+    if r.requests.unsent > 0 {
+        // not failures: the server closed the connection first; a client sends them again
+        let _ = writeln!(
+            o,
+            "               unsent {:>6}   (the server closed the keep-alive connection before them)",
+            r.requests.unsent
+        );
+    }
     let e = &r.early_data;
     if e.offered > 0 {
         let _ = writeln!(
@@ -264,6 +293,7 @@ pub fn human(r: &Report) -> String {
         .iter()
         .copied()
         .chain(Kind::ALL.iter().map(|k| k.key()))
+        .chain([REQUEST])
         .filter_map(|p| Some((p, r.latency_ms.get(p)?)))
     {
         let _ = writeln!(

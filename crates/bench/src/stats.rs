@@ -25,7 +25,9 @@ pub enum ErrorClass {
     Http,
     /// The connection broke after the handshake.
     Io,
-    /// The server closed the connection before all `--requests-per-conn` were answered.
+    /// The server closed a keep-alive connection (or announced `Connection: close`) while the
+    /// client still had requests to send on it: between two requests, or crossing the next
+    /// request before any byte of its response.
     Closed,
 }
 
@@ -39,8 +41,11 @@ pub struct Stats {
     pub handshake_failed: u64,
     pub requests_ok: u64,
     pub requests_failed: u64,
+    /// Requests never sent: the server closed the connection before them (see
+    /// [`crate::accounting::settle`]).
+    pub requests_unsent: u64,
     /// Requests the finished transactions were to make (each its own count: a scenario's
-    /// length, else `--requests-per-conn`): ok + failed, exactly.
+    /// length, else `--requests-per-conn`): ok + failed + unsent, exactly.
     pub requests_expected: u64,
     pub by_status: BTreeMap<u16, u64>,
     pub errors: BTreeMap<ErrorClass, u64>,
@@ -62,6 +67,13 @@ pub struct Stats {
     /// Transactions that ended in each [`TIMELINE_MS`] interval since the run started:
     /// `[completed, failed]` (the report's throughput over time).
     pub timeline: Vec<[u64; 2]>,
+    /// Each answered request's latency (microseconds), from when it was due (the first: the
+    /// transaction's due time, so connect and handshake count; the next ones: the end of the
+    /// think time before them) to its response's last byte. Think time never counts.
+    pub request: Histogram<u64>,
+    /// The same by the second (since the run started) in which each request was due: p99
+    /// before, during and after an event (a restart) from one run, exactly mergeable.
+    pub request_by_second: Vec<Histogram<u64>>,
 }
 
 /// Width of one timeline interval: fine enough to chart a one-second run, and an hour-long one
@@ -81,6 +93,7 @@ impl Default for Stats {
             handshake_failed: 0,
             requests_ok: 0,
             requests_failed: 0,
+            requests_unsent: 0,
             requests_expected: 0,
             by_status: BTreeMap::new(),
             errors: BTreeMap::new(),
@@ -94,8 +107,15 @@ impl Default for Stats {
             early_accepted: 0,
             early_rejected: 0,
             timeline: Vec::new(),
+            request: h(),
+            request_by_second: Vec::new(),
         }
     }
+}
+
+/// An empty latency histogram of the run's bounds and precision.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES).expect("static bounds")
 }
 
 impl Stats {
@@ -140,6 +160,20 @@ impl Stats {
         }
         self.handshake_failed += s.handshake_failed as u64;
         self.requests_failed += s.unanswered;
+        self.requests_unsent += s.unsent;
+    }
+
+    /// One answered request that was due `due_since_start` after the run began and took
+    /// `latency` (think time excluded by the caller).
+    pub fn request_latency(&mut self, due_since_start: Duration, latency: Duration) {
+        let us = (latency.as_micros() as u64).clamp(LOWEST_US, HIGHEST_US);
+        let _ = self.request.record(us);
+        let second = due_since_start.as_secs() as usize;
+        // bounded like the timeline: one histogram per second of the run
+        if self.request_by_second.len() <= second {
+            self.request_by_second.resize_with(second + 1, histogram);
+        }
+        let _ = self.request_by_second[second].record(us);
     }
 
     /// Keeps the first cause seen in `class` (longer causes are cut: this is a hint, not a log).
@@ -187,6 +221,7 @@ impl Stats {
         self.handshake_failed += o.handshake_failed;
         self.requests_ok += o.requests_ok;
         self.requests_failed += o.requests_failed;
+        self.requests_unsent += o.requests_unsent;
         self.requests_expected += o.requests_expected;
         for (k, v) in &o.by_status {
             *self.by_status.entry(*k).or_default() += v;
@@ -212,6 +247,18 @@ impl Stats {
         self.early_accepted += o.early_accepted;
         self.early_rejected += o.early_rejected;
         add_timelines(&mut self.timeline, &o.timeline);
+        let _ = self.request.add(&o.request);
+        add_histograms(&mut self.request_by_second, &o.request_by_second);
+    }
+}
+
+/// Adds `b` into `a` second by second (runs aligned at their start).
+pub fn add_histograms(a: &mut Vec<Histogram<u64>>, b: &[Histogram<u64>]) {
+    if a.len() < b.len() {
+        a.resize_with(b.len(), histogram);
+    }
+    for (x, y) in a.iter_mut().zip(b) {
+        let _ = x.add(y);
     }
 }
 
@@ -353,6 +400,42 @@ mod tests {
                 m.latency[3].value_at_quantile(q)
             );
         }
+    }
+
+    #[test]
+    fn request_latency_by_second_and_unsent_add_up() {
+        let mut a = Stats::default();
+        let mut b = Stats::default();
+        // a: one request due in second 0, one in second 2; b: one in second 1 (shorter run)
+        a.request_latency(Duration::from_millis(10), Duration::from_millis(3));
+        a.request_latency(Duration::from_millis(2500), Duration::from_millis(40));
+        b.request_latency(Duration::from_millis(1999), Duration::from_millis(7));
+        b.finish(
+            &End {
+                handshake_started: true,
+                handshake: Some(Handshake::Resumed),
+                first_byte: true,
+                responses: 1,
+                unsent: 2,
+                error: Some(ErrorClass::Closed),
+                ..End::default()
+            },
+            3,
+        );
+        assert_eq!(a.request_by_second.len(), 3);
+        assert!(a.request_by_second[1].is_empty());
+        let mut m = a.clone();
+        m.merge(&b);
+        assert_eq!(m.request.len(), 3);
+        let per_second: Vec<u64> = m.request_by_second.iter().map(|h| h.len()).collect();
+        assert_eq!(per_second, [1, 1, 1]);
+        assert_eq!(m.request_by_second[2].max(), a.request_by_second[2].max());
+        // unsent is neither ok nor failed; the connection is `closed`
+        assert_eq!(
+            (m.requests_unsent, m.requests_failed, m.requests_expected),
+            (2, 0, 3)
+        );
+        assert_eq!(m.errors[&ErrorClass::Closed], 1);
     }
 
     #[test]

@@ -52,7 +52,10 @@ impl Client {
     /// Runs one transaction and records it. `due` is when it should have started: its total
     /// latency is measured from there (in open loop, later than now if the client fell behind).
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
-        let mut end = End::default();
+        let mut end = End {
+            due: Some(due.into_std()),
+            ..End::default()
+        };
         self.thought = Duration::ZERO;
         let result = self.run(stats, &mut end).await;
         let now = Instant::now();
@@ -225,17 +228,33 @@ impl Client {
         let script = self.script.clone();
         let buf = &mut self.buf[..];
         let mut held = 0usize; // bytes in buf not yet consumed
+        let think_time = self.cfg.think_time();
         for i in 0..k {
-            let (request, head_request) = match &script {
+            let (request, head_request, think) = match &script {
                 Some(s) => {
                     let step = &s[i as usize];
-                    if i > 0 && !step.think.is_zero() {
-                        tokio::time::sleep(step.think).await;
-                        self.thought += step.think;
-                    }
-                    (&step.wire, step.method == "HEAD")
+                    (&step.wire, step.method == "HEAD", step.think)
                 }
-                None => (&self.request, self.cfg.method == "HEAD"),
+                None => (&self.request, self.cfg.method == "HEAD", think_time),
+            };
+            if i > 0 && !think.is_zero() {
+                let thought = idle(tls, buf, &mut held, think).await;
+                self.thought += thought.slept;
+                if let Some(detail) = thought.closed {
+                    // an idle keep-alive connection the server closed: the client would send
+                    // the rest on a new one; nothing it sent went unanswered
+                    end.unsent = k - i;
+                    return Err(Failure::new(
+                        ErrorClass::Closed,
+                        &format_args!("server closed the idle connection after {i} of {k} requests ({detail})"),
+                    ));
+                }
+            }
+            // when this request was due: the first, when the transaction was (connect and
+            // handshake count, and in open loop any lag); the next ones, now (after the think)
+            let due = match (i, end.due) {
+                (0, Some(d)) => Instant::from_std(d),
+                _ => Instant::now(),
             };
             let unsent = if i == 0 {
                 &request[pre..]
@@ -243,8 +262,31 @@ impl Client {
                 &request[..]
             };
             if !unsent.is_empty() {
-                io(timeout(t, tls.write_all(unsent)).await)?;
+                match timeout(t, tls.write_all(unsent)).await {
+                    // the server had closed the kept-alive connection: this request never left
+                    Ok(Err(e)) if i > 0 && broken(&e) => {
+                        end.unsent = k - i;
+                        return Err(Failure::new(
+                            ErrorClass::Closed,
+                            &format_args!(
+                                "server closed the connection after {i} of {k} requests ({e})"
+                            ),
+                        ));
+                    }
+                    r => io(r)?,
+                };
             }
+            // the server closing the connection before any byte of a later request's response
+            // has crossed that request (it closed while idle): `closed`, that request failed
+            let closed_before_answer = |i: u32, detail: &dyn std::fmt::Display| {
+                Failure {
+                class: ErrorClass::Closed,
+                detail: format!(
+                    "server closed the connection after {i} of {k} requests, before answering the next ({detail})"
+                ),
+            }
+            };
+            let mut answered_bytes = held > 0;
             // head; interim responses (103 Early Hints, an unasked-for 100 Continue) are
             // skipped: the real one follows
             let head = loop {
@@ -259,10 +301,21 @@ impl Client {
                     if held == buf.len() {
                         return Err(Failure::new(ErrorClass::Http, &"response head too large"));
                     }
-                    let n = io(timeout(t, tls.read(&mut buf[held..])).await)?;
+                    let n = match timeout(t, tls.read(&mut buf[held..])).await {
+                        Ok(Ok(0)) if i > 0 && !answered_bytes => {
+                            end.unsent = k - i - 1;
+                            return Err(closed_before_answer(i, &"end of stream"));
+                        }
+                        Ok(Err(e)) if i > 0 && !answered_bytes && broken(&e) => {
+                            end.unsent = k - i - 1;
+                            return Err(closed_before_answer(i, &e));
+                        }
+                        r => io(r)?,
+                    };
                     if n == 0 {
                         return Err(ErrorClass::Io.into());
                     }
+                    answered_bytes = true;
                     if !end.first_byte {
                         end.first_byte = true;
                         stats.latency(2, Instant::now() - started);
@@ -329,8 +382,12 @@ impl Client {
                     stats.bytes += n as u64;
                 },
             }
+            if let Some(since) = (due.into_std()).checked_duration_since(self.start.into_std()) {
+                stats.request_latency(since, Instant::now() - due);
+            }
             if head.close && i + 1 < k {
-                // the server ended keep-alive early: the remaining requests were not served
+                // the server ended keep-alive early: the remaining requests are not sent
+                end.unsent = k - i - 1;
                 return Err(Failure::new(
                     ErrorClass::Closed,
                     &format_args!("server closed after {} of {k} requests", i + 1),
@@ -385,14 +442,33 @@ impl Client {
         let default_uri = uri(&self.cfg.path)?;
         let default_body = Bytes::from(self.cfg.body.clone().unwrap_or_default());
         let script = self.script.clone();
-        for i in 0..self.requests() {
+        let k = self.requests();
+        for i in 0..k {
+            let think = match &script {
+                Some(s) => s[i as usize].think,
+                None => self.cfg.think_time(),
+            };
+            if i > 0 && !think.is_zero() {
+                tokio::time::sleep(think).await;
+                self.thought += think;
+                // a GOAWAY or a close while idle: the rest go on a new connection
+                if sender.is_closed() || sender.ready().await.is_err() {
+                    end.unsent = k - i;
+                    return Err(Failure::new(
+                        ErrorClass::Closed,
+                        &format_args!(
+                            "server closed the idle connection after {i} of {k} requests"
+                        ),
+                    ));
+                }
+            }
+            let due = match (i, end.due) {
+                (0, Some(d)) => Instant::from_std(d),
+                _ => Instant::now(),
+            };
             let (mut req, headers, body) = match &script {
                 Some(s) => {
                     let step = &s[i as usize];
-                    if i > 0 && !step.think.is_zero() {
-                        tokio::time::sleep(step.think).await;
-                        self.thought += step.think;
-                    }
                     let req = http::Request::builder()
                         .method(step.method.as_str())
                         .uri(uri(&step.path)?);
@@ -433,12 +509,63 @@ impl Client {
                     Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
                 }
             }
+            if let Some(since) = due.into_std().checked_duration_since(self.start.into_std()) {
+                stats.request_latency(since, Instant::now() - due);
+            }
         }
         // dropping the sender lets the connection task send GOAWAY and close_notify
         drop(sender);
         let _ = timeout(t, driver).await;
         Ok(())
     }
+}
+
+/// How a think time on an idle keep-alive connection went.
+struct Thought {
+    /// How long the client actually waited (shorter when the server closed first).
+    slept: Duration,
+    /// The server closed the connection meanwhile: how.
+    closed: Option<String>,
+}
+
+/// Waits `think` between two requests while watching the connection, as an HTTP/1.1 client
+/// with a connection pool does: a server that closes an idle connection (an idle timeout, a
+/// drain, a reload) is noticed before the next request is written, so that request is not
+/// sent on a dead connection. Bytes the server sends meanwhile are kept in `buf` (they are
+/// then read as the next response); TLS 1.3 tickets are consumed by the TLS library.
+async fn idle<S: TlsIo>(tls: &mut S, buf: &mut [u8], held: &mut usize, think: Duration) -> Thought {
+    let began = Instant::now();
+    let until = began + think;
+    loop {
+        if *held == buf.len() {
+            // nowhere to read into: the next request's response is already too large to parse
+            tokio::time::sleep_until(until).await;
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => break,
+            // `read` is cancel-safe: nothing is lost when the sleep wins
+            r = tls.read(&mut buf[*held..]) => match r {
+                Ok(0) => return Thought { slept: began.elapsed(), closed: Some("close_notify or end of stream".into()) },
+                Ok(n) => *held += n,
+                Err(e) => return Thought { slept: began.elapsed(), closed: Some(e.to_string()) },
+            },
+        }
+    }
+    Thought {
+        slept: began.elapsed(),
+        closed: None,
+    }
+}
+
+/// Whether an I/O error means the peer closed or reset the connection (rather than a TLS
+/// error, a timeout, or a malformed response).
+fn broken(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected
+    ) && class_of(e) == ErrorClass::Io
 }
 
 /// Lets the kernel pick the source port at `connect`, per 4-tuple, rather than at `bind`
