@@ -19,6 +19,7 @@ use baton_ops::cidr::Cidr;
 use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
+use crate::handoff::secrets::TrafficSecrets;
 use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
@@ -58,7 +59,7 @@ pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             }
         }
     }
-    serve(AgentIo::Tcp(tcp), peer, None, deadline, shared).await
+    serve(AgentIo::Tcp(tcp), peer, None, false, deadline, shared).await
 }
 
 /// A client stream of the agent link: the client's address is its metadata. With `--handoff`
@@ -69,6 +70,7 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
     let metrics = &shared.metrics;
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
     let peer = stream.meta().source;
+    let drain = stream.meta().drain;
     let mut binding = [0u8; handoff_wire::BINDING_LEN];
     binding[..16].copy_from_slice(&stream.link_id());
     binding[16..].copy_from_slice(&stream.meta().token.unwrap_or_default());
@@ -83,8 +85,12 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
                 if offer.is_some() {
                     io.track_records();
                 }
+                let why = match drain {
+                    true => handoff::metrics::Why::Drain,
+                    false => handoff::metrics::Why::Handshake,
+                };
                 if let Some((stream, info)) =
-                    handoff::import::import(io, peer, &binding, &shared).await
+                    handoff::import::import(io, peer, &binding, why, &shared).await
                 {
                     let first_by = tokio::time::Instant::now() + cfg.request_timeout;
                     serve_stream(stream, info, first_by, &shared).await;
@@ -101,13 +107,19 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
             }
         }
     }
-    serve(io, peer, offer, deadline, shared).await
+    // The dispatcher follows every link stream's records: with `--handoff` its connection can
+    // move to another agent when this one drains.
+    let movable = cfg.handoff;
+    serve(io, peer, offer, movable, deadline, shared).await
 }
 
+/// `movable`: a link stream the dispatcher can move to another agent while it lives (its
+/// TLS 1.3 traffic secrets are kept and its client records followed, for an export later).
 async fn serve(
     mut io: AgentIo,
     peer: SocketAddr,
     offer: Option<Offer>,
+    movable: bool,
     deadline: tokio::time::Instant,
     shared: Arc<Shared>,
 ) {
@@ -130,8 +142,9 @@ async fn serve(
     }
     // A connection that may migrate wants its TLS 1.3 traffic secrets kept (for KeyUpdate
     // after the move); the key log finds them by the ClientHello's random.
-    let expected = match offer {
-        Some(_) => {
+    let keep = offer.is_some() || movable;
+    let expected = match keep {
+        true => {
             let mut head = [0u8; 64];
             let n = tokio::time::timeout_at(deadline, io.peek(&mut head[..43]))
                 .await
@@ -139,10 +152,10 @@ async fn serve(
             handoff::secrets::client_random(&head[..n])
                 .and_then(|random| shared.tls.secret_log().expect(random))
         }
-        None => None,
+        false => None,
     };
     let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
-    if offer.is_some() {
+    if keep {
         io.track_records();
     }
     let accept = if cfg.early_data > 0 {
@@ -189,8 +202,15 @@ async fn serve(
     let h2 = info.alpn.as_deref() == Some("h2");
     let mut stream = stream;
     let mut ahead = bytes::Bytes::new();
-    if let Some(offer) = offer {
-        match handoff::export::hand_off(stream, offer, expected, &info, &shared).await {
+    // Taken now: the log keeps them only during handshakes, the connection for its life.
+    let secrets = expected.map(|e| e.take()).unwrap_or_default();
+    // A connection kept after an offer is not followed any more: it cannot move later.
+    let (mover, offered) = match offer {
+        Some(offer) => (None, Some((offer, secrets))),
+        None => (movable.then_some(secrets), None),
+    };
+    if let Some((offer, secrets)) = offered {
+        match handoff::export::hand_off(stream, offer, secrets, &info, &shared).await {
             Exported::Migrated | Exported::Closed => return,
             Exported::ServeHere(migrated) => {
                 return serve_stream(*migrated, info, first_by, &shared).await
@@ -206,7 +226,8 @@ async fn serve(
     // once the client has sent something: connections that idle after the handshake (browser
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
-    if ahead.is_empty() && !request_waiting(&mut stream, &shared, first_by, false).await {
+    if ahead.is_empty() && request_waiting(&mut stream, &shared, first_by, false).await != Waited::Request
+    {
         return;
     }
     if h2 {
@@ -225,7 +246,7 @@ async fn serve(
     } else {
         // Not boxed: this future lives as long as the connection, so a box would only add to
         // what every idle keep-alive connection holds.
-        serve_http1(stream, ahead, info, first_by, shared, peer).await
+        serve_http1(stream, ahead, info, first_by, shared, peer, mover).await
     }
 }
 
@@ -280,6 +301,8 @@ where
             shared.metrics.slow_request(why == TooSlow::Rate);
             Ok(())
         }
+            // HTTP/2 (GOAWAY: its streams finish) and migrated connections are not moved
+            shared.metrics.handoff.drain_closed();
     }
 }
 
@@ -398,36 +421,46 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
 pub(crate) type Tls = TlsStream<ConnIo<AgentIo>>;
 
 /// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
-/// socket is readable and what arrived decrypts to some) or the peer closed. `false` when the
-/// connection should end instead (idle timeout, drain, I/O error, or `until` passed: bytes
-/// that decrypt to nothing, a record trickled in, do not extend the wait). A drain ends only a
-/// `later` wait (for a keep-alive connection's next request).
-async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant, later: bool) -> bool {
+/// socket is readable and what arrived decrypts to some) or the peer closed. Bytes that
+/// decrypt to nothing (a record trickled in) do not extend the wait past `until`. A drain
+/// ends only a `later` wait (for a keep-alive connection's next request).
+async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant, later: bool) -> Waited {
     loop {
+/// How a wait for a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    /// Request bytes are there, or the peer closed (hyper sees to that).
+    Request,
+    /// The agent drains (only a `later` wait): the connection is idle between requests.
+    Drain,
+    /// The connection should end: idle timeout, I/O error, or `until` passed.
+    End,
+}
+
         let (io, tls) = stream.get_mut();
         match tls.process_new_packets() {
             Ok(state) if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() => {
-                return true
+                return Waited::Request
             }
             Ok(_) => {}
-            Err(_) => return true, // let hyper meet the error and close cleanly
+            Err(_) => return Waited::Request, // let hyper meet the error and close cleanly
         }
         tokio::select! {
-            r = io.readable() => if r.is_err() { return false },
+            r = io.readable() => if r.is_err() { return Waited::End },
             // A drain ends the wait for a keep-alive connection's next request, not for a new
             // connection's first: its client connected while we served, and gets its answer.
-            _ = shared.draining.cancelled(), if later => return false,
+            _ = shared.draining.cancelled(), if later => return Waited::Drain,
             _ = tokio::time::sleep_until(until) => {
                 shared.metrics.slow_request(false);
-                return false;
+                return Waited::End;
             }
         }
         let (io, tls) = stream.get_mut();
         match tls.read_tls(&mut SyncRead(io)) {
-            Ok(0) => return true, // EOF: hyper sees it and ends the connection
+            Ok(0) => return Waited::Request, // EOF: hyper sees it and ends the connection
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return false,
+            Err(_) => return Waited::End,
         }
     }
 }
@@ -450,6 +483,7 @@ async fn serve_http1(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(cfg.header_timeout)
+    mut mover: Option<TrafficSecrets>,
         .max_headers(cfg.max_headers)
         .max_header_size(cfg.max_header_bytes)
         // Bounds what one connection may buffer (pipelined requests, body reads).
@@ -460,8 +494,36 @@ async fn serve_http1(
     loop {
         let until = first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
         let later = first.is_none();
-        if ahead.is_empty() && !request_waiting(&mut stream, &shared, until, later).await {
-            return;
+        if ahead.is_empty() {
+            match request_waiting(&mut stream, &shared, until, later).await {
+                Waited::Request => {}
+                Waited::End => return,
+                // Idle between requests while the agent drains: the dispatcher moves the live
+                // connection to another agent (its client notices nothing), else it ends here.
+                Waited::Drain => {
+                    let Some(secrets) = mover.take() else {
+                        shared.metrics.handoff.drain_closed();
+                        return close(stream, cfg.idle_timeout).await;
+                    };
+                    match handoff::export::leave(stream, secrets, &info, &shared).await {
+                        Exported::Migrated => return,
+                        Exported::Closed => return shared.metrics.handoff.drain_closed(),
+                        Exported::ServeHere(migrated) => {
+                            let info = ConnInfo::clone(&info);
+                            return serve_stream(*migrated, info, Instant::now(), &shared).await;
+                        }
+                        // It stays: what came meanwhile is served, then the drain ends it.
+                        Exported::Keep(kept, plain) => {
+                            stream = *kept;
+                            ahead = plain.into();
+                            if ahead.is_empty() {
+                                shared.metrics.handoff.drain_closed();
+                                return close(stream, cfg.idle_timeout).await;
+                            }
+                        }
+                    }
+                }
+            }
         }
         let state = Arc::new(RequestState::default());
         let pace = HeadPace {
@@ -523,20 +585,13 @@ async fn serve_http1(
         stream = inner;
         // what hyper read ahead comes first, then anything still unread in the prefix
         ahead = [parts.read_buf, left].concat().into();
-        let again = result.is_ok()
-            && park.load(std::sync::atomic::Ordering::Relaxed)
-            && !shared.draining.is_cancelled();
+        // A drain is met at the next wait: a connection that can move moves then.
+        let again = result.is_ok() && park.load(std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = &result {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
         if !again {
-            // close_notify, then FIN
-            let _ = tokio::time::timeout(
-                cfg.idle_timeout,
-                tokio::io::AsyncWriteExt::shutdown(&mut stream),
-            )
-            .await;
-            return;
+            return close(stream, cfg.idle_timeout).await;
         }
     }
 }
@@ -548,6 +603,11 @@ fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
         .headers()
         .get_all(http::header::CONNECTION)
         .iter()
+/// close_notify, then FIN.
+async fn close(mut stream: Tls, within: std::time::Duration) {
+    let _ = tokio::time::timeout(within, tokio::io::AsyncWriteExt::shutdown(&mut stream)).await;
+}
+
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(|t| t.trim().to_ascii_lowercase())

@@ -60,6 +60,15 @@ impl<T> ConnIo<T> {
         self.last_activity = Instant::now();
     }
 
+    /// Follows the records in bytes just read, if asked to.
+    fn follow(&mut self, read: &[u8]) {
+        if let Some(Ok(records)) = &mut self.records {
+            if let Err(e) = records.track(read) {
+                self.records = Some(Err(e));
+            }
+        }
+    }
+
     /// Called when an operation would block: times out, or arranges to be woken at the
     /// deadline.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
@@ -116,6 +125,7 @@ impl ConnIo<crate::transport::AgentIo> {
     }
 }
 
+        self.follow(&buf[..n]);
 use std::future::Future as _;
 
 impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
@@ -129,11 +139,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let n = buf.filled().len() - before;
-                if let Some(Ok(records)) = &mut this.records {
-                    if let Err(e) = records.track(&buf.filled()[before..]) {
-                        this.records = Some(Err(e));
-                    }
-                }
+                this.follow(&buf.filled()[before..]);
                 this.metrics.bytes_in(n);
                 this.active();
                 Poll::Ready(Ok(()))

@@ -594,6 +594,7 @@ impl TestLink {
                 source: SocketAddr::from(([127, 0, 0, 9], 5555)),
                 destination: SocketAddr::from(([127, 0, 0, 1], 443)),
                 token: Some(token),
+                drain: false,
             };
             let mut s = h.open(meta).await.unwrap();
             s.write_all(&frame.to_bytes()).await.unwrap();

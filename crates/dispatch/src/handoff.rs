@@ -9,12 +9,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_link::{LinkHandle, LinkStream, StreamMeta};
-use baton_wire::handoff::{Action, Frame, Outcome, Relay, Target};
+use baton_wire::handoff::{Action, Frame, HandoffError, MoveReason, Outcome, Relay, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::server::Shared;
+use crate::splice::Watched;
 
 /// Who takes part in one handed-off connection.
 pub struct Ends {
@@ -26,6 +27,30 @@ pub struct Ends {
     pub token: [u8; 16],
     pub source: SocketAddr,
     pub destination: SocketAddr,
+    /// The stream opened on `home` for the import, once it is.
+    pub stream: Option<LinkStream>,
+    /// A move asked for by a draining agent (not a handshake's).
+    pub drain: bool,
+}
+
+impl Ends {
+    /// Opens the import stream on the home agent's link, by `deadline`.
+    async fn open(&mut self, deadline: Instant) -> bool {
+        let meta = StreamMeta {
+            source: self.source,
+            destination: self.destination,
+            token: Some(self.token),
+            drain: self.drain,
+        };
+        self.stream = match &self.home {
+            Some(link) => tokio::time::timeout_at(deadline, link.open(meta))
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => None,
+        };
+        self.stream.is_some()
+    }
 }
 
 /// Relays one connection whose handshake runs on `agent` and whose session should move to the
@@ -34,42 +59,198 @@ pub struct Ends {
 /// way. `first` is taken, to be freed as soon as the relay has it.
 pub async fn relay(
     client: &mut TcpStream,
-    mut agent: LinkStream,
+    agent: LinkStream,
     ends: Ends,
     first: Vec<u8>,
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
-    let cfg = &shared.config;
-    let agent_idx = ends.agent_idx;
-    let mut handshaking = HandshakeGuard {
-        shared,
-        agent: agent_idx,
-        done: false,
-    };
     let mut relay = Relay::new();
     relay
         .from_client(&first)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     // the first bytes are written already
     while relay.poll_action().is_some() {}
-    let mut home: Option<LinkStream> = None;
+    let handshaking = HandshakeGuard {
+        shared,
+        agent: ends.agent_idx,
+        done: false,
+    };
+    let conn = Conn {
+        agent_idx: ends.agent_idx,
+        source: ends.source,
+        destination: ends.destination,
+        next: Some(ends),
+        up: first.len() as u64,
+        down: 0,
+    };
+    drop(first);
+    drive(client, agent, relay, conn, Some(handshaking), shared).await
+}
+
+/// A connection on an agent's link stream once nothing is left to relay by hand: spliced,
+/// with every record followed, so that its agent can ask to move it when it drains. `relay`
+/// has seen every byte that went each way so far; `up` and `down` count them.
+pub async fn serve(
+    client: &mut TcpStream,
+    agent: LinkStream,
+    agent_idx: usize,
+    relay: Relay,
+    (up, down): (u64, u64),
+    shared: &Shared,
+) -> std::io::Result<(usize, u64, u64)> {
+    let meta = *agent.meta();
+    let conn = Conn {
+        agent_idx,
+        source: meta.source,
+        destination: meta.destination,
+        next: None,
+        up,
+        down,
+    };
+    drive(client, agent, relay, conn, None, shared).await
+}
+
+/// One client connection through its moves.
+struct Conn {
+    /// The agent serving it now.
+    agent_idx: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    /// Where the move under way goes.
+    next: Option<Ends>,
+    up: u64,
+    down: u64,
+}
+
+/// Runs a connection to its end: the moves the relay is in the middle of (a handshake's, or
+/// one its agent asked for by leaving), and between them a watched splice.
+async fn drive(
+    client: &mut TcpStream,
+    mut agent: LinkStream,
+    mut relay: Relay,
+    mut conn: Conn,
+    mut handshaking: Option<HandshakeGuard<'_>>,
+    shared: &Shared,
+) -> std::io::Result<(usize, u64, u64)> {
+    loop {
+        if relay.is_serving() {
+            if let Some(h) = handshaking.as_mut() {
+                h.finish();
+            }
+            let watched =
+                crate::splice::splice_watched(client, &mut agent, &mut relay, shared.splice_limits())
+                    .await;
+            let (u, d, how) = match watched {
+                Ok(w) => w,
+                Err(_) => return Ok((conn.agent_idx, conn.up, conn.down)),
+            };
+            conn.up += u;
+            conn.down += d;
+            match how {
+                Watched::Ended => return Ok((conn.agent_idx, conn.up, conn.down)),
+                // A client that has ended its side will send nothing more to move for.
+                Watched::Left { client_ended } => {
+                    let next = (!client_ended)
+                        .then(|| next_home(conn.agent_idx, conn.source, conn.destination, shared))
+                        .flatten();
+                    // ChooseHome is queued: answer it now, the protocol loop sends the rest
+                    let _ = relay.poll_action();
+                    match &next {
+                        Some(e) => {
+                            let home_id = shared.router().id_of(e.home_idx).unwrap_or(0);
+                            relay.move_to(home_id, binding(e));
+                        }
+                        None => {
+                            shared.metrics.drain_move(None);
+                            relay.stay();
+                        }
+                    }
+                    conn.next = next;
+                }
+            }
+        }
+        let Some(target) = moving(client, &mut agent, &mut relay, &mut conn, &mut handshaking, shared).await?
+        else {
+            return Ok((conn.agent_idx, conn.up, conn.down));
+        };
+        if let Some(outcome) = relay.outcome() {
+            match relay.reason() {
+                MoveReason::Handshake => shared.metrics.handoff(outcome),
+                MoveReason::Drain => shared.metrics.drain_move(Some(outcome)),
+            }
+        }
+        // (after a fallback, the import stream was reset already)
+        if let (Target::HomeAgent, Some(ends)) = (target, conn.next.take()) {
+            let Some(home) = ends.stream else {
+                return Ok((conn.agent_idx, conn.up, conn.down));
+            };
+            shared.router().moved(conn.agent_idx, ends.home_idx);
+            // Done: a reset with NO_ERROR, one frame, and the agent owes no END back.
+            std::mem::replace(&mut agent, home).release();
+            conn.agent_idx = ends.home_idx;
+        }
+    }
+}
+
+/// Where a connection whose agent leaves goes next: the client's home among the agents that
+/// take clients, other than the one leaving, with a live link.
+fn next_home(
+    leaving: usize,
+    source: SocketAddr,
+    destination: SocketAddr,
+    shared: &Shared,
+) -> Option<Ends> {
+    let home_idx = shared.router().home_excluding(source.ip(), leaving)?;
+    let home = shared.roster.link(home_idx)?;
+    Some(Ends {
+        agent_idx: leaving,
+        home_idx,
+        home: Some(home),
+        token: baton_link::token(),
+        source,
+        destination,
+        stream: None,
+        drain: true,
+    })
+}
+
+/// The binding a move's session object is sealed for: the home agent's link and the token.
+fn binding(ends: &Ends) -> [u8; baton_wire::handoff::BINDING_LEN] {
+    let mut b = [0u8; baton_wire::handoff::BINDING_LEN];
+    if let Some(h) = &ends.home {
+        b[..16].copy_from_slice(&h.id());
+    }
+    b[16..].copy_from_slice(&ends.token);
+    b
+}
+
+/// Pumps the relay through one move until it says where the connection goes (`Some`), or the
+/// connection ends (`None`). After a Stay the relay serves again with no splice action: `Some`
+/// of the current agent.
+async fn moving(
+    client: &mut TcpStream,
+    agent: &mut LinkStream,
+    relay: &mut Relay,
+    conn: &mut Conn,
+    handshaking: &mut Option<HandshakeGuard<'_>>,
+    shared: &Shared,
+) -> std::io::Result<Option<Target>> {
+    let cfg = &shared.config;
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut abuf = vec![0u8; 16 * 1024];
     let mut hbuf = vec![0u8; 4 * 1024];
-    let (mut up, mut down) = (first.len() as u64, 0u64);
-    drop(first);
     let far = Instant::now() + Duration::from_secs(86_400);
     let mut home_deadline = far;
     let mut freeze_deadline = far;
     let mut client_eof = false;
     let mut released = false;
-    let target = loop {
+    loop {
         // Do what the relay asks, in order; a splice ends the protocol part.
         let mut spliced = None;
         while let Some(action) = relay.poll_action() {
             match action {
                 Action::ToClient(b) => {
-                    down += b.len() as u64;
+                    conn.down += b.len() as u64;
                     client.write_all(&b).await?;
                 }
                 // Done is told by releasing the agent's stream once the splice starts (a reset
@@ -77,7 +258,8 @@ pub async fn relay(
                 Action::ToAgent(b) if b == Frame::Done.to_bytes() => released = true,
                 Action::ToAgent(b) => agent.write_all(&b).await?,
                 Action::ToHome(b) => {
-                    if let Some(h) = home.as_mut() {
+                    let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
+                    if let Some(h) = home {
                         if h.write_all(&b).await.is_err() && spliced.is_none() {
                             relay.home_failed();
                         }
@@ -85,24 +267,14 @@ pub async fn relay(
                 }
                 Action::ConnectHome => {
                     home_deadline = Instant::now() + cfg.handoff_timeout;
-                    let meta = StreamMeta {
-                        source: ends.source,
-                        destination: ends.destination,
-                        token: Some(ends.token),
+                    let opened = match conn.next.as_mut() {
+                        Some(ends) => ends.open(home_deadline).await,
+                        None => false,
                     };
-                    let opened = match &ends.home {
-                        Some(link) => tokio::time::timeout_at(home_deadline, link.open(meta))
-                            .await
-                            .ok()
-                            .and_then(Result::ok),
-                        None => None,
-                    };
-                    match opened {
-                        Some(s) => {
-                            home = Some(s);
-                            relay.home_connected();
-                        }
-                        None => relay.home_failed(),
+                    if opened {
+                        relay.home_connected();
+                    } else {
+                        relay.home_failed();
                     }
                 }
                 Action::CloseAgent if released => {}
@@ -111,37 +283,52 @@ pub async fn relay(
                 }
                 // Reset: the home agent drops the keys it was never told to use.
                 Action::CloseHome => {
-                    if let Some(h) = home.take() {
+                    if let Some(h) = conn.next.as_mut().and_then(|e| e.stream.take()) {
                         h.abort();
                     }
                 }
                 Action::Splice(t) => spliced = Some(t),
+                // answered by `drive` before it comes here
+                Action::ChooseHome => relay.stay(),
             }
         }
         if let Some(t) = spliced {
-            break t;
+            return Ok(Some(t));
+        }
+        if relay.is_serving() {
+            // a Stay: the agent keeps it, nothing moved
+            return Ok(Some(Target::HandshakeAgent));
         }
         if !relay.is_relaying_handshake() {
-            handshaking.finish();
+            if let Some(h) = handshaking.as_mut() {
+                h.finish();
+            }
         }
         if relay.awaiting_freeze() && freeze_deadline == far {
             freeze_deadline = Instant::now() + cfg.handoff_timeout * 2;
         }
         let client_open = relay.wants_client_bytes() && !client_eof;
+        let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
         let result = tokio::select! {
             r = client.read(&mut cbuf), if client_open => match r {
-                // the client left before the handoff finished: nobody to serve
-                Ok(0) | Err(_) if !relay.awaiting_freeze() => return Ok((agent_idx, up, down)),
+                // the client left before the move finished: nobody to serve
+                Ok(0) | Err(_) if !relay.awaiting_freeze() => return Ok(None),
                 // frozen: its EOF waits with its held bytes, for whoever gets the stream
                 Ok(0) | Err(_) => { client_eof = true; Ok(()) }
-                Ok(n) => { up += n as u64; relay.from_client(&cbuf[..n]) }
+                Ok(n) => { conn.up += n as u64; relay.from_client(&cbuf[..n]) }
             },
             r = agent.read(&mut abuf) => match r {
-                Ok(0) | Err(_) => return Ok((agent_idx, up, down)),
+                Ok(0) | Err(_) => return Ok(None),
                 Ok(n) => relay.from_agent(&abuf[..n]),
             },
-            r = read_opt(home.as_mut(), &mut hbuf) => match r {
-                Ok(0) | Err(_) => { home = None; relay.home_failed(); Ok(()) }
+            r = read_opt(home, &mut hbuf) => match r {
+                Ok(0) | Err(_) => {
+                    if let Some(e) = conn.next.as_mut() {
+                        e.stream = None;
+                    }
+                    relay.home_failed();
+                    Ok(())
+                }
                 Ok(n) => relay.from_home(&hbuf[..n]),
             },
             _ = tokio::time::sleep_until(home_deadline), if relay.awaiting_home() => {
@@ -149,34 +336,14 @@ pub async fn relay(
                 Ok(())
             }
             _ = tokio::time::sleep_until(freeze_deadline), if relay.awaiting_freeze() => {
-                return Ok((agent_idx, up, down));
+                return Ok(None);
             }
         };
         if let Err(e) = result {
             tracing::debug!(error = %e, "handoff protocol error");
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
         }
-    };
-    handshaking.finish();
-    if let Some(outcome) = relay.outcome() {
-        shared.metrics.handoff(outcome);
     }
-    // The protocol is over: its state and buffers are not held for the connection's life.
-    drop((relay, cbuf, abuf, hbuf));
-    let (idx, mut stream) = match (target, home) {
-        (Target::HomeAgent, Some(h)) => {
-            shared.router().moved(agent_idx, ends.home_idx);
-            debug_assert!(released, "the relay commits with Done");
-            agent.release();
-            (ends.home_idx, h)
-        }
-        (Target::HomeAgent, None) => return Ok((agent_idx, up, down)),
-        (Target::HandshakeAgent, _) => (agent_idx, agent),
-    };
-    let (u, d) = crate::splice::splice(client, &mut stream, shared.splice_limits())
-        .await
-        .unwrap_or((0, 0));
-    Ok((idx, up + u, down + d))
 }
 
 /// A connection whose handshake agent is its home agent already (every resumption, and the
@@ -187,19 +354,29 @@ pub async fn relay(
 /// handshake deadline, whichever comes first.
 pub async fn at_home(
     client: &mut TcpStream,
-    agent: &mut LinkStream,
+    mut agent: LinkStream,
     agent_idx: usize,
     first: Vec<u8>,
     shared: &Shared,
-) -> std::io::Result<(u64, u64)> {
+) -> std::io::Result<(usize, u64, u64)> {
     let mut handshaking = HandshakeGuard {
         shared,
         agent: agent_idx,
         done: false,
     };
     shared.metrics.handoff(Outcome::Declined);
+    let invalid = |e| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    // Every byte each way is followed from the first: the agent may ask to leave later.
+    let mut relay = Relay::serving();
     // the client's first bytes are on the stream already (`server::confirm`)
     let (mut up, mut down) = (first.len() as u64, 0u64);
+    if relay.watch_client(&first).is_err() {
+        // Not TLS: the agent answers it (an alert), and nothing here can ever move.
+        drop(first);
+        handshaking.finish();
+        let r = crate::splice::splice(client, &mut agent, shared.splice_limits()).await;
+        return r.map(|(u, d)| (agent_idx, up + u, d));
+    }
     drop(first);
     let deadline = Instant::now() + shared.config.hello_timeout;
     // In a block: the buffers end with the handshake, not with the connection.
@@ -212,7 +389,12 @@ pub async fn at_home(
                 r = agent.read(&mut abuf) => {
                     let n = r?;
                     if n == 0 {
-                        return Ok((up, down));
+                        return Ok((agent_idx, up, down));
+                    }
+                    // no frame comes from an agent during a handshake it keeps
+                    let passed = relay.watch_agent(&abuf[..n]).map_err(invalid)?;
+                    if passed.frame.is_some() || passed.tls < n {
+                        return Err(invalid(HandoffError::Unexpected("frame", "handshake")));
                     }
                     client.write_all(&abuf[..n]).await?;
                     down += n as u64;
@@ -229,6 +411,7 @@ pub async fn at_home(
                         let _ = agent.shutdown().await;
                         break;
                     }
+                    relay.watch_client(&cbuf[..n]).map_err(invalid)?;
                     agent.write_all(&cbuf[..n]).await?;
                     up += n as u64;
                     client_answered |= agent_spoke;
@@ -237,8 +420,7 @@ pub async fn at_home(
             }
         }
     }
-    let (u, d) = crate::splice::splice(client, agent, shared.splice_limits()).await?;
-    Ok((up + u, down + d))
+    serve(client, agent, agent_idx, relay, (up, down), shared).await
 }
 
 /// Tells the router, once, that this connection's handshake is over.

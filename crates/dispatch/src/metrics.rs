@@ -45,6 +45,9 @@ impl HelloOutcome {
 }
 
 const HANDOFF_OUTCOMES: [&str; 4] = ["migrated", "declined", "aborted", "fell_back"];
+/// How a move asked for by a draining agent (Leave) ended: `stayed` when there was no agent
+/// to move to.
+const DRAIN_OUTCOMES: [&str; 4] = ["migrated", "stayed", "aborted", "fell_back"];
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -52,6 +55,8 @@ pub struct Metrics {
     routed: Vec<[AtomicU64; 6]>,
     /// [migrated, declined, aborted, fell_back]
     handoffs: [AtomicU64; 4],
+    /// [migrated, stayed, aborted, fell_back]
+    drain_moves: [AtomicU64; 4],
     connect_failures: Vec<AtomicU64>,
     hello: [AtomicU64; 5],
     no_agent: AtomicU64,
@@ -68,6 +73,7 @@ impl Metrics {
             connect_failures: (0..agents).map(|_| AtomicU64::new(0)).collect(),
             hello: Default::default(),
             handoffs: Default::default(),
+            drain_moves: Default::default(),
             no_agent: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             proxy_refused: AtomicU64::new(0),
@@ -123,6 +129,13 @@ impl Metrics {
             .position(|l| *l == label)
             .unwrap_or(0);
         self.handoffs[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How a move asked for by a draining agent ended (`None`: it stayed, nowhere to go).
+    pub fn drain_move(&self, outcome: Option<baton_wire::handoff::Outcome>) {
+        let label = outcome.map_or("stayed", crate::handoff::outcome_label);
+        let i = DRAIN_OUTCOMES.iter().position(|l| *l == label).unwrap_or(0);
+        self.drain_moves[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The families, for a collector: `agents` are the agents on the roster as the router
@@ -189,6 +202,17 @@ impl Metrics {
             HANDOFF_OUTCOMES
                 .iter()
                 .zip(&self.handoffs)
+                .map(|(&outcome, n)| (HandoffLabel { outcome }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_dispatch_drain_moves",
+            "Live connections an agent that drains asked to move (Leave), by outcome: migrated \
+             to another agent, stayed (no agent to move to), aborted (the agent could not export \
+             it), or fell back to the draining agent (the new agent refused, failed or timed out).",
+            DRAIN_OUTCOMES
+                .iter()
+                .zip(&self.drain_moves)
                 .map(|(&outcome, n)| (HandoffLabel { outcome }, load(n))),
         )?;
         counter(

@@ -199,6 +199,13 @@ impl Router {
         self.choose_home(client, |r, a| r.takes_clients(a))
     }
 
+    /// Where a live connection of `client` goes when its agent `leaving` drains: its home
+    /// among the agents that take clients, `leaving` aside (it may not know yet that it is
+    /// going: the Leave comes before its health check fails).
+    pub fn home_excluding(&self, client: IpAddr, leaving: usize) -> Option<usize> {
+        self.choose_home(client, |r, a| a != leaving && r.takes_clients(a))
+    }
+
     /// The best-scoring slot for `client` among the agents on the roster that `may` allow.
     fn choose_home(&self, client: IpAddr, may: impl Fn(&Self, usize) -> bool) -> Option<usize> {
         // Every slot is a candidate, a removed one never available: positions are slots.

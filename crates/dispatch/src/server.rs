@@ -12,7 +12,7 @@ use baton_ops::accept::{Acceptor, Admitted};
 use baton_ops::cidr::Cidr;
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{Progress, ServerHelloReader};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
@@ -288,32 +288,38 @@ async fn handle(
             return Ok(());
         }
     };
-    let result = match (agent, plan) {
+    let ended = match (agent, plan) {
         (AgentStream::Link(agent), Plan::Handoff(ends)) => {
             return handoff(client, agent, ends, first, shared).await;
         }
-        (AgentStream::Link(mut agent), Plan::AtHome) => {
-            let r =
-                crate::handoff::at_home(&mut client, &mut agent, agent_idx, first.bytes, shared)
-                    .await;
-            if let Ok((up, down)) = r {
-                shared.metrics.bytes(up, down);
-            }
-            r.map(drop)
+        (AgentStream::Link(agent), Plan::AtHome) => {
+            crate::handoff::at_home(&mut client, agent, agent_idx, first.bytes, shared).await
         }
-        (AgentStream::Link(mut agent), Plan::Relay) => {
-            relay(&mut client, &mut agent, first, true, agent_idx, shared).await
+        (AgentStream::Link(agent), Plan::Relay) => {
+            linked(&mut client, agent, first, agent_idx, shared).await
         }
         (AgentStream::Tcp(mut agent), _) => {
             let head = shared.proxy_head(source, destination);
             if !head.is_empty() {
                 agent.write_all(&head).await?;
             }
-            relay(&mut client, &mut agent, first, false, agent_idx, shared).await
+            let r = relay(&mut client, &mut agent, first, agent_idx, shared).await;
+            shared.router().closed(agent_idx);
+            return r;
         }
     };
-    shared.router().closed(agent_idx);
-    result
+    // a connection may end on another agent than it started on (its agent left)
+    match ended {
+        Ok((idx, up, down)) => {
+            shared.metrics.bytes(up, down);
+            shared.router().closed(idx);
+            Ok(())
+        }
+        Err(e) => {
+            shared.router().closed(agent_idx);
+            Err(e)
+        }
+    }
 }
 
 /// What a link stream to the chosen agent carries.
@@ -364,6 +370,8 @@ fn plan_for(
         token,
         source,
         destination,
+        stream: None,
+        drain: false,
     };
     (Plan::Handoff(ends), head)
 }
@@ -412,6 +420,7 @@ async fn connect(
             source,
             destination,
             token: None,
+            drain: false,
         };
         let link = agent.links.as_ref()?.pick()?;
         let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));
@@ -451,33 +460,54 @@ async fn handoff(
     result.map(|_| ())
 }
 
-/// Replays what was read from the client to the agent (unless `written` already), then
+/// Replays what was read from the client to an agent reached over TCP (not a link), then
 /// splices both ways.
-async fn relay<S>(
+async fn relay(
     client: &mut TcpStream,
-    agent: &mut S,
+    agent: &mut TcpStream,
     first: FirstBytes,
-    written: bool,
     agent_idx: usize,
     shared: &Shared,
-) -> std::io::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    if !written {
-        agent.write_all(&first.bytes).await?;
-    }
+) -> std::io::Result<()> {
+    agent.write_all(&first.bytes).await?;
     let first_len = first.bytes.len() as u64;
     // the hello, its parse and its bytes are not needed for the rest of the connection
     drop(first);
     let mut to_client = 0u64;
     if shared.config.policy == Policy::Session {
-        to_client = learn_session_id(agent, client, agent_idx, shared).await?;
+        to_client = learn_session_id(agent, client, agent_idx, None, shared).await?;
     }
     let result = crate::splice::splice(client, agent, shared.splice_limits()).await;
     let (up, down) = result.as_ref().map_or((0, 0), |(u, d)| (*u, *d));
     shared.metrics.bytes(first_len + up, to_client + down);
     result.map(|_| ())
+}
+
+/// A client on an agent's link stream (its first bytes written already, `confirm`): every
+/// byte each way is followed from the first, so that the agent can ask to move the live
+/// connection when it drains. Returns the agent it ended on and the bytes each way.
+async fn linked(
+    client: &mut TcpStream,
+    mut agent: LinkStream,
+    first: FirstBytes,
+    agent_idx: usize,
+    shared: &Shared,
+) -> std::io::Result<(usize, u64, u64)> {
+    let mut watch = baton_wire::handoff::Relay::serving();
+    let first_len = first.bytes.len() as u64;
+    if watch.watch_client(&first.bytes).is_err() {
+        // Not TLS: the agent answers it (an alert), and nothing here can ever move.
+        drop(first);
+        let r = crate::splice::splice(client, &mut agent, shared.splice_limits()).await;
+        return r.map(|(up, down)| (agent_idx, first_len + up, down));
+    }
+    drop(first);
+    let mut to_client = 0u64;
+    if shared.config.policy == Policy::Session {
+        to_client =
+            learn_session_id(&mut agent, client, agent_idx, Some(&mut watch), shared).await?;
+    }
+    crate::handoff::serve(client, agent, agent_idx, watch, (first_len, to_client), shared).await
 }
 
 /// Forwards the agent's first bytes to the client while reading its ServerHello; a TLS 1.2
@@ -486,6 +516,7 @@ async fn learn_session_id<S: AsyncRead + Unpin>(
     agent: &mut S,
     client: &mut TcpStream,
     agent_idx: usize,
+    mut watch: Option<&mut baton_wire::handoff::Relay>,
     shared: &Shared,
 ) -> std::io::Result<u64> {
     let mut reader = ServerHelloReader::new();
@@ -499,6 +530,15 @@ async fn learn_session_id<S: AsyncRead + Unpin>(
         };
         if n == 0 {
             return Ok(forwarded);
+        }
+        if let Some(w) = watch.as_deref_mut() {
+            // a handshake carries no frame: anything but records ends the connection
+            let passed = w
+                .watch_agent(&buf[..n])
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            if passed.frame.is_some() || passed.tls < n {
+                return Err(std::io::ErrorKind::InvalidData.into());
+            }
         }
         client.write_all(&buf[..n]).await?;
         forwarded += n as u64;

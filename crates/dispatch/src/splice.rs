@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use baton_wire::handoff::{HandoffError, Passed, Relay};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 /// How long a splice may be silent.
@@ -54,6 +55,114 @@ where
             _ = clock.ended.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {
                 // activity since the timer was set moves the deadline on
+                if clock.deadline(limits) <= Instant::now() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "splice silent too long"));
+                }
+            }
+        }
+    }
+}
+
+/// How a watched splice ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// Both sides are done.
+    Ended,
+    /// The agent asked to leave (it drains): the relay has [`Action::ChooseHome`] queued and
+    /// every byte before the request has been forwarded. The client may still be open.
+    ///
+    /// [`Action::ChooseHome`]: baton_wire::handoff::Action::ChooseHome
+    Left { client_ended: bool },
+}
+
+/// [`splice`] for a client on an agent's link stream: the same copy both ways under the same
+/// bounds, but every byte is followed by `relay` (record boundaries, without copying), so that
+/// an agent that drains can ask, in-band, to move the live connection elsewhere. Returns the
+/// bytes client -> agent and agent -> client, and why it stopped.
+pub(crate) async fn splice_watched<C, S>(
+    client: &mut C,
+    agent: &mut S,
+    relay: &mut Relay,
+    limits: Limits,
+) -> io::Result<(u64, u64, Watched)>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let clock = Clock::new();
+    // Both directions follow records through the relay, a lock taken only between awaits.
+    let relay = std::sync::Mutex::new(relay);
+    let watch = |f: &mut dyn FnMut(&mut Relay) -> Result<Passed, HandoffError>| {
+        let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut r).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    };
+    let (mut client_rd, mut client_wr) = tokio::io::split(client);
+    let (mut agent_rd, mut agent_wr) = tokio::io::split(agent);
+    // The agent's Leave stops the client's direction, but only between two chunks: a write
+    // to the agent is never cut short (cancelling it would lose count of what went).
+    let left = tokio_util::sync::CancellationToken::new();
+    let up = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut side = Side::new(&mut client_rd, &clock, true);
+        let mut n_up = 0u64;
+        loop {
+            let n = tokio::select! {
+                biased;
+                _ = left.cancelled() => return Ok::<_, io::Error>((n_up, false)),
+                r = side.read(&mut buf) => r?,
+            };
+            if n == 0 {
+                // the client's FIN: the agent's stream ends its half too
+                let _ = agent_wr.shutdown().await;
+                return Ok((n_up, true));
+            }
+            watch(&mut |r| r.watch_client(&buf[..n]).map(|()| Passed::default()))?;
+            agent_wr.write_all(&buf[..n]).await?;
+            n_up += n as u64;
+        }
+    };
+    let down = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut side = Side::new(&mut agent_rd, &clock, false);
+        let mut n_down = 0u64;
+        loop {
+            let n = side.read(&mut buf).await?;
+            if n == 0 {
+                let _ = client_wr.shutdown().await;
+                return Ok::<_, io::Error>((n_down, false));
+            }
+            let mut data = &buf[..n];
+            while !data.is_empty() {
+                let passed = watch(&mut |r| r.watch_agent(data))?;
+                client_wr.write_all(&data[..passed.tls]).await?;
+                n_down += passed.tls as u64;
+                data = &data[passed.consumed..];
+                if passed.frame.is_some() {
+                    // An agent that leaves sends nothing after it until it is answered.
+                    if !data.is_empty() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "bytes after the agent's Leave",
+                        ));
+                    }
+                    left.cancel();
+                    return Ok((n_down, true));
+                }
+            }
+        }
+    };
+    let both = async { tokio::try_join!(up, down) };
+    tokio::pin!(both);
+    loop {
+        let deadline = clock.deadline(limits);
+        tokio::select! {
+            r = &mut both => {
+                let ((n_up, client_ended), (n_down, leave)) = r?;
+                let how = if leave { Watched::Left { client_ended } } else { Watched::Ended };
+                return Ok((n_up, n_down, how));
+            }
+            _ = clock.ended.notified() => {}
+            _ = tokio::time::sleep_until(deadline) => {
                 if clock.deadline(limits) <= Instant::now() {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "splice silent too long"));
                 }

@@ -7,6 +7,7 @@ use http::{HeaderMap, HeaderValue};
 const SOURCE: &str = "baton-source";
 const DESTINATION: &str = "baton-destination";
 const TOKEN: &str = "baton-token";
+const MOVE: &str = "baton-move";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamMeta {
@@ -16,6 +17,9 @@ pub struct StreamMeta {
     pub destination: SocketAddr,
     /// A migration's import stream: the token its session object is sealed for.
     pub token: Option<[u8; 16]>,
+    /// An import stream for a session whose agent drains (not one after a handshake): for the
+    /// home agent's counters only.
+    pub drain: bool,
 }
 
 impl StreamMeta {
@@ -25,6 +29,9 @@ impl StreamMeta {
         headers.insert(DESTINATION, v(self.destination.to_string()));
         if let Some(t) = self.token {
             headers.insert(TOKEN, v(t.iter().map(|b| format!("{b:02x}")).collect()));
+        }
+        if self.drain {
+            headers.insert(MOVE, HeaderValue::from_static("drain"));
         }
     }
 
@@ -39,6 +46,7 @@ impl StreamMeta {
             source: addr(SOURCE)?,
             destination: addr(DESTINATION)?,
             token,
+            drain: headers.get(MOVE).is_some_and(|v| v == "drain"),
         })
     }
 }
@@ -64,11 +72,16 @@ mod tests {
             source: "10.0.0.7:5000".parse().unwrap(),
             destination: "[::1]:443".parse().unwrap(),
             token: Some([0xab; 16]),
+            drain: true,
         };
         let mut h = HeaderMap::new();
         m.write(&mut h);
         assert_eq!(StreamMeta::read(&h), Some(m));
-        let plain = StreamMeta { token: None, ..m };
+        let plain = StreamMeta {
+            token: None,
+            drain: false,
+            ..m
+        };
         let mut h = HeaderMap::new();
         plain.write(&mut h);
         assert_eq!(StreamMeta::read(&h), Some(plain));

@@ -28,6 +28,7 @@ fn meta(port: u16) -> StreamMeta {
         source: SocketAddr::from(([192, 0, 2, 7], port)),
         destination: "127.0.0.1:443".parse().unwrap(),
         token: None,
+        drain: false,
     }
 }
 

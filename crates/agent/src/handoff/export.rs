@@ -10,8 +10,8 @@ use baton_wire::handoff::{ExportEvent, Exporter, Frame};
 use rustls::ProtocolVersion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::metrics::{HandoffFailure, Side};
-use super::secrets::Expected;
+use super::metrics::{HandoffFailure, Side, Why};
+use super::secrets::TrafficSecrets;
 use super::session::{self, Extras};
 use super::stream::MigratedStream;
 use crate::conn::Tls;
@@ -45,14 +45,13 @@ pub struct Offer {
 pub async fn hand_off(
     mut stream: Tls,
     offer: Offer,
-    expected: Option<Expected>,
+    secrets: TrafficSecrets,
     info: &ConnInfo,
     shared: &Shared,
 ) -> Exported {
     let cfg = &shared.config;
     let m = &shared.metrics.handoff;
     let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
-    let secrets = expected.map(|e| e.take()).unwrap_or_default();
     // Where the client's records stand in what rustls read during the handshake (and the
     // stream stops following them, whatever happens next).
     let read = stream.get_mut().0.take_records();
@@ -85,7 +84,78 @@ pub async fn hand_off(
     if stream.get_mut().0.write_all(&freeze).await.is_err() {
         return Exported::Closed;
     }
+    let how = Move {
+        offer: Some(offer),
+        secrets,
+        started,
+        why: Why::Handshake,
+    };
+    migrate(stream, x, how, info, shared).await
+}
 
+/// Asks the dispatcher to move a connection this agent is idle on (between two HTTP/1.1
+/// requests) because the agent drains: Leave, then, if the dispatcher names an agent, the
+/// same freeze, export and two-phase verdict as after a handshake. `Keep` (with any request
+/// bytes that came meanwhile) when it stays or cannot move: the caller then ends it as a drain
+/// does. Only for a link stream whose client records were followed from the first byte.
+pub async fn leave(
+    mut stream: Tls,
+    secrets: TrafficSecrets,
+    info: &ConnInfo,
+    shared: &Shared,
+) -> Exported {
+    let cfg = &shared.config;
+    let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    let usable = shared.tls.cluster_ring().is_some()
+        && (!tls13 || secrets.client.is_some() && secrets.server.is_some());
+    // Every response byte must be on the wire first: after Leave this agent sends nothing.
+    if stream.flush().await.is_err() || stream.get_ref().1.wants_write() {
+        return Exported::Closed;
+    }
+    let read = stream.get_mut().0.take_records();
+    let Some(read) = read.filter(|_| usable) else {
+        return Exported::Keep(Box::new(stream), Vec::new());
+    };
+    let started = Instant::now();
+    let (mut x, leave) = Exporter::leave(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
+    x.continue_from(read);
+    if stream.get_mut().0.write_all(&leave).await.is_err() {
+        return Exported::Closed;
+    }
+    let how = Move {
+        offer: None,
+        secrets,
+        started,
+        why: Why::Drain,
+    };
+    migrate(stream, x, how, info, shared).await
+}
+
+/// A move under way, from the handshake agent's side.
+struct Move {
+    /// Where to: the Offer (a Leave learns it from the dispatcher's answer).
+    offer: Option<Offer>,
+    secrets: TrafficSecrets,
+    started: Instant,
+    why: Why,
+}
+
+/// Decrypts up to Frozen, extracts, seals, switches, and waits for the verdict.
+async fn migrate(
+    mut stream: Tls,
+    mut x: Exporter,
+    how: Move,
+    info: &ConnInfo,
+    shared: &Shared,
+) -> Exported {
+    let cfg = &shared.config;
+    let m = &shared.metrics.handoff;
+    let Move {
+        mut offer,
+        secrets,
+        started,
+        why,
+    } = how;
     // Decrypt every client record up to Frozen, within the plaintext cap.
     let mut plain = Vec::new();
     let mut cpu = std::time::Duration::ZERO;
@@ -110,6 +180,9 @@ pub async fn hand_off(
                 let _ = stream.flush().await;
                 return Exported::Closed;
             };
+            if let Some(ExportEvent::Move { home, binding }) = input.moved {
+                offer = Some(Offer { home, binding });
+            }
             if let Some(abort) = x.decrypted(n) {
                 m.failure(HandoffFailure::TooMuchPlaintext);
                 if stream.get_mut().0.write_all(&abort).await.is_err() {
@@ -128,12 +201,25 @@ pub async fn hand_off(
                 }
                 return Exported::Keep(Box::new(stream), plain);
             }
+            // Nowhere to go: rustls reads on, from what came after the answer.
+            Some(ExportEvent::Stay { ciphertext }) => {
+                if session::decrypt(stream.get_mut().1, &ciphertext, &mut plain).is_err() {
+                    let _ = stream.flush().await;
+                    return Exported::Closed;
+                }
+                return Exported::Keep(Box::new(stream), plain);
+            }
             Some(_) => {
                 m.failure(HandoffFailure::Protocol);
                 return Exported::Closed;
             }
         }
     }
+    let Some(offer) = offer else {
+        m.failure(HandoffFailure::Protocol);
+        return Exported::Closed;
+    };
+    let ring = shared.tls.cluster_ring();
 
     let t = thread_cpu();
     if !session::extractable(stream.get_mut().1) {
@@ -194,7 +280,7 @@ pub async fn hand_off(
         match x.from_dispatcher(&buf[..n]).map(|input| input.event) {
             Ok(None) => continue,
             Ok(Some(ExportEvent::Migrated)) => {
-                m.migrated_out(started.elapsed());
+                m.migrated_out(started.elapsed(), why);
                 return Exported::Migrated;
             }
             Ok(Some(ExportEvent::ServeHere { ciphertext })) => {

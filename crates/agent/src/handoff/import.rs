@@ -15,7 +15,7 @@ use baton_session::migration::{ImportError, ReplayGuard, SessionObject};
 use baton_wire::handoff::{ImportEvent, Importer, RefuseReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::metrics::{HandoffFailure, Side};
+use super::metrics::{HandoffFailure, Side, Why};
 use super::stream::MigratedStream;
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
@@ -88,6 +88,7 @@ pub async fn import(
     mut io: ConnIo<AgentIo>,
     peer: SocketAddr,
     binding: &[u8],
+    why: Why,
     shared: &Shared,
 ) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
     let m = &shared.metrics.handoff;
@@ -146,7 +147,7 @@ pub async fn import(
             }
             ImportEvent::Commit { ciphertext } => {
                 let (obj, layer) = opened?;
-                m.migrated_in();
+                m.migrated_in(why);
                 let info = super::conn_info(&obj, peer);
                 let mut s = MigratedStream::new(io, layer, obj.plaintext.clone());
                 s.prefill_ciphertext(&ciphertext);

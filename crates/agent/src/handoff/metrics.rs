@@ -83,6 +83,19 @@ pub struct HandoffMetrics {
     sum_ns: AtomicU64,
     /// [export, import]: thread CPU of the synchronous migration work.
     cpu_ns: [AtomicU64; 2],
+    /// Sessions moved because their agent drained: [out, in].
+    drain_moved: [AtomicU64; 2],
+    /// Connections a drain closed instead of moving them.
+    drain_closed: AtomicU64,
+}
+
+/// Why a session moved between agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// After a full handshake away from the client's home agent (CSSL-SF).
+    Handshake,
+    /// Its agent drained.
+    Drain,
 }
 
 /// Which side of a migration spent CPU.
@@ -95,8 +108,11 @@ pub enum Side {
 }
 
 impl HandoffMetrics {
-    pub fn migrated_out(&self, took: Duration) {
+    pub fn migrated_out(&self, took: Duration, why: Why) {
         self.out.fetch_add(1, Ordering::Relaxed);
+        if why == Why::Drain {
+            self.drain_moved[0].fetch_add(1, Ordering::Relaxed);
+        }
         let secs = took.as_secs_f64();
         for (i, b) in BUCKETS.iter().enumerate() {
             if secs <= *b {
@@ -112,8 +128,17 @@ impl HandoffMetrics {
         self.cpu_ns[side as usize].fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    pub fn migrated_in(&self) {
+    pub fn migrated_in(&self, why: Why) {
         self.into.fetch_add(1, Ordering::Relaxed);
+        if why == Why::Drain {
+            self.drain_moved[1].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A drain closed a live connection (it could not move: not reached through a
+    /// dispatcher, HTTP/2, nowhere to go, or the move failed).
+    pub fn drain_closed(&self) {
+        self.drain_closed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Offered, but this agent is the home agent already.
@@ -141,6 +166,39 @@ impl HandoffMetrics {
                 (DirectionLabel { direction: "out" }, load(&self.out)),
                 (DirectionLabel { direction: "in" }, load(&self.into)),
             ],
+        )?;
+        let handshake = |i: usize| load(if i == 0 { &self.out } else { &self.into });
+        counters(
+            e,
+            "baton_sessions_moved",
+            "Live TLS sessions moved between agents, by direction and reason: handshake = after a \
+             full handshake away from the client's home agent (CSSL-SF), drain = because their \
+             agent drained (SIGTERM or the dispatcher's admin drain).",
+            [("out", 0), ("in", 1)].into_iter().flat_map(|(direction, i)| {
+                let drain = load(&self.drain_moved[i]);
+                [
+                    (
+                        MovedLabel {
+                            direction,
+                            reason: "handshake",
+                        },
+                        handshake(i).saturating_sub(drain),
+                    ),
+                    (
+                        MovedLabel {
+                            direction,
+                            reason: "drain",
+                        },
+                        drain,
+                    ),
+                ]
+            }),
+        )?;
+        counter(
+            e,
+            "baton_drain_closed_connections",
+            "Live connections this agent closed when it drained instead of moving them.",
+            load(&self.drain_closed),
         )?;
         counter(
             e,
@@ -189,6 +247,12 @@ struct DirectionLabel {
 }
 
 #[derive(Debug, Clone, EncodeLabelSet)]
+struct MovedLabel {
+    direction: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
 struct FailureLabel {
     reason: HandoffFailure,
 }
@@ -211,8 +275,10 @@ mod tests {
     #[test]
     fn histogram_is_cumulative() {
         let m = HandoffMetrics::default();
-        m.migrated_out(Duration::from_micros(300));
-        m.migrated_out(Duration::from_millis(20));
+        m.migrated_out(Duration::from_micros(300), Why::Handshake);
+        m.migrated_out(Duration::from_millis(20), Why::Drain);
+        m.migrated_in(Why::Drain);
+        m.drain_closed();
         m.failure(HandoffFailure::ImportReplay);
         let out = crate::metrics::tests::encoded(move |e| m.encode(e));
         assert!(
@@ -225,5 +291,11 @@ mod tests {
         assert!(out.contains("baton_handoff_seconds_count 2\n"));
         assert!(out.contains("baton_sessions_migrated_total{direction=\"out\"} 2\n"));
         assert!(out.contains("baton_handoff_failures_total{reason=\"import_replay\"} 1\n"));
+        assert!(out.contains(
+            "baton_sessions_moved_total{direction=\"out\",reason=\"handshake\"} 1\n"
+        ));
+        assert!(out.contains("baton_sessions_moved_total{direction=\"out\",reason=\"drain\"} 1\n"));
+        assert!(out.contains("baton_sessions_moved_total{direction=\"in\",reason=\"drain\"} 1\n"));
+        assert!(out.contains("baton_drain_closed_connections_total 1\n"));
     }
 }

@@ -518,7 +518,7 @@ mod agent_side;
 mod relay;
 
 pub use agent_side::{ExportEvent, Exporter, ImportEvent, Importer};
-pub use relay::{Action, Outcome, Relay, Target};
+pub use relay::{Action, MoveReason, Outcome, Relay, Target};
 
 #[cfg(test)]
 #[path = "relay_test.rs"]

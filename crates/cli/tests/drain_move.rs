@@ -1,0 +1,188 @@
+//! An agent that drains moves its live connections to other agents (issue 18): clients that
+//! hold a keep-alive TLS connection through the dispatcher keep it, and their session, while
+//! the agent they were on stops; nothing is closed, nothing is handshaken again. Real
+//! processes: `baton up`, rustls clients (TLS 1.2 and 1.3, a KeyUpdate after the move) and
+//! `openssl s_client`.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A keep-alive client on one TLS connection through the dispatcher.
+struct KeepAlive {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl KeepAlive {
+    fn open(up: &Up, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
+        let tcp = TcpStream::connect(up.addr()).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let conn =
+            rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+        KeepAlive {
+            tls: rustls::StreamOwned::new(conn, tcp),
+        }
+    }
+
+    /// One request on the connection; the response's text.
+    fn get(&mut self, path: &str) -> String {
+        write!(self.tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        self.tls.flush().unwrap();
+        read_http_response(&mut self.tls)
+    }
+}
+
+fn pid_alive(pid: u64) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn wait_gone(pid: u64, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if !pid_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn term(pid: u64) {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+/// The dispatcher's `baton_dispatch_drain_moves_total` by outcome.
+fn drain_moves(up: &Up, outcome: &str) -> f64 {
+    let m = up.state["dispatcher_metrics"].as_str().unwrap();
+    series_sum(
+        &metrics_page(m.parse().unwrap()),
+        "baton_dispatch_drain_moves_total",
+        &format!("outcome=\"{outcome}\""),
+    )
+}
+
+#[test]
+fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
+    // round-robin spreads the connections over the three agents; every agent can move them
+    let up = Up::start(&[
+        "--agents",
+        "3",
+        "--policy",
+        "round-robin",
+        "--store",
+        "peers",
+        "--agent-arg=--handoff=true",
+    ]);
+    let v12 = Arc::new(up.client(&rustls::version::TLS12));
+    let v13 = Arc::new(up.client(&rustls::version::TLS13));
+    let mut clients: Vec<(bool, KeepAlive)> = (0..12)
+        .map(|i| {
+            let tls13 = i % 2 == 1;
+            let config = if tls13 { &v13 } else { &v12 };
+            (tls13, KeepAlive::open(&up, config))
+        })
+        .collect();
+    for (_, c) in clients.iter_mut() {
+        let r = c.get("/tls");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    let full_before = up.agents_sum("baton_handshakes_total", "kind=\"full\"");
+    let pid = up.agent_pid(0);
+    term(pid);
+    // Its connections move at once (they are idle): it has nothing left to wait for.
+    assert!(
+        wait_gone(pid, Duration::from_secs(20)),
+        "agent 0 is still running 20 s after SIGTERM"
+    );
+    for (i, (tls13, c)) in clients.iter_mut().enumerate() {
+        let r = c.get("/bytes/100");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i}: {r}");
+        if *tls13 {
+            // a KeyUpdate from the client after the move: the new agent has the secrets
+            c.tls.conn.refresh_traffic_keys().unwrap();
+        }
+        let r = c.get("/tls");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i} after KeyUpdate: {r}");
+        assert_eq!(
+            c.tls.conn.handshake_kind(),
+            Some(rustls::HandshakeKind::Full),
+            "the same session, never a second handshake"
+        );
+    }
+    let moved_in = up.agent_sum(1, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\"")
+        + up.agent_sum(2, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\"");
+    assert_eq!(moved_in, 4.0, "round-robin put 4 of the 12 on agent 0");
+    assert_eq!(drain_moves(&up, "migrated"), 4.0);
+    for outcome in ["stayed", "aborted", "fell_back"] {
+        assert_eq!(drain_moves(&up, outcome), 0.0, "{outcome}");
+    }
+    // nobody handshook again
+    let full_after = up.agent_sum(1, "baton_handshakes_total", "kind=\"full\"")
+        + up.agent_sum(2, "baton_handshakes_total", "kind=\"full\"");
+    assert!(full_after <= full_before, "{full_after} > {full_before}");
+}
+
+#[test]
+fn openssl_s_client_keeps_its_connection_across_a_drain_tls12_and_tls13() {
+    let up = Up::start(&[
+        "--agents",
+        "2",
+        "--policy",
+        "round-robin",
+        "--agent-arg=--handoff=true",
+    ]);
+    // two clients of each version: round-robin puts one of each on agent 0
+    let mut children = Vec::new();
+    for version in ["-tls1_2", "-tls1_2", "-tls1_3", "-tls1_3"] {
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-connect", &up.addr().to_string()])
+            .args(["-servername", "localhost", "-CAfile", up.ca(), version])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("openssl");
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        stdin
+            .write_all(b"GET /bytes/11 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        children.push((version, child, stdin));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = up.agent_pid(0);
+    term(pid);
+    assert!(wait_gone(pid, Duration::from_secs(20)));
+    for (version, child, mut stdin) in children {
+        if version == "-tls1_3" {
+            // s_client's command: KeyUpdate with update_requested, after the move
+            stdin.write_all(b"K\n").unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        stdin
+            .write_all(b"GET /bytes/13 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let text = text_of(&out);
+        assert_eq!(
+            text.matches("HTTP/1.1 200 OK").count(),
+            2,
+            "{version}: both requests answered on one connection\n{text}"
+        );
+    }
+    assert_eq!(drain_moves(&up, "migrated"), 2.0);
+}
