@@ -46,6 +46,10 @@ impl Deframer {
     }
 
     /// Bytes buffered.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        self.buf.as_slice()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.buf.len()
     }

@@ -294,6 +294,50 @@ impl RecordLayer {
     pub fn buffered_tls(&self) -> usize {
         self.input.len()
     }
+
+    /// Ciphertext received but not yet decrypted (a record's start, or records `process`
+    /// has not reached): it begins at a record boundary.
+    pub fn undecrypted(&self) -> &[u8] {
+        self.input.as_slice()
+    }
+
+    /// The session's keys as they stand, to carry the connection on elsewhere (an agent that
+    /// drains moves it): per direction the current key, IV, next sequence number and (TLS 1.3)
+    /// traffic secret, ready for [`RecordLayer::new`] there. `None` unless the layer is at
+    /// rest: nothing undecrypted, no plaintext unread, nothing to send, no partial handshake
+    /// message, open both ways, no error. From then on this layer must not be used: the keys
+    /// and sequence numbers are the other end's.
+    pub fn export(&self) -> Option<SessionKeys> {
+        let c = &self.conn;
+        let at_rest = self.input.len() == 0
+            && self.joiner.is_idle()
+            && c.plaintext.is_empty()
+            && c.outgoing.is_empty()
+            && !c.peer_closed
+            && c.tx_state == Tx::Open
+            && c.failed.is_none();
+        if !at_rest {
+            return None;
+        }
+        let direction = |(key, iv): (&[u8], &[u8; crate::suite::NONCE_LEN]),
+                         seq: u64,
+                         secret: &Option<crate::key_schedule::TrafficSecret>| {
+            DirectionSecrets {
+                seq,
+                key: zeroize::Zeroizing::new(key.to_vec()),
+                iv: *iv,
+                traffic_secret: secret
+                    .as_ref()
+                    .map(|s| zeroize::Zeroizing::new(s.expose().to_vec())),
+            }
+        };
+        Some(SessionKeys {
+            version: c.version,
+            suite: c.suite,
+            tx: direction(c.tx.cipher.key_iv(), c.tx.cipher.seq(), &c.tx.secret),
+            rx: direction(c.rx.cipher.key_iv(), c.rx.cipher.seq(), &c.rx.secret),
+        })
+    }
 }
 
 impl std::fmt::Debug for RecordLayer {

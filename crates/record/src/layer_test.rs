@@ -700,3 +700,56 @@ const RFC8448_NEW_SESSION_TICKET_RECORD: &str = "
     3e 70 e9 52 ca 49 fe 51 37 12 1c 74 bc 26 97 68 7e 24 87 46
     d6 df 35 30 05 f3 bc e1 86 96 12 9c 81 53 55 6b 3b 6c 67 79
     b3 7b f1 59 85 68 4f";
+
+#[test]
+fn an_exported_session_carries_on_in_a_new_layer_and_this_one_must_be_at_rest() {
+    for (version, suite) in ALL {
+        let (mut server, mut client) = pair(version, suite);
+        client.write_plaintext(b"first").unwrap();
+        pump(&mut client, &mut server).unwrap();
+        // plaintext unread: not at rest
+        assert!(server.export().is_none());
+        assert_eq!(take_plaintext(&mut server), b"first");
+        server.write_plaintext(b"answer").unwrap();
+        assert!(server.export().is_none(), "ciphertext to send");
+        pump(&mut server, &mut client).unwrap();
+        take_plaintext(&mut client);
+        if version == Version::Tls13 {
+            // a KeyUpdate before the move: the new layer starts from the new generation
+            client.send_key_update(true).unwrap();
+            pump(&mut client, &mut server).unwrap();
+            pump(&mut server, &mut client).unwrap();
+        }
+        // half a record received: not at rest either
+        client.write_plaintext(b"partial").unwrap();
+        let record = client.pending_tls().to_vec();
+        client.consume_tls(record.len());
+        assert_eq!(server.read_tls(&record[..4]), 4);
+        server.process().unwrap();
+        assert_eq!(server.undecrypted(), &record[..4]);
+        assert!(server.export().is_none());
+        assert_eq!(server.read_tls(&record[4..]), record.len() - 4);
+        server.process().unwrap();
+        assert_eq!(take_plaintext(&mut server), b"partial");
+
+        let keys = server.export().expect("at rest");
+        drop(server);
+        let mut moved = RecordLayer::new(keys).unwrap();
+        client.write_plaintext(b"to the new agent").unwrap();
+        pump(&mut client, &mut moved).unwrap();
+        assert_eq!(take_plaintext(&mut moved), b"to the new agent");
+        moved.write_plaintext(b"from it").unwrap();
+        pump(&mut moved, &mut client).unwrap();
+        assert_eq!(take_plaintext(&mut client), b"from it");
+        if version == Version::Tls13 {
+            // and KeyUpdate both ways after the move
+            client.send_key_update(true).unwrap();
+            pump(&mut client, &mut moved).unwrap();
+            pump(&mut moved, &mut client).unwrap();
+            moved.send_key_update(false).unwrap();
+            moved.write_plaintext(b"after").unwrap();
+            pump(&mut moved, &mut client).unwrap();
+            assert_eq!(take_plaintext(&mut client), b"after");
+        }
+    }
+}

@@ -17,6 +17,9 @@ pub struct Opener {
     version: Version,
     suite: Suite,
     key: LessSafeKey,
+    /// The key's bytes (the AEAD object keeps them out of reach): a session that moves on
+    /// carries them ([`crate::RecordLayer::export`]).
+    key_bytes: Zeroizing<Vec<u8>>,
     iv: Zeroizing<[u8; NONCE_LEN]>,
     seq: u64,
 }
@@ -43,9 +46,15 @@ impl Opener {
             version,
             suite,
             key: aead_key(suite, key)?,
+            key_bytes: Zeroizing::new(key.to_vec()),
             iv: Zeroizing::new(*iv),
             seq,
         })
+    }
+
+    /// The key and IV, for carrying the session on elsewhere.
+    pub(crate) fn key_iv(&self) -> (&[u8], &[u8; NONCE_LEN]) {
+        (&self.key_bytes, &self.iv)
     }
 
     /// The sequence number the next record must carry.

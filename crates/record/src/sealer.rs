@@ -20,6 +20,9 @@ pub struct Sealer {
     version: Version,
     suite: Suite,
     key: LessSafeKey,
+    /// The key's bytes (the AEAD object keeps them out of reach): a session that moves on
+    /// carries them ([`crate::RecordLayer::export`]).
+    key_bytes: Zeroizing<Vec<u8>>,
     iv: Zeroizing<[u8; NONCE_LEN]>,
     seq: u64,
 }
@@ -37,9 +40,15 @@ impl Sealer {
             version,
             suite,
             key: aead_key(suite, key)?,
+            key_bytes: Zeroizing::new(key.to_vec()),
             iv: Zeroizing::new(*iv),
             seq,
         })
+    }
+
+    /// The key and IV, for carrying the session on elsewhere.
+    pub(crate) fn key_iv(&self) -> (&[u8], &[u8; NONCE_LEN]) {
+        (&self.key_bytes, &self.iv)
     }
 
     /// The sequence number of the next record.
