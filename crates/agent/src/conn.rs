@@ -59,7 +59,7 @@ pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             }
         }
     }
-    serve(AgentIo::Tcp(tcp), peer, None, false, deadline, shared).await
+    serve(AgentIo::tcp(tcp), peer, None, false, deadline, shared).await
 }
 
 /// A client stream of the agent link: the client's address is its metadata. With `--handoff`
@@ -168,6 +168,11 @@ async fn serve(
             crate::early_tls::Start::Done => return,
         }
     } else {
+        // The built-in responder waits on nothing but the client: its flight, tickets,
+        // response and close_notify can share system calls (see `transport`).
+        if shared.http.proxy.is_none() && offer.is_none() {
+            io.coalesce_writes();
+        }
         TlsAcceptor::from(shared.tls.config()).accept(io)
     };
     let stream = match tokio::time::timeout_at(deadline, accept).await {
@@ -231,6 +236,8 @@ async fn serve(
         return;
     }
     if h2 {
+        // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
+        stream.get_mut().0.stop_coalescing();
         serve_h2(
             Prefixed {
                 ahead,

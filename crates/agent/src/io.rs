@@ -3,8 +3,12 @@
 //! The idle timeout lives in the stream rather than in each protocol (TLS handshake, HTTP/1.1
 //! keep-alive, HTTP/2) so that every phase where a peer can stall is covered by one mechanism:
 //! a connection that neither sends nor accepts a byte for `idle` gets `TimedOut` from its next
-//! read or write and is closed. The timer is only re-armed when an operation would block and
-//! the deadline has moved, not on every byte.
+//! read or write and is closed. The timer is not moved on every byte, nor on every operation
+//! that would block: it stays at the deadline it was armed for and, when that passes, is armed
+//! again for the deadline activity has moved it to (if any). Moving a timer takes a lock of the
+//! runtime's timer wheel, and a deadline earlier than the one the runtime sleeps towards wakes
+//! it (an eventfd write and one more `epoll_wait`); a short connection used to do that several
+//! times, and now arms one timer.
 
 use std::io;
 use std::pin::Pin;
@@ -56,10 +60,6 @@ impl<T> ConnIo<T> {
         self.records.take().and_then(Result::ok)
     }
 
-    fn active(&mut self) {
-        self.last_activity = Instant::now();
-    }
-
     /// Follows the records in bytes just read, if asked to.
     fn follow(&mut self, read: &[u8]) {
         if let Some(Ok(records)) = &mut self.records {
@@ -69,20 +69,14 @@ impl<T> ConnIo<T> {
         }
     }
 
+    fn active(&mut self) {
+        self.last_activity = Instant::now();
+    }
+
     /// Called when an operation would block: times out, or arranges to be woken at the
     /// deadline.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let deadline = self.last_activity + self.idle;
-        if self.timer.deadline() != deadline {
-            self.timer.as_mut().reset(deadline);
-        }
-        match self.timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "connection idle for longer than --idle-timeout",
-            )),
-            Poll::Pending => Poll::Pending,
-        }
+        idle_clock(&mut self.timer, self.last_activity + self.idle, cx)
     }
 
     /// Counts what a write moved; a write that would block waits on the idle clock.
@@ -104,29 +98,62 @@ impl<T> ConnIo<T> {
 }
 
 impl ConnIo<crate::transport::AgentIo> {
+    /// See [`crate::transport::AgentIo::coalesce_writes`].
+    pub fn coalesce_writes(&mut self) {
+        self.inner.coalesce_writes();
+    }
+
+    /// See [`crate::transport::AgentIo::stop_coalescing`].
+    pub fn stop_coalescing(&mut self) {
+        self.inner.stop_coalescing();
+    }
+
     /// Waits until the socket has bytes to read (or the idle timeout passes), reading none.
+    /// On the connection's own idle timer (no timer armed per wait).
     pub async fn readable(&mut self) -> io::Result<()> {
         let deadline = self.last_activity + self.idle;
-        match tokio::time::timeout_at(deadline, self.inner.readable()).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "connection idle for longer than --idle-timeout",
-            )),
-        }
+        let timer = &mut self.timer;
+        let ready = self.inner.readable();
+        tokio::pin!(ready);
+        std::future::poll_fn(|cx| match ready.as_mut().poll(cx) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => idle_clock(timer, deadline, cx).map(Err),
+        })
+        .await
     }
 
     /// Reads what the socket holds without waiting (`WouldBlock` if nothing).
     pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.try_read(buf)?;
+        self.follow(&buf[..n]);
         self.metrics.bytes_in(n);
         self.active();
         Ok(n)
     }
 }
 
-        self.follow(&buf[..n]);
 use std::future::Future as _;
+
+/// Polls the idle timer towards `deadline`. The timer fires at the deadline it was armed for,
+/// which activity since can only have moved later: then it is armed again for the new one.
+fn idle_clock(
+    timer: &mut Pin<Box<Sleep>>,
+    deadline: Instant,
+    cx: &mut Context<'_>,
+) -> Poll<io::Error> {
+    loop {
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(()) if deadline <= Instant::now() => {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle for longer than --idle-timeout",
+                ))
+            }
+            Poll::Ready(()) => timer.as_mut().reset(deadline),
+        }
+    }
+}
 
 impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
     fn poll_read(

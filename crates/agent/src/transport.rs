@@ -4,16 +4,36 @@
 //!
 //! A link stream cannot be peeked like a socket, so bytes read to look at the first flight
 //! (legacy client check, client random) are kept in front and read again.
+//!
+//! A TCP socket can also coalesce writes ([`AgentIo::coalesce_writes`]): a short connection
+//! otherwise sends its server flight, its session tickets, its response and its close_notify in
+//! four system calls and four segments (each one a kernel send path, and on the client an ACK
+//! and a wakeup), because rustls and hyper flush after each. Coalesced, the bytes written stay
+//! here until the connection would wait for the client (a read that finds nothing, a wait for
+//! readability), shuts down or is dropped, or until more than [`HOLD_MAX`] are held: the tickets
+//! leave with the response, and a `Connection: close` response with its close_notify.
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use baton_link::LinkStream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-pub enum AgentIo {
+/// Held bytes beyond this are written at once: a response body is not buffered again here.
+const HOLD_MAX: usize = 16 * 1024;
+
+pub struct AgentIo {
+    kind: Kind,
+    /// Whether writes are held (see the module doc); only ever set on a TCP socket.
+    coalesce: bool,
+    /// Bytes written and not yet sent. Sent before the connection waits for its client, so a
+    /// client never waits for bytes held here.
+    held: Vec<u8>,
+}
+
+enum Kind {
     Tcp(TcpStream),
     Link {
         stream: Box<LinkStream>,
@@ -23,19 +43,80 @@ pub enum AgentIo {
 }
 
 impl AgentIo {
+    pub fn tcp(stream: TcpStream) -> Self {
+        Self::of(Kind::Tcp(stream))
+    }
+
     pub fn link(stream: LinkStream) -> Self {
-        AgentIo::Link {
+        Self::of(Kind::Link {
             stream: Box::new(stream),
             ahead: Vec::new(),
+        })
+    }
+
+    fn of(kind: Kind) -> Self {
+        AgentIo {
+            kind,
+            coalesce: false,
+            held: Vec::new(),
         }
+    }
+
+    /// Holds what is written until the connection waits for its client (see the module doc).
+    /// Only for a connection whose task waits on nothing but this stream while bytes are held
+    /// (the built-in HTTP/1.1 responder: an upstream or an HTTP/2 stream task could keep a
+    /// flushed response waiting); a link stream ignores it.
+    pub fn coalesce_writes(&mut self) {
+        self.coalesce = matches!(self.kind, Kind::Tcp(_));
+    }
+
+    /// Stops holding writes: what is held leaves with the next write or flush.
+    pub fn stop_coalescing(&mut self) {
+        self.coalesce = false;
+    }
+
+    /// Sends what is held. Pending until all of it is in the socket's send buffer.
+    fn poll_send_held(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.held.is_empty() {
+            let n = match &mut self.kind {
+                Kind::Tcp(t) => ready!(Pin::new(t).poll_write(cx, &self.held))?,
+                Kind::Link { stream, .. } => {
+                    ready!(Pin::new(stream.as_mut()).poll_write(cx, &self.held))?
+                }
+            };
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.held.drain(..n);
+        }
+        if self.held.capacity() > 0 {
+            self.held = Vec::new(); // give the capacity back: connections idle for long
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Holds `bufs` if coalescing and they fit; returns how many bytes were taken.
+    fn hold(&mut self, bufs: &[io::IoSlice<'_>]) -> Option<usize> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        if !self.coalesce || self.held.len() + len > HOLD_MAX {
+            return None;
+        }
+        if self.held.is_empty() {
+            // room for a typical short flight at once (tickets ~0.5 KiB, a small response)
+            self.held.reserve(len.max(2048));
+        }
+        for b in bufs {
+            self.held.extend_from_slice(b);
+        }
+        Some(len)
     }
 
     /// Up to `buf.len()` of the first unread bytes, without consuming them; on a link stream
     /// it waits until that many arrived or the stream ended. 0 at EOF.
     pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            AgentIo::Tcp(t) => t.peek(buf).await,
-            AgentIo::Link { stream, ahead } => {
+        match &mut self.kind {
+            Kind::Tcp(t) => t.peek(buf).await,
+            Kind::Link { stream, ahead } => {
                 while ahead.len() < buf.len() {
                     let mut chunk = [0u8; 512];
                     let want = (buf.len() - ahead.len()).min(chunk.len());
@@ -54,33 +135,35 @@ impl AgentIo {
 
     /// Writes without waiting for more than a free send buffer (best effort: an alert).
     pub async fn write_best_effort(&mut self, data: &[u8]) {
-        match self {
-            AgentIo::Tcp(t) => {
+        match &mut self.kind {
+            Kind::Tcp(t) => {
                 if t.writable().await.is_ok() {
                     let _ = t.try_write(data);
                 }
             }
-            AgentIo::Link { stream, .. } => {
+            Kind::Link { stream, .. } => {
                 let _ = tokio::io::AsyncWriteExt::write_all(stream.as_mut(), data).await;
             }
         }
     }
 
     /// Waits until bytes can be read (or EOF / an error is due), reading none.
+    /// Held bytes are sent first: the client may be waiting for them.
     pub async fn readable(&mut self) -> io::Result<()> {
-        match self {
-            AgentIo::Tcp(t) => t.readable().await,
-            AgentIo::Link { ahead, .. } if !ahead.is_empty() => Ok(()),
-            AgentIo::Link { stream, .. } => stream.readable().await,
+        std::future::poll_fn(|cx| self.poll_send_held(cx)).await?;
+        match &mut self.kind {
+            Kind::Tcp(t) => t.readable().await,
+            Kind::Link { ahead, .. } if !ahead.is_empty() => Ok(()),
+            Kind::Link { stream, .. } => stream.readable().await,
         }
     }
 
     /// Reads what is there without waiting (`WouldBlock` if nothing).
     pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            AgentIo::Tcp(t) => t.try_read(buf),
-            AgentIo::Link { ahead, .. } if !ahead.is_empty() => Ok(take_ahead(ahead, buf)),
-            AgentIo::Link { stream, .. } => stream.try_read(buf),
+        match &mut self.kind {
+            Kind::Tcp(t) => t.try_read(buf),
+            Kind::Link { ahead, .. } if !ahead.is_empty() => Ok(take_ahead(ahead, buf)),
+            Kind::Link { stream, .. } => stream.try_read(buf),
         }
     }
 }
@@ -101,15 +184,24 @@ impl AsyncRead for AgentIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            AgentIo::Tcp(t) => Pin::new(t).poll_read(cx, buf),
-            AgentIo::Link { ahead, .. } if !ahead.is_empty() => {
+        let this = self.get_mut();
+        let r = match &mut this.kind {
+            Kind::Tcp(t) => Pin::new(t).poll_read(cx, buf),
+            Kind::Link { ahead, .. } if !ahead.is_empty() => {
                 let n = take_ahead(ahead, buf.initialize_unfilled());
                 buf.advance(n);
                 Poll::Ready(Ok(()))
             }
-            AgentIo::Link { stream, .. } => Pin::new(stream.as_mut()).poll_read(cx, buf),
+            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_read(cx, buf),
+        };
+        if r.is_pending() && !this.held.is_empty() {
+            // Nothing to read: the client may be waiting for what is held. Still pending
+            // either way (the read registered for readiness; a blocked send for writability).
+            if let Poll::Ready(Err(e)) = this.poll_send_held(cx) {
+                return Poll::Ready(Err(e));
+            }
         }
+        r
     }
 }
 
@@ -119,10 +211,7 @@ impl AsyncWrite for AgentIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            AgentIo::Tcp(t) => Pin::new(t).poll_write(cx, buf),
-            AgentIo::Link { stream, .. } => Pin::new(stream.as_mut()).poll_write(cx, buf),
-        }
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -130,30 +219,55 @@ impl AsyncWrite for AgentIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            AgentIo::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            AgentIo::Link { stream, .. } => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
+        let this = self.get_mut();
+        if let Some(n) = this.hold(bufs) {
+            return Poll::Ready(Ok(n));
+        }
+        ready!(this.poll_send_held(cx))?;
+        match &mut this.kind {
+            Kind::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
+            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            AgentIo::Tcp(t) => t.is_write_vectored(),
-            AgentIo::Link { stream, .. } => stream.is_write_vectored(),
+        match &self.kind {
+            Kind::Tcp(t) => t.is_write_vectored(),
+            Kind::Link { stream, .. } => stream.is_write_vectored(),
         }
     }
 
+    /// While coalescing, a flush leaves the bytes held: they go before the connection waits
+    /// for its client (see the module doc).
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            AgentIo::Tcp(t) => Pin::new(t).poll_flush(cx),
-            AgentIo::Link { stream, .. } => Pin::new(stream.as_mut()).poll_flush(cx),
+        let this = self.get_mut();
+        if this.coalesce {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(this.poll_send_held(cx))?;
+        match &mut this.kind {
+            Kind::Tcp(t) => Pin::new(t).poll_flush(cx),
+            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            AgentIo::Tcp(t) => Pin::new(t).poll_shutdown(cx),
-            AgentIo::Link { stream, .. } => Pin::new(stream.as_mut()).poll_shutdown(cx),
+        let this = self.get_mut();
+        ready!(this.poll_send_held(cx))?;
+        match &mut this.kind {
+            Kind::Tcp(t) => Pin::new(t).poll_shutdown(cx),
+            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Drop for AgentIo {
+    /// What is still held when the connection ends (the alert of a failed handshake, a
+    /// response cut short by a timeout) goes in one try, as it would have without coalescing:
+    /// only a TCP socket holds bytes, and a fresh socket's send buffer has room for them.
+    fn drop(&mut self) {
+        if let (Kind::Tcp(t), false) = (&self.kind, self.held.is_empty()) {
+            let _ = t.try_write(&self.held);
         }
     }
 }
