@@ -19,6 +19,7 @@ use baton_ops::cidr::Cidr;
 use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
+use crate::engine::{Engine, Waited};
 use crate::handoff::secrets::TrafficSecrets;
 use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
@@ -93,7 +94,7 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
                     handoff::import::import(io, peer, &binding, why, &shared).await
                 {
                     let first_by = tokio::time::Instant::now() + cfg.request_timeout;
-                    serve_stream(stream, info, first_by, &shared).await;
+                    serve_migrated(stream, info, first_by, &shared).await;
                 }
                 return;
             }
@@ -218,7 +219,7 @@ async fn serve(
         match handoff::export::hand_off(stream, offer, secrets, &info, &shared).await {
             Exported::Migrated | Exported::Closed => return,
             Exported::ServeHere(migrated) => {
-                return serve_stream(*migrated, info, first_by, &shared).await
+                return serve_migrated(*migrated, info, first_by, &shared).await
             }
             Exported::Keep(kept, plain) => {
                 stream = *kept;
@@ -231,10 +232,13 @@ async fn serve(
     // once the client has sent something: connections that idle after the handshake (browser
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
-    if ahead.is_empty() && request_waiting(&mut stream, &shared, first_by, false).await != Waited::Request
-    {
+    let mut engine = Engine::Rustls(stream);
+    if ahead.is_empty() && engine.wait_request(&shared, first_by, false).await != Waited::Request {
         return;
     }
+    let Engine::Rustls(mut stream) = engine else {
+        unreachable!("a rustls connection stays one until it moves")
+    };
     if h2 {
         // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
         stream.get_mut().0.stop_coalescing();
@@ -253,8 +257,27 @@ async fn serve(
     } else {
         // Not boxed: this future lives as long as the connection, so a box would only add to
         // what every idle keep-alive connection holds.
-        serve_http1(stream, ahead, info, first_by, shared, peer, mover).await
+        serve_http1(Engine::Rustls(stream), ahead, info, first_by, shared, peer, mover).await
     }
+}
+
+/// A connection whose session moved here (imported, or served here after a move failed):
+/// HTTP/2 as it comes, HTTP/1.1 parked between requests like a rustls one, so that it can
+/// move on again when this agent drains.
+async fn serve_migrated(
+    stream: handoff::stream::MigratedStream<ConnIo<AgentIo>>,
+    info: ConnInfo,
+    first_by: Instant,
+    shared: &Arc<Shared>,
+) {
+    if info.alpn.as_deref() == Some("h2") {
+        return serve_h2(stream, info, first_by, shared).await;
+    }
+    let peer = info.peer;
+    // its traffic secrets are the layer's own
+    let mover = shared.config.handoff.then(TrafficSecrets::default);
+    let engine = Engine::Layer(Box::new(stream));
+    serve_http1(engine, bytes::Bytes::new(), info, first_by, shared.clone(), peer, mover).await
 }
 
 /// HTTP/2 over any established TLS stream; the first request must be in by `first_by`.
@@ -301,6 +324,8 @@ where
     tokio::select! {
         r = conn.as_mut() => r,
         _ = shared.draining.cancelled() => {
+            // HTTP/2 (GOAWAY: its streams finish) and migrated connections are not moved
+            shared.metrics.handoff.drain_closed();
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -308,8 +333,6 @@ where
             shared.metrics.slow_request(why == TooSlow::Rate);
             Ok(())
         }
-            // HTTP/2 (GOAWAY: its streams finish) and migrated connections are not moved
-            shared.metrics.handoff.drain_closed();
     }
 }
 
@@ -427,62 +450,18 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
 
 pub(crate) type Tls = TlsStream<ConnIo<AgentIo>>;
 
-/// Waits, without reading, until request bytes are there (rustls holds plaintext, or the
-/// socket is readable and what arrived decrypts to some) or the peer closed. Bytes that
-/// decrypt to nothing (a record trickled in) do not extend the wait past `until`. A drain
-/// ends only a `later` wait (for a keep-alive connection's next request).
-async fn request_waiting(stream: &mut Tls, shared: &Shared, until: Instant, later: bool) -> Waited {
-    loop {
-/// How a wait for a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Waited {
-    /// Request bytes are there, or the peer closed (hyper sees to that).
-    Request,
-    /// The agent drains (only a `later` wait): the connection is idle between requests.
-    Drain,
-    /// The connection should end: idle timeout, I/O error, or `until` passed.
-    End,
-}
-
-        let (io, tls) = stream.get_mut();
-        match tls.process_new_packets() {
-            Ok(state) if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() => {
-                return Waited::Request
-            }
-            Ok(_) => {}
-            Err(_) => return Waited::Request, // let hyper meet the error and close cleanly
-        }
-        tokio::select! {
-            r = io.readable() => if r.is_err() { return Waited::End },
-            // A drain ends the wait for a keep-alive connection's next request, not for a new
-            // connection's first: its client connected while we served, and gets its answer.
-            _ = shared.draining.cancelled(), if later => return Waited::Drain,
-            _ = tokio::time::sleep_until(until) => {
-                shared.metrics.slow_request(false);
-                return Waited::End;
-            }
-        }
-        let (io, tls) = stream.get_mut();
-        match tls.read_tls(&mut SyncRead(io)) {
-            Ok(0) => return Waited::Request, // EOF: hyper sees it and ends the connection
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return Waited::End,
-        }
-    }
-}
-
 /// HTTP/1.1, one hyper connection per request: after each keep-alive response the hyper
 /// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream parked until the
 /// next request arrives, so an idle keep-alive connection holds only its TLS state. Bytes hyper
 /// read ahead (pipelined requests) are handed to the next one.
 async fn serve_http1(
-    mut stream: Tls,
+    mut stream: Engine,
     mut ahead: bytes::Bytes,
     info: ConnInfo,
     first_by: Instant,
     shared: Arc<Shared>,
     peer: SocketAddr,
+    mut mover: Option<TrafficSecrets>,
 ) {
     let cfg = &shared.config;
     let info = Arc::new(info);
@@ -490,7 +469,6 @@ async fn serve_http1(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(cfg.header_timeout)
-    mut mover: Option<TrafficSecrets>,
         .max_headers(cfg.max_headers)
         .max_header_size(cfg.max_header_bytes)
         // Bounds what one connection may buffer (pipelined requests, body reads).
@@ -502,7 +480,7 @@ async fn serve_http1(
         let until = first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
         let later = first.is_none();
         if ahead.is_empty() {
-            match request_waiting(&mut stream, &shared, until, later).await {
+            match stream.wait_request(&shared, until, later).await {
                 Waited::Request => {}
                 Waited::End => return,
                 // Idle between requests while the agent drains: the dispatcher moves the live
@@ -515,13 +493,14 @@ async fn serve_http1(
                     match handoff::export::leave(stream, secrets, &info, &shared).await {
                         Exported::Migrated => return,
                         Exported::Closed => return shared.metrics.handoff.drain_closed(),
+                        // It stays (served from the record layer if it was extracted): what
+                        // came meanwhile is served, then the drain ends it.
                         Exported::ServeHere(migrated) => {
-                            let info = ConnInfo::clone(&info);
-                            return serve_stream(*migrated, info, Instant::now(), &shared).await;
+                            stream = Engine::Layer(migrated);
+                            continue;
                         }
-                        // It stays: what came meanwhile is served, then the drain ends it.
                         Exported::Keep(kept, plain) => {
-                            stream = *kept;
+                            stream = Engine::Rustls(*kept);
                             ahead = plain.into();
                             if ahead.is_empty() {
                                 shared.metrics.handoff.drain_closed();
@@ -603,6 +582,11 @@ async fn serve_http1(
     }
 }
 
+/// close_notify, then FIN.
+async fn close(mut stream: Engine, within: std::time::Duration) {
+    let _ = tokio::time::timeout(within, tokio::io::AsyncWriteExt::shutdown(&mut stream)).await;
+}
+
 /// HTTP/1.1 keeps the connection unless the request says `Connection: close`; 1.0 only with
 /// `Connection: keep-alive`.
 fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
@@ -610,11 +594,6 @@ fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
         .headers()
         .get_all(http::header::CONNECTION)
         .iter()
-/// close_notify, then FIN.
-async fn close(mut stream: Tls, within: std::time::Duration) {
-    let _ = tokio::time::timeout(within, tokio::io::AsyncWriteExt::shutdown(&mut stream)).await;
-}
-
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(|t| t.trim().to_ascii_lowercase())
@@ -706,15 +685,6 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.
-struct SyncRead<'a>(&'a mut ConnIo<AgentIo>);
-
-impl std::io::Read for SyncRead<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.try_read(buf)
     }
 }
 

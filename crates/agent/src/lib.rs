@@ -15,6 +15,7 @@ mod certs;
 mod config;
 mod conn;
 mod early;
+mod engine;
 mod early_tls;
 mod handoff;
 mod http;

@@ -132,6 +132,32 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
     let full_after = up.agent_sum(1, "baton_handshakes_total", "kind=\"full\"")
         + up.agent_sum(2, "baton_handshakes_total", "kind=\"full\"");
     assert!(full_after <= full_before, "{full_after} > {full_before}");
+
+    // Agent 1 drains too: its own connections (rustls) and those that moved in (record
+    // layer) all move on to agent 2, the last one standing.
+    let into_1 = up.agent_sum(1, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\"");
+    let into_2 = moved_in - into_1;
+    // what agent 1 holds: its 4 of the 12, and those that moved in
+    let on_1 = 4.0 + into_1;
+    let pid = up.agent_pid(1);
+    term(pid);
+    assert!(
+        wait_gone(pid, Duration::from_secs(20)),
+        "agent 1 is still running 20 s after SIGTERM"
+    );
+    for (i, (tls13, c)) in clients.iter_mut().enumerate() {
+        if *tls13 {
+            c.tls.conn.refresh_traffic_keys().unwrap();
+        }
+        let r = c.get("/bytes/10");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i} after the second drain: {r}");
+    }
+    assert_eq!(
+        up.agent_sum(2, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\""),
+        into_2 + on_1,
+        "every connection agent 1 held moved on"
+    );
+    assert_eq!(drain_moves(&up, "migrated"), 4.0 + on_1);
 }
 
 #[test]

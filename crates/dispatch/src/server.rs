@@ -290,7 +290,7 @@ async fn handle(
     };
     let ended = match (agent, plan) {
         (AgentStream::Link(agent), Plan::Handoff(ends)) => {
-            return handoff(client, agent, ends, first, shared).await;
+            return handoff(client, agent, *ends, first, shared).await;
         }
         (AgentStream::Link(agent), Plan::AtHome) => {
             crate::handoff::at_home(&mut client, agent, agent_idx, first.bytes, shared).await
@@ -329,7 +329,7 @@ enum Plan {
     /// `handoff`, and the agent is the client's home: nothing to migrate.
     AtHome,
     /// `handoff`: offered for migration to the client's home agent.
-    Handoff(crate::handoff::Ends),
+    Handoff(Box<crate::handoff::Ends>),
 }
 
 /// The plan for a stream to agent `agent_idx`, and what goes before the client's bytes on it
@@ -373,7 +373,7 @@ fn plan_for(
         stream: None,
         drain: false,
     };
-    (Plan::Handoff(ends), head)
+    (Plan::Handoff(Box::new(ends)), head)
 }
 
 /// Sends a link stream's first bytes and, when they hold a whole ClientHello (so the agent

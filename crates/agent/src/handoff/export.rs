@@ -15,6 +15,7 @@ use super::secrets::TrafficSecrets;
 use super::session::{self, Extras};
 use super::stream::MigratedStream;
 use crate::conn::Tls;
+use crate::engine::Engine;
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::server::Shared;
@@ -90,7 +91,7 @@ pub async fn hand_off(
         started,
         why: Why::Handshake,
     };
-    migrate(stream, x, how, info, shared).await
+    migrate(Engine::Rustls(stream), x, how, info, shared).await
 }
 
 /// Asks the dispatcher to move a connection this agent is idle on (between two HTTP/1.1
@@ -98,28 +99,36 @@ pub async fn hand_off(
 /// same freeze, export and two-phase verdict as after a handshake. `Keep` (with any request
 /// bytes that came meanwhile) when it stays or cannot move: the caller then ends it as a drain
 /// does. Only for a link stream whose client records were followed from the first byte.
-pub async fn leave(
-    mut stream: Tls,
+pub(crate) async fn leave(
+    mut stream: Engine,
     secrets: TrafficSecrets,
     info: &ConnInfo,
     shared: &Shared,
 ) -> Exported {
     let cfg = &shared.config;
-    let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
-    let usable = shared.tls.cluster_ring().is_some()
-        && (!tls13 || secrets.client.is_some() && secrets.server.is_some());
+    // A rustls connection's TLS 1.3 secrets come from the key log; the layer has its own.
+    let secrets_known = match &stream {
+        Engine::Rustls(_) => secrets.client.is_some() && secrets.server.is_some(),
+        Engine::Layer(_) => true,
+    };
+    let usable = shared.tls.cluster_ring().is_some() && (!stream.is_tls13() || secrets_known);
     // Every response byte must be on the wire first: after Leave this agent sends nothing.
-    if stream.flush().await.is_err() || stream.get_ref().1.wants_write() {
+    if stream.flush().await.is_err() {
         return Exported::Closed;
     }
-    let read = stream.get_mut().0.take_records();
+    if let Engine::Rustls(s) = &stream {
+        if s.get_ref().1.wants_write() {
+            return Exported::Closed;
+        }
+    }
+    let read = stream.records();
     let Some(read) = read.filter(|_| usable) else {
-        return Exported::Keep(Box::new(stream), Vec::new());
+        return stream.keep(Vec::new());
     };
     let started = Instant::now();
     let (mut x, leave) = Exporter::leave(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
     x.continue_from(read);
-    if stream.get_mut().0.write_all(&leave).await.is_err() {
+    if stream.io().write_all(&leave).await.is_err() {
         return Exported::Closed;
     }
     let how = Move {
@@ -142,7 +151,7 @@ struct Move {
 
 /// Decrypts up to Frozen, extracts, seals, switches, and waits for the verdict.
 async fn migrate(
-    mut stream: Tls,
+    mut stream: Engine,
     mut x: Exporter,
     how: Move,
     info: &ConnInfo,
@@ -161,7 +170,7 @@ async fn migrate(
     let mut cpu = std::time::Duration::ZERO;
     let mut buf = vec![0u8; 18 * 1024];
     loop {
-        let Some(data) = read_until(stream.get_mut().0, &mut buf, &x).await else {
+        let Some(data) = read_until(stream.io(), &mut buf, &x).await else {
             m.failure(HandoffFailure::Protocol);
             return Exported::Closed;
         };
@@ -173,7 +182,7 @@ async fn migrate(
         // may already be decrypted inside rustls, which extraction would drop.
         {
             let t = thread_cpu();
-            let fed = session::decrypt(stream.get_mut().1, &input.decrypt, &mut plain);
+            let fed = stream.decrypt(&input.decrypt, &mut plain);
             cpu += thread_cpu().saturating_sub(t);
             let Ok(n) = fed else {
                 // the client's bytes do not decrypt: rustls' alert ends it
@@ -185,7 +194,7 @@ async fn migrate(
             }
             if let Some(abort) = x.decrypted(n) {
                 m.failure(HandoffFailure::TooMuchPlaintext);
-                if stream.get_mut().0.write_all(&abort).await.is_err() {
+                if stream.io().write_all(&abort).await.is_err() {
                     return Exported::Closed;
                 }
             }
@@ -194,20 +203,14 @@ async fn migrate(
             None => continue,
             Some(ExportEvent::Frozen) => break,
             // Over the cap: the records kept since go to rustls like the rest.
-            Some(ExportEvent::Keep { ciphertext }) => {
-                if session::decrypt(stream.get_mut().1, &ciphertext, &mut plain).is_err() {
+            // Over the cap, or nowhere to go (Stay): the engine reads on, from the records
+            // kept since or what came after the answer.
+            Some(ExportEvent::Keep { ciphertext }) | Some(ExportEvent::Stay { ciphertext }) => {
+                if stream.decrypt(&ciphertext, &mut plain).is_err() {
                     let _ = stream.flush().await;
                     return Exported::Closed;
                 }
-                return Exported::Keep(Box::new(stream), plain);
-            }
-            // Nowhere to go: rustls reads on, from what came after the answer.
-            Some(ExportEvent::Stay { ciphertext }) => {
-                if session::decrypt(stream.get_mut().1, &ciphertext, &mut plain).is_err() {
-                    let _ = stream.flush().await;
-                    return Exported::Closed;
-                }
-                return Exported::Keep(Box::new(stream), plain);
+                return stream.keep(plain);
             }
             Some(_) => {
                 m.failure(HandoffFailure::Protocol);
@@ -222,39 +225,46 @@ async fn migrate(
     let ring = shared.tls.cluster_ring();
 
     let t = thread_cpu();
-    if !session::extractable(stream.get_mut().1) {
+    if !stream.extractable() {
         m.failure(HandoffFailure::Export);
         let Ok(abort) = x.abort() else {
             return Exported::Closed;
         };
-        return match stream.get_mut().0.write_all(&abort).await {
-            Ok(()) => Exported::Keep(Box::new(stream), plain),
+        return match stream.io().write_all(&abort).await {
+            Ok(()) => stream.keep(plain),
             Err(_) => Exported::Closed,
         };
     }
-    let (mut io, conn) = stream.into_inner();
+    let tls13 = stream.is_tls13();
     let extras = Extras {
         home: offer.home,
         secrets,
         info,
         plaintext: plain,
     };
-    let obj = match session::extract(conn, extras) {
-        Ok(obj) => obj,
+    let (mut io, obj) = match stream.extract(extras) {
+        Ok(extracted) => extracted,
         Err(session::ExtractFailed) => {
             m.failure(HandoffFailure::Export);
             return Exported::Closed;
         }
     };
+    // A TLS 1.3 session moves only with the traffic secrets its keys came from: without them
+    // the next KeyUpdate would break it there (a client that updated its keys earlier, while
+    // the secrets kept were those of the handshake). It stays, served from the record layer.
+    let keyless = tls13 && (obj.tx.secret.is_none() || obj.rx.secret.is_none());
     let sealed = ring
         .and_then(|r| {
             let ring = r.read().unwrap_or_else(|p| p.into_inner());
             obj.seal(&ring, cfg.agent_id, &offer.binding)
         })
-        .filter(|s| Frame::fits(s.len()));
+        .filter(|s| Frame::fits(s.len()) && !keyless);
     m.cpu(Side::Export, cpu + thread_cpu().saturating_sub(t));
     let Some(sealed) = sealed else {
-        m.failure(HandoffFailure::Export);
+        m.failure(match keyless {
+            true => HandoffFailure::NoSecrets,
+            false => HandoffFailure::Export,
+        });
         let Ok(abort) = x.abort() else {
             return Exported::Closed;
         };
@@ -326,7 +336,8 @@ fn serve_here(
 ) -> Exported {
     match super::record_layer(obj) {
         Some(layer) => {
-            let mut s = MigratedStream::new(io, layer, obj.plaintext.clone());
+            let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
+                .negotiated(obj.version, obj.suite);
             s.prefill_ciphertext(ciphertext);
             Exported::ServeHere(Box::new(s))
         }

@@ -149,7 +149,8 @@ pub async fn import(
                 let (obj, layer) = opened?;
                 m.migrated_in(why);
                 let info = super::conn_info(&obj, peer);
-                let mut s = MigratedStream::new(io, layer, obj.plaintext.clone());
+                let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
+                .negotiated(obj.version, obj.suite);
                 s.prefill_ciphertext(&ciphertext);
                 return Some((s, info));
             }

@@ -18,6 +18,11 @@ use zeroize::Zeroizing;
 use super::secrets::TrafficSecrets;
 use crate::http::ConnInfo;
 
+/// KeyUpdates per direction followed when matching a secret to rustls' current key: far more
+/// than a connection's life has (RFC 8446 suggests updating after ~2^24 records), and each
+/// step is one HKDF expansion.
+const MAX_GENERATIONS: usize = 1024;
+
 /// Gives rustls whole client records and appends all the plaintext it then holds to `plain`;
 /// returns how many bytes it appended.
 pub fn decrypt(
@@ -119,17 +124,69 @@ fn session_object(
     (tx, rx): (KeyIv, KeyIv),
     extras: Extras<'_>,
 ) -> SessionObject {
-    // A secret is kept only if it is the one the extracted key came from: a client that sent a
-    // KeyUpdate before the freeze has moved on, and a stale secret would derive wrong keys.
+    // The key log gave the generation-0 secrets; KeyUpdates since (the client's, and the
+    // answers rustls sent) moved each direction on by one generation each. The secret kept is
+    // the one the extracted key comes from, found by following the generations; none if no
+    // generation within reach derives it (a wrong secret would derive wrong keys later).
     let checked = |secret: Option<Zeroizing<Vec<u8>>>, key: &[u8], iv: &[u8; 12]| {
         let (_, s) = super::record_suite(version, suite)?;
-        let secret = secret?;
-        let derived = baton_record::key_schedule::TrafficSecret::new(s, &secret)
-            .ok()?
-            .keys()
-            .ok()?;
-        (derived.key[..] == key[..] && derived.iv[..] == iv[..]).then_some(secret)
+        let mut secret = baton_record::key_schedule::TrafficSecret::new(s, &secret?).ok()?;
+        for _ in 0..MAX_GENERATIONS {
+            let derived = secret.keys().ok()?;
+            if derived.key[..] == key[..] && derived.iv[..] == iv[..] {
+                return Some(Zeroizing::new(secret.expose().to_vec()));
+            }
+            secret = secret.next().ok()?;
+        }
+        None
     };
+    let tx = DirectionState {
+        secret: checked(extras.secrets.server.clone(), &tx.1, &tx.2),
+        seq: tx.0,
+        key: tx.1,
+        iv: tx.2,
+    };
+    let rx = DirectionState {
+        secret: checked(extras.secrets.client.clone(), &rx.1, &rx.2),
+        seq: rx.0,
+        key: rx.1,
+        iv: rx.2,
+    };
+    object(version, suite, tx, rx, extras)
+}
+
+/// The session object of a connection served from the record layer (one that moved here
+/// before), from the layer's keys at rest (`RecordLayer::export`): its own traffic secrets,
+/// current after any KeyUpdate. `negotiated` is the IANA version and suite it came with.
+pub fn from_layer(
+    keys: &baton_record::SessionKeys,
+    negotiated: (u16, u16),
+    extras: Extras<'_>,
+) -> Result<SessionObject, ExtractFailed> {
+    let (version, suite) = negotiated;
+    super::record_suite(version, suite).ok_or(ExtractFailed)?;
+    let direction = |d: &baton_record::DirectionSecrets| DirectionState {
+        secret: d.traffic_secret.clone(),
+        seq: d.seq,
+        key: d.key.clone(),
+        iv: d.iv,
+    };
+    Ok(object(
+        version,
+        suite,
+        direction(&keys.tx),
+        direction(&keys.rx),
+        extras,
+    ))
+}
+
+fn object(
+    version: u16,
+    suite: u16,
+    tx: DirectionState,
+    rx: DirectionState,
+    extras: Extras<'_>,
+) -> SessionObject {
     let info = extras.info;
     SessionObject {
         id: SessionObject::new_id(),
@@ -137,18 +194,8 @@ fn session_object(
         expires_ms: SessionObject::expiry(SystemTime::now(), DEFAULT_TTL),
         version,
         suite,
-        tx: DirectionState {
-            secret: checked(extras.secrets.server, &tx.1, &tx.2),
-            seq: tx.0,
-            key: tx.1,
-            iv: tx.2,
-        },
-        rx: DirectionState {
-            secret: checked(extras.secrets.client, &rx.1, &rx.2),
-            seq: rx.0,
-            key: rx.1,
-            iv: rx.2,
-        },
+        tx,
+        rx,
         resumed: info.resumed,
         alpn: info.alpn.as_ref().map(|a| a.as_bytes().to_vec()),
         sni: info.sni.clone(),

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use baton_record::RecordLayer;
+use baton_wire::handoff::{HandoffError, Splitter};
 
 use crate::metering::{CryptoOp, METER};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -30,6 +31,9 @@ pub struct MigratedStream<IO> {
     close_sent: bool,
     /// A fatal record-layer error: reads fail after the alert is sent.
     failed: Option<String>,
+    /// The IANA version and cipher suite the session was negotiated with (the layer knows only
+    /// the AEAD), for moving it on again.
+    negotiated: (u16, u16),
 }
 
 impl<IO> MigratedStream<IO> {
@@ -43,26 +47,98 @@ impl<IO> MigratedStream<IO> {
             eof: false,
             close_sent: false,
             failed: None,
+            negotiated: (0, 0),
         }
+    }
+
+    /// Names the version and suite (IANA codes) the session was negotiated with.
+    pub fn negotiated(mut self, version: u16, suite: u16) -> Self {
+        self.negotiated = (version, suite);
+        self
+    }
+
+    pub fn negotiated_suite(&self) -> (u16, u16) {
+        self.negotiated
     }
 
     /// Ciphertext that arrived with the last protocol frame, to be decrypted first.
     pub fn prefill_ciphertext(&mut self, bytes: &[u8]) {
         self.inbox.extend_from_slice(bytes);
     }
-}
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> MigratedStream<IO> {
-    /// Writes pending ciphertext until none is left or the socket would block.
-    fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.layer.wants_write() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, self.layer.pending_tls()))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.layer.consume_tls(n);
+    /// Client plaintext to serve before anything else (what came while a move was tried).
+    pub fn prefill_plaintext(&mut self, plain: Vec<u8>) {
+        let mut ahead = Zeroizing::new(self.ahead[self.ahead_pos..].to_vec());
+        ahead.extend_from_slice(&plain);
+        self.ahead = ahead;
+        self.ahead_pos = 0;
+    }
+
+    /// Decrypts what ciphertext is buffered (the client bytes held during a move come in at
+    /// once, before the socket has anything to read): an error shows in [`Self::ended`].
+    pub fn decrypt_buffered(&mut self) {
+        if !self.inbox.is_empty() || self.layer.buffered_tls() > 0 {
+            let _ = self.process();
         }
-        Poll::Ready(Ok(()))
+    }
+
+    /// Whether client plaintext is waiting to be read (a request has come).
+    pub fn has_plaintext(&self) -> bool {
+        self.ahead_pos < self.ahead.len() || !self.layer.plaintext().is_empty()
+    }
+
+    /// Whether the client closed or the layer failed: reading meets that at once.
+    pub fn ended(&self) -> bool {
+        self.eof || self.layer.peer_closed() || self.failed.is_some()
+    }
+
+    pub fn io_mut(&mut self) -> &mut IO {
+        &mut self.io
+    }
+
+    /// Where the client's records stand in what was read from the socket: the ciphertext not
+    /// yet decrypted starts at a record boundary, and may end inside one. For a move, which
+    /// must cut the client's stream at a boundary.
+    pub fn records(&self) -> Result<Splitter, HandoffError> {
+        let mut s = Splitter::new();
+        s.track(self.layer.undecrypted())?;
+        s.track(&self.inbox)?;
+        Ok(s)
+    }
+
+    /// Gives the layer client records and appends all the plaintext it then holds (and any
+    /// carried from before) to `plain`; returns how much it appended.
+    pub fn decrypt(&mut self, tls: &[u8], plain: &mut Vec<u8>) -> Result<usize, String> {
+        let before = plain.len();
+        plain.extend_from_slice(&self.ahead[self.ahead_pos..]);
+        self.ahead = Zeroizing::new(Vec::new());
+        self.ahead_pos = 0;
+        self.inbox.extend_from_slice(tls);
+        loop {
+            self.process().map_err(|e| e.to_string())?;
+            let n = self.layer.plaintext().len();
+            if n > 0 {
+                plain.extend_from_slice(self.layer.plaintext());
+                self.layer.consume_plaintext(n);
+                continue;
+            }
+            if self.inbox.is_empty() {
+                return Ok(plain.len() - before);
+            }
+        }
+    }
+
+    /// The session's keys, if the connection is at rest (nothing undecrypted or unread, nothing
+    /// to send): from then on they are for the next agent only.
+    pub fn keys_at_rest(&self) -> Option<baton_record::SessionKeys> {
+        if !self.inbox.is_empty() || self.has_plaintext() {
+            return None;
+        }
+        self.layer.export()
+    }
+
+    pub fn into_io(self) -> IO {
+        self.io
     }
 
     /// Moves buffered ciphertext into the layer and decrypts what is complete.
@@ -82,6 +158,37 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> MigratedStream<IO> {
             }
         }
     }
+}
+
+impl MigratedStream<crate::io::ConnIo<crate::transport::AgentIo>> {
+    /// Reads what the socket holds without waiting and decrypts what is complete; `Ok(0)` at
+    /// the client's EOF, `WouldBlock` if nothing came.
+    pub fn read_available(&mut self) -> io::Result<usize> {
+        let mut chunk = [0u8; READ_CHUNK];
+        let n = self.io.try_read(&mut chunk)?;
+        if n == 0 {
+            self.eof = true;
+            return Ok(0);
+        }
+        self.inbox.extend_from_slice(&chunk[..n]);
+        let _ = self.process();
+        Ok(n)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> MigratedStream<IO> {
+    /// Writes pending ciphertext until none is left or the socket would block.
+    fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.layer.wants_write() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, self.layer.pending_tls()))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.layer.consume_tls(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for MigratedStream<IO> {

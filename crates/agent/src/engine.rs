@@ -1,0 +1,235 @@
+//! The TLS engine under an HTTP/1.1 connection: rustls (the handshake was done here) or the
+//! record layer (the session moved here from another agent). Both park between requests the
+//! same way, and both can move on again when this agent drains, so the HTTP/1.1 loop
+//! (`conn::serve_http1`) and the move (`handoff::export`) see one type.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use baton_session::migration::SessionObject;
+use baton_wire::handoff::Splitter;
+use rustls::ProtocolVersion;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+use crate::conn::Tls;
+use crate::handoff::export::Exported;
+use crate::handoff::session::{self, ExtractFailed, Extras};
+use crate::handoff::stream::MigratedStream;
+use crate::io::ConnIo;
+use crate::server::Shared;
+use crate::transport::AgentIo;
+
+/// A connection's TLS engine. The rustls variant is inline: it is nearly every connection, and
+/// boxing it would cost each one an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Engine {
+    Rustls(Tls),
+    /// Boxed: most connections are rustls ones, and the enum is as large as its largest.
+    Layer(Box<MigratedStream<ConnIo<AgentIo>>>),
+}
+
+/// How a wait for a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Request bytes are there, or the peer closed (hyper sees to that).
+    Request,
+    /// The agent drains (only a `later` wait): the connection is idle between requests.
+    Drain,
+    /// The connection should end: idle timeout, I/O error, or `until` passed.
+    End,
+}
+
+impl Engine {
+    pub(crate) fn io(&mut self) -> &mut ConnIo<AgentIo> {
+        match self {
+            Engine::Rustls(s) => s.get_mut().0,
+            Engine::Layer(s) => s.io_mut(),
+        }
+    }
+
+    pub(crate) fn is_tls13(&self) -> bool {
+        match self {
+            Engine::Rustls(s) => s.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3),
+            Engine::Layer(s) => s.negotiated_suite().0 == 0x0304,
+        }
+    }
+
+    /// Waits, without reading any plaintext, until request bytes are there (decrypted and
+    /// waiting, or the socket is readable and what arrived decrypts to some) or the peer
+    /// closed. Bytes that decrypt to nothing (a record trickled in) do not extend the wait past
+    /// `until`. A drain ends only a `later` wait (for a keep-alive connection's next request):
+    /// a new connection's client connected while we served, and gets its answer.
+    pub(crate) async fn wait_request(
+        &mut self,
+        shared: &Shared,
+        until: Instant,
+        later: bool,
+    ) -> Waited {
+        loop {
+            if self.request_here() {
+                return Waited::Request;
+            }
+            tokio::select! {
+                r = self.io().readable() => if r.is_err() { return Waited::End },
+                _ = shared.draining.cancelled(), if later => return Waited::Drain,
+                _ = tokio::time::sleep_until(until) => {
+                    shared.metrics.slow_request(false);
+                    return Waited::End;
+                }
+            }
+            let read = match self {
+                Engine::Rustls(s) => {
+                    let (io, tls) = s.get_mut();
+                    tls.read_tls(&mut SyncRead(io))
+                }
+                Engine::Layer(s) => s.read_available(),
+            };
+            match read {
+                Ok(0) => return Waited::Request, // EOF: hyper sees it and ends the connection
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return Waited::End,
+            }
+        }
+    }
+
+    /// Whether what the engine holds already answers a wait: plaintext, the peer's close, or
+    /// an error (hyper meets it and closes cleanly).
+    fn request_here(&mut self) -> bool {
+        match self {
+            Engine::Rustls(s) => match s.get_mut().1.process_new_packets() {
+                Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
+                Err(_) => true,
+            },
+            Engine::Layer(s) => {
+                s.decrypt_buffered();
+                s.has_plaintext() || s.ended()
+            }
+        }
+    }
+
+    /// Where the client's records stand in what was read (a move cuts at a boundary);
+    /// `None` if they were not followed, or the stream held something else.
+    pub(crate) fn records(&mut self) -> Option<Splitter> {
+        match self {
+            Engine::Rustls(s) => s.get_mut().0.take_records(),
+            Engine::Layer(s) => s.records().ok(),
+        }
+    }
+
+    /// Gives the engine whole client records and appends all the plaintext it then holds to
+    /// `plain`; returns how much it appended.
+    pub(crate) fn decrypt(&mut self, tls: &[u8], plain: &mut Vec<u8>) -> Result<usize, String> {
+        match self {
+            Engine::Rustls(s) => session::decrypt(s.get_mut().1, tls, plain).map_err(|e| e.to_string()),
+            Engine::Layer(s) => s.decrypt(tls, plain),
+        }
+    }
+
+    /// Whether the session can be taken out without losing anything.
+    pub(crate) fn extractable(&mut self) -> bool {
+        match self {
+            Engine::Rustls(s) => session::extractable(s.get_mut().1),
+            Engine::Layer(s) => s.keys_at_rest().is_some(),
+        }
+    }
+
+    /// Takes the session out (check [`Engine::extractable`] first): the socket, and the object
+    /// that carries it on elsewhere. The engine is consumed either way.
+    pub(crate) fn extract(
+        self,
+        extras: Extras<'_>,
+    ) -> Result<(ConnIo<AgentIo>, SessionObject), ExtractFailed> {
+        match self {
+            Engine::Rustls(s) => {
+                let (io, conn) = s.into_inner();
+                Ok((io, session::extract(conn, extras)?))
+            }
+            Engine::Layer(s) => {
+                let keys = s.keys_at_rest().ok_or(ExtractFailed)?;
+                let obj = session::from_layer(&keys, s.negotiated_suite(), extras)?;
+                Ok((s.into_io(), obj))
+            }
+        }
+    }
+
+    /// The connection stays here after all: serve on, `plain` (what came meanwhile) first.
+    pub(crate) fn keep(self, plain: Vec<u8>) -> Exported {
+        match self {
+            Engine::Rustls(s) => Exported::Keep(Box::new(s), plain),
+            Engine::Layer(mut s) => {
+                s.prefill_plaintext(plain);
+                Exported::ServeHere(s)
+            }
+        }
+    }
+}
+
+impl AsyncRead for Engine {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Engine::Rustls(s) => Pin::new(s).poll_read(cx, buf),
+            Engine::Layer(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Engine {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Engine::Rustls(s) => Pin::new(s).poll_write(cx, buf),
+            Engine::Layer(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Engine::Rustls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Engine::Layer(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Engine::Rustls(s) => s.is_write_vectored(),
+            Engine::Layer(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Engine::Rustls(s) => Pin::new(s).poll_flush(cx),
+            Engine::Layer(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Engine::Rustls(s) => Pin::new(s).poll_shutdown(cx),
+            Engine::Layer(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// `std::io::Read` over a non-blocking socket, for `rustls::read_tls`.
+struct SyncRead<'a>(&'a mut ConnIo<AgentIo>);
+
+impl io::Read for SyncRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
