@@ -241,9 +241,9 @@ impl Cluster {
             if shared {
                 args.extend(["--ticket-key-file".into(), path(&ticket_key)]);
             }
-            if handoff {
-                args.extend(["--handoff".into(), "true".into()]);
-            }
+            // Whatever the policy: a session can move between agents (CSSL-SF under
+            // `handoff`, and off an agent that drains under any policy, e.g. a rollout).
+            args.extend(["--handoff".into(), "true".into()]);
             match &store {
                 Store::Memory => {}
                 Store::Peers => args.extend(peer_args_at(&peer_addrs, id)),
