@@ -30,6 +30,10 @@ pub struct Shared {
     pub draining: CancellationToken,
     /// The agent link's counters, when it listens.
     pub link_stats: std::sync::OnceLock<Arc<baton_link::LinkStats>>,
+    /// Set while a dispatcher has this agent drained by its operator (`POST /agents/ID/drain`):
+    /// the agent goes on serving, but its idle connections move to other agents. Cleared when
+    /// it is enabled again.
+    pub shedding: tokio::sync::watch::Sender<bool>,
 }
 
 /// Runs the agent until SIGTERM/SIGINT and the drain that follows.
@@ -81,6 +85,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         http,
         draining: draining.clone(),
         link_stats: Default::default(),
+        shedding: tokio::sync::watch::Sender::new(false),
     });
     let tracker = TaskTracker::new();
     let permits = Arc::new(Semaphore::new(shared.config.max_connections));
@@ -186,10 +191,14 @@ async fn accept_loop(
     tracker: TaskTracker,
 ) {
     let metrics = shared.metrics.clone();
+    // Set once on the listener rather than once per connection where the kernel allows.
+    let inherited_nodelay = baton_ops::listen::nodelay_on_accept(&listener);
     let acceptor = Acceptor::new(listener, shared.draining.clone())
         .capped(permits, move || metrics.connection_rejected());
     while let Some(Admitted { tcp, peer, slot }) = acceptor.next().await {
-        let _ = tcp.set_nodelay(true);
+        if !inherited_nodelay {
+            let _ = tcp.set_nodelay(true);
+        }
         let shared = shared.clone();
         tracker.spawn(async move {
             shared.metrics.connection_opened();
