@@ -71,6 +71,8 @@ pub struct ClusterSpec {
     pub key: KeyKind,
     /// More flags for every agent.
     pub agent_args: Vec<String>,
+    /// More flags for every dispatcher (e.g. `--accept-proxy-protocol true` behind a balancer).
+    pub dispatcher_args: Vec<String>,
     /// CPU caps: agent `i` runs under `agent_caps[i]` when given (the lab's experiments).
     pub agent_caps: Vec<Arc<Confine>>,
     /// Where the processes run and how many dispatchers there are.
@@ -275,6 +277,7 @@ impl Cluster {
             "--cluster-key-file".into(),
             path(&cluster_key),
         ];
+        args.extend(spec.dispatcher_args.iter().cloned());
         for a in &agents {
             let addr = a
                 .addr("tls")
@@ -334,6 +337,16 @@ impl Cluster {
             redis,
             hosts,
         })
+    }
+
+    /// The client hosts of a `--hosts` cluster (`client0`, ...), in order; empty on loopback.
+    pub fn client_hosts(&self) -> Vec<Host> {
+        self.hosts
+            .iter()
+            .flat_map(|h| h.hosts())
+            .filter(|h| h.name.starts_with("client"))
+            .cloned()
+            .collect()
     }
 
     /// Every dispatcher's client-facing address, the first one's first.

@@ -65,6 +65,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
             store,
             key: crate::pki::KeyKind::EcdsaP256,
             agent_args: Vec::new(),
+            dispatcher_args: Vec::new(),
             agent_caps: Vec::new(),
             topology: Default::default(),
         })?;

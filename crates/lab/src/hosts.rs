@@ -119,6 +119,50 @@ impl Host {
     }
 }
 
+/// Moves the calling thread into network namespace `netns` (a name of `ip netns`): its
+/// sockets, and those of the threads it spawns afterwards, are that host's. The lab's load
+/// runs in-process (its reports and CPU accounting), so a client host is a thread that
+/// entered the namespace rather than an `ip netns exec` child; the bytes take the same path.
+pub fn enter(netns: &str) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/var/run/netns/{netns}");
+    let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+    // SAFETY: setns(2) on a descriptor we hold open; it changes only this thread's namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("entering network namespace {netns}"));
+    }
+    Ok(())
+}
+
+/// Adds `rtt` of delay to everything `host` sends (`tc qdisc ... netem` on its link): the
+/// lab's RTT for clients on hosts of their own, where its delay proxy would sit on loopback.
+pub fn netem_delay(host: &Host, rtt: std::time::Duration) -> anyhow::Result<()> {
+    let delay = format!("{}us", rtt.as_micros());
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &host.netns,
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            "eth0",
+        ])
+        .args(["root", "netem", "delay", &delay, "limit", "100000"])
+        .output()
+        .context("running tc (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "adding {delay} of delay on {}: {}",
+            host.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 impl Drop for Hosts {
     fn drop(&mut self) {
         remove(self.pid);

@@ -78,6 +78,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             crate::pki::KeyKind::EcdsaP256
         }),
         agent_args: args.agent_args,
+        dispatcher_args: Vec::new(),
         agent_caps: Vec::new(),
         topology: crate::cluster::Topology {
             hosts: args.hosts,

@@ -10,6 +10,7 @@
 
 mod auth_modes;
 mod crypto_share;
+mod dispatcher_failover;
 mod homes;
 mod key_sizes;
 mod policies;
@@ -55,6 +56,11 @@ pub struct LabArgs {
     /// paper's kind (its 1,024 bits are refused by rustls).
     #[arg(long, global = true, value_name = "KIND")]
     pub key: Option<crate::pki::KeyKind>,
+    /// Scenario A and B across hosts: the Baton clusters' dispatcher, each agent and each
+    /// client host in a network namespace of its own (root only), beside the same clusters on
+    /// loopback, for the dispatcher's CPU per connection over veth vs loopback.
+    #[arg(long, global = true)]
+    pub hosts: bool,
     /// Work directory (configs, certificates, logs); kept afterwards. Default: a temporary
     /// directory, removed at the end.
     #[arg(long, global = true, value_name = "DIR")]
@@ -81,6 +87,10 @@ pub enum Experiment {
     /// Issue 17: clients whose home changes when one agent of 3, 5 or 8 joins or leaves
     /// (rendezvous hashing beside `hash % N`), and the spread of homes. Computed, no processes.
     Homes,
+    /// Issue 17: two dispatchers with the same agents behind HAProxy, one SIGKILLed under
+    /// open-loop load: requests lost with it, failures after (goal 0), resumption before and
+    /// after, and whether homes stayed (the dispatchers' own routing counters).
+    DispatcherFailover,
     /// Every experiment, one after another, into one report.
     All,
     /// Issue 15's chaos soak (not part of `all`): load through a handoff cluster with Redis and
@@ -102,6 +112,11 @@ pub const EXPERIMENTS: &[(Experiment, &str, Run)] = &[
     (Experiment::Suites, "suites", suites::run),
     (Experiment::CryptoShare, "crypto-share", crypto_share::run),
     (Experiment::Homes, "homes", homes::run),
+    (
+        Experiment::DispatcherFailover,
+        "dispatcher-failover",
+        dispatcher_failover::run,
+    ),
 ];
 
 pub fn lab(args: LabArgs) -> anyhow::Result<()> {
@@ -130,6 +145,7 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         quota: args.quota,
         cap,
         key: args.key,
+        hosts: args.hosts,
     };
     raise_fd_limit();
     let _machine = machine_lock()?;

@@ -27,6 +27,10 @@ pub struct Config {
     pub single: bool,
     /// True for a `baton dispatch --policy handoff` row (its migrations are checked).
     pub handoff: bool,
+    /// Where its processes talk: `loopback`, or `veth` (hosts of their own, `--hosts`).
+    pub net: &'static str,
+    /// True for the rows balanced by `baton dispatch` (whose CPU is the balancer's).
+    pub dispatcher: bool,
     pub build: Build,
 }
 
@@ -68,6 +72,8 @@ impl Lineup {
             paper_tps: Some(paper),
             single,
             handoff: false,
+            net: "loopback",
+            dispatcher: false,
             build,
         };
         let dir = move |what: &str| format!("{slug}-{what}");
@@ -110,17 +116,21 @@ impl Lineup {
                     Sut::tls_proxy(l, &name, Backend::Baton, 2, proxy.1, key, &w4)
                 }),
             ),
-            config(
-                off.0,
-                "baton",
-                paper[2],
-                false,
-                Box::new(move |l| {
-                    Sut::baton_cluster(l, &dir("off"), 2, off.1, off.2.clone(), key, &[])
-                }),
-            ),
+            Config {
+                dispatcher: true,
+                ..config(
+                    off.0,
+                    "baton",
+                    paper[2],
+                    false,
+                    Box::new(move |l| {
+                        Sut::baton_cluster(l, &dir("off"), 2, off.1, off.2.clone(), key, &[])
+                    }),
+                )
+            },
             Config {
                 handoff: on.1 == "handoff",
+                dispatcher: true,
                 ..config(
                     on.0,
                     "baton",
@@ -149,6 +159,82 @@ impl Lineup {
             ),
         ]
     }
+}
+
+impl Lineup {
+    /// `--hosts`: the rows that go through `baton dispatch` (the feature off and on), each on
+    /// loopback and then across hosts (dispatcher, each agent and `client_hosts` client hosts
+    /// in network namespaces of their own), so the dispatcher's CPU per connection over veth
+    /// stands beside loopback from the same run. The HAProxy, nginx, TLS proxy and single-server
+    /// rows are not run: they have no dispatcher, and the rig starts them on loopback only.
+    pub fn across_hosts(self, client_hosts: usize) -> Vec<Config> {
+        let Lineup {
+            slug,
+            off,
+            on,
+            paper,
+            key,
+            ..
+        } = self;
+        let mut out = Vec::new();
+        for (i, (name, policy, store)) in [off, on].into_iter().enumerate() {
+            for hosts in [false, true] {
+                let topology = crate::cluster::Topology {
+                    hosts,
+                    dispatchers: 1,
+                    client_hosts: if hosts { client_hosts } else { 0 },
+                };
+                let dir = format!(
+                    "{slug}-{}-{}",
+                    ["off", "on"][i],
+                    if hosts { "hosts" } else { "loopback" }
+                );
+                let store = store.clone();
+                out.push(Config {
+                    name,
+                    server: "baton",
+                    paper_tps: Some(paper[2 + i]),
+                    single: false,
+                    handoff: policy == "handoff",
+                    net: if hosts { "veth" } else { "loopback" },
+                    dispatcher: true,
+                    build: Box::new(move |l| {
+                        let topology = topology.clone();
+                        Sut::baton_cluster_on(l, &dir, 2, policy, store.clone(), key, &[], topology)
+                    }),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// `--hosts` notes: what ran where, and the dispatcher's CPU per connection over veth against
+/// loopback for each configuration (the same workload, one run after the other).
+pub fn hosts_notes(t: &mut Table, runs: &[(Config, Run, Evidence)]) {
+    t.note("across hosts: each veth row's dispatcher, agents and client hosts ran in network namespaces of their own on one bridge (every byte crossed veth); its loopback row ran the same workload on 127.0.0.0/8 just before; the HAProxy, nginx, TLS proxy and single-server rows are not run with --hosts (run without it for them)");
+    for (c, r, _) in runs.iter().filter(|(c, _, _)| c.net == "veth") {
+        let lo = runs
+            .iter()
+            .find(|(l, _, _)| l.name == c.name && l.net == "loopback")
+            .and_then(|(_, l, _)| dispatcher_us_per_conn(l));
+        if let (Some(veth), Some(lo)) = (dispatcher_us_per_conn(r), lo) {
+            t.note(format!(
+                "{}: dispatcher CPU per connection {veth:.0} us over veth, {lo:.0} us on loopback (x{:.2})",
+                c.name,
+                veth / lo
+            ));
+        }
+    }
+}
+
+/// The dispatcher process's CPU-seconds (from /proc) over the connections the client made,
+/// in microseconds.
+pub fn dispatcher_us_per_conn(r: &Run) -> Option<f64> {
+    let conns = r.report.handshakes.full + r.report.handshakes.resumed;
+    r.balancer_cpu_s
+        .filter(|_| conns > 0)
+        .map(|c| c * 1e6 / conns as f64)
 }
 
 /// A comparison's table with the columns every comparison has first.
@@ -298,6 +384,11 @@ pub fn row(
         json!(single_tps.and_then(|s| ratio(r.report.tps, s))),
     );
     m.insert("paper_tps".into(), json!(c.paper_tps));
+    m.insert("net".into(), json!(c.net));
+    m.insert(
+        "dispatcher_cpu_us_per_conn".into(),
+        json!(dispatcher_us_per_conn(r).filter(|_| c.dispatcher)),
+    );
     m.insert("processes".into(), json!(ev.processes));
     m.insert("balancer_per_server".into(), json!(ev.balancer_per_server));
     m.insert("balancer_logged".into(), json!(ev.balancer_logged));

@@ -29,7 +29,11 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let n = if lab.quick { 900 } else { 2100 };
     // with RTT every connection waits on the wire: more clients keep the servers busy
     let per_host = if lab.rtt.is_some() { 30 } else { 10 };
-    let configs = Lineup {
+    if lab.hosts {
+        // says so and stops without the privileges, before any loopback row has run
+        drop(crate::hosts::Hosts::create()?);
+    }
+    let lineup = Lineup {
         slug: "a",
         balance: ("source", "LB-IP"),
         proxy: ("TLS proxy (IP hash)", true),
@@ -38,14 +42,18 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         paper: [179.5, 108.2, 184.7, 223.4, PAPER_SINGLE],
         key,
         www,
-    }
-    .configs();
+    };
+    let configs = if lab.hosts {
+        lineup.across_hosts(3)
+    } else {
+        lineup.configs()
+    };
     let mut t = policies::table(
         "scenario-a",
         format!(
             "the CSSL paper, Table 2: 3 client hosts, {n} full handshakes, {BODY}-byte response, 2 servers ({})",
             key.name()
-        ),
+        ) + if lab.hosts { ", across hosts (network namespaces on a bridge) beside loopback" } else { "" },
     )
     .column("per_server_handshakes", "full per server")
     .column("spread_percent", "spread %")
@@ -56,6 +64,11 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("ratio_to_single", "x single")
     .column("paper_tps", "paper")
     .column("paper_ratio", "paper x single");
+    if lab.hosts {
+        t = t
+            .column("net", "net")
+            .column("dispatcher_cpu_us_per_conn", "disp CPU us/conn");
+    }
     t.chart = Some(Chart::beside("ratio_to_single", Some("paper_ratio")));
     let bench = || BenchArgs {
         url: Some(format!("https://{{addr}}/bytes/{BODY}")),
@@ -67,6 +80,9 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         ..Default::default()
     };
     let runs = policies::compare(lab, &mut t, configs, &bench)?;
+    if lab.hosts {
+        policies::hosts_notes(&mut t, &runs);
+    }
     policies::finish(&mut t, lab, &runs, PAPER_SINGLE, |_, _| Default::default());
     t.note("HAProxy and the Baton dispatcher are not capped (the paper's balancers were their own machines); LB CPU ms/tx is what each used, not charged to the servers; the TLS proxy is capped like one server and its plain backends like the others");
     t.note("full per server: full handshakes each TLS server counted itself (agents' metrics, nginx access logs); for CSSL-SF enabled, handshakes are spread by load and sessions migrate to the client's home agent");

@@ -35,7 +35,11 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     crate::rig::nginx::write_bodies(&www, &[BODY])?;
     let n = if lab.quick { 600 } else { 3000 };
     let per_host = if lab.rtt.is_some() { 30 } else { 10 };
-    let configs = Lineup {
+    if lab.hosts {
+        // says so and stops without the privileges, before any loopback row has run
+        drop(crate::hosts::Hosts::create()?);
+    }
+    let lineup = Lineup {
         slug: "b",
         balance: ("roundrobin", "LB-RR"),
         proxy: ("TLS proxy (RR)", false),
@@ -44,14 +48,18 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         paper: [441.2, 142.3, 389.6, 638.3, PAPER_SINGLE],
         key,
         www,
-    }
-    .configs();
+    };
+    let configs = if lab.hosts {
+        lineup.across_hosts(2)
+    } else {
+        lineup.configs()
+    };
     let mut t = policies::table(
         "scenario-b",
         format!(
             "the CSSL paper, Table 3: 2 client hosts, {n} connections (1 full : 2 resumed per client), {BODY}-byte response, 2 servers ({})",
             key.name()
-        ),
+        ) + if lab.hosts { ", across hosts (network namespaces on a bridge) beside loopback" } else { "" },
     )
     .column("full_handshakes", "full (servers)")
     .column("full_of_3000", "full per 3000")
@@ -61,6 +69,11 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     .column("ratio_to_single", "x single")
     .column("paper_tps", "paper")
     .column("paper_ratio", "paper x single");
+    if lab.hosts {
+        t = t
+            .column("net", "net")
+            .column("dispatcher_cpu_us_per_conn", "disp CPU us/conn");
+    }
     t.chart = Some(Chart::beside("full_of_3000", Some("paper_full")));
     let bench = || BenchArgs {
         url: Some(format!("https://{{addr}}/bytes/{BODY}")),
@@ -72,6 +85,9 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         ..Default::default()
     };
     let runs = policies::compare(lab, &mut t, configs, &bench)?;
+    if lab.hosts {
+        policies::hosts_notes(&mut t, &runs);
+    }
     policies::finish(&mut t, lab, &runs, PAPER_SINGLE, |c, r| {
         let full = r.server_full();
         let mut m = serde_json::Map::new();

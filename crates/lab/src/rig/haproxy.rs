@@ -39,11 +39,38 @@ impl Haproxy {
         dir: &Path,
         confine: Option<&Confine>,
     ) -> anyhow::Result<Haproxy> {
+        Self::start_as(name, balance, servers, dir, confine, false)
+    }
+
+    /// HAProxy as it stands in front of servers that may die (`dispatcher-failover`): TCP
+    /// health checks every 0.5 s (two misses take a server out), a refused connect retried on
+    /// another server (`option redispatch`), and a PROXY v2 header to the servers, so the
+    /// dispatchers behind it see each client's own address (their homes are chosen by it).
+    pub fn start_failover(
+        name: &str,
+        servers: &[SocketAddr],
+        dir: &Path,
+    ) -> anyhow::Result<Haproxy> {
+        Self::start_as(name, "roundrobin", servers, dir, None, true)
+    }
+
+    fn start_as(
+        name: &str,
+        balance: &str,
+        servers: &[SocketAddr],
+        dir: &Path,
+        confine: Option<&Confine>,
+        failover: bool,
+    ) -> anyhow::Result<Haproxy> {
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir)?;
         let addr = SocketAddr::from(([127, 0, 0, 1], super::free_port()?));
         let cfg = dir.join("haproxy.cfg");
-        std::fs::write(&cfg, config(balance, addr, servers, &dir))?;
+        let mut text = config(balance, addr, servers, &dir);
+        if failover {
+            text = failover_config(&text);
+        }
+        std::fs::write(&cfg, text)?;
         let log = std::fs::File::create(dir.join("haproxy.log"))?;
         let mut cmd = Command::new(binary());
         cmd.arg("-db")
@@ -154,6 +181,27 @@ fn config(balance: &str, addr: SocketAddr, servers: &[SocketAddr], dir: &Path) -
     s
 }
 
+/// [`config`] with health checks, redispatch and PROXY v2 to every server.
+fn failover_config(base: &str) -> String {
+    let mut out = String::new();
+    for line in base.lines() {
+        if line.trim_start().starts_with("server ") {
+            out.push_str(line);
+            out.push_str(" check\n");
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        if line == "defaults" {
+            out.push_str("  retries 3\n  option redispatch 1\n");
+        }
+        if line.trim_start().starts_with("balance ") {
+            out.push_str("  default-server inter 500ms fall 2 rise 1 send-proxy-v2\n");
+        }
+    }
+    out
+}
+
 /// `stot` (total sessions) of each `be,sN` row of `show stat` CSV.
 fn parse_stot(csv: &str) -> anyhow::Result<Vec<u64>> {
     let mut lines = csv.lines();
@@ -179,6 +227,35 @@ fn parse_stot(csv: &str) -> anyhow::Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_failover_config_checks_redispatches_and_sends_proxy_v2() {
+        let servers = [
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        ];
+        let base = config(
+            "roundrobin",
+            "127.0.0.1:9".parse().unwrap(),
+            &servers,
+            Path::new("/d"),
+        );
+        let c = failover_config(&base);
+        assert!(
+            c.contains("defaults\n  retries 3\n  option redispatch 1\n"),
+            "{c}"
+        );
+        assert!(
+            c.contains(
+                "balance roundrobin\n  default-server inter 500ms fall 2 rise 1 send-proxy-v2\n"
+            ),
+            "{c}"
+        );
+        assert!(
+            c.contains("  server s0 127.0.0.1:1 check\n  server s1 127.0.0.1:2 check\n"),
+            "{c}"
+        );
+    }
 
     #[test]
     fn stot_per_server_from_show_stat() {

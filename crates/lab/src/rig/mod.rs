@@ -40,6 +40,9 @@ pub struct Lab {
     pub cap: CapMode,
     /// `--key`: the server key the policy scenarios use instead of their default.
     pub key: Option<KeyKind>,
+    /// `--hosts`: the experiments that support it run their Baton clusters (dispatcher, each
+    /// agent, Redis, each client host) in network namespaces of their own (`crate::hosts`).
+    pub hosts: bool,
 }
 
 impl Lab {
@@ -115,6 +118,14 @@ impl Lab {
     /// through the delay proxy when `rtt` is set. `args.url` may hold `{addr}`, replaced by the
     /// address clients connect to.
     pub fn run(&self, sut: &Sut, mut args: BenchArgs) -> anyhow::Result<Run> {
+        let clients = sut
+            .cluster
+            .as_ref()
+            .map(Cluster::client_hosts)
+            .unwrap_or_default();
+        if !clients.is_empty() {
+            return self.run_on_hosts(sut, args, &clients);
+        }
         let proxy = match self.rtt {
             Some(rtt) => Some(delay::DelayProxy::start(sut.entry, rtt)?),
             None => None,
@@ -145,6 +156,109 @@ impl Lab {
             wall_s: wall,
         })
     }
+
+    /// [`Lab::run`] for a cluster across hosts: one bench per client host, each in a thread that
+    /// entered the host's network namespace (the bench's runtime threads are spawned from it
+    /// and stay there), with its share of the connections and virtual clients; their reports
+    /// merged exactly (`baton bench merge`). The client hosts stand in for the loopback runs'
+    /// source addresses (`source_ip`), one host per address. RTT is added by `netem` on each
+    /// client host's link (the whole RTT on the way out) instead of the delay proxy.
+    fn run_on_hosts(
+        &self,
+        sut: &Sut,
+        args: BenchArgs,
+        clients: &[crate::hosts::Host],
+    ) -> anyhow::Result<Run> {
+        if let Some(rtt) = self.rtt {
+            for h in clients {
+                crate::hosts::netem_delay(h, rtt)?;
+            }
+        }
+        let k = clients.len();
+        // host i's share of a total: the remainder to the first hosts, at least one each
+        let split = |total: Option<u64>, i: usize| {
+            let k = k as u64;
+            total.map(|n| (n / k + u64::from((i as u64) < n % k)).max(1))
+        };
+        let url = args
+            .url
+            .clone()
+            .unwrap_or_else(|| "https://{addr}/".into())
+            .replace("{addr}", &sut.entry.to_string());
+        let mut cfgs = Vec::new();
+        for i in 0..k {
+            let mut a = args.clone();
+            a.url = Some(url.clone());
+            a.ca = Some(sut.ca.clone());
+            a.sni.get_or_insert_with(|| "localhost".into());
+            a.quiet = true;
+            // the host is the source address
+            a.source_ip.clear();
+            a.connections = split(args.connections, i);
+            a.clients = split(args.clients.map(|c| c as u64), i).map(|c| c as usize);
+            // the runtimes of the client hosts share this machine's cores
+            a.workers = Some(1);
+            cfgs.push(Arc::new(a.resolve()?));
+        }
+        let before = sut.snapshot()?;
+        let balancer0 = sut.balancer_pid().and_then(cpu_seconds_of);
+        let client0 = baton_ops::process::usage().cpu_seconds;
+        let t0 = Instant::now();
+        let threads: Vec<_> = clients
+            .iter()
+            .zip(cfgs)
+            .map(|(h, cfg)| {
+                let netns = h.netns.clone();
+                std::thread::spawn(move || {
+                    crate::hosts::enter(&netns)?;
+                    baton_bench::execute(cfg)
+                })
+            })
+            .collect();
+        let mut reports = Vec::new();
+        for t in threads {
+            let r = t
+                .join()
+                .map_err(|_| anyhow!("a client host's bench panicked"))??;
+            reports.push(r);
+        }
+        let wall = t0.elapsed().as_secs_f64();
+        let client_cpu = baton_ops::process::usage().cpu_seconds - client0;
+        let report = merge_reports(&self.dir, &reports)?;
+        let after = sut.settled(&before, report.requests.ok)?;
+        let balancer1 = sut.balancer_pid().and_then(cpu_seconds_of);
+        let per_server = before.iter().zip(&after).map(|(b, a)| a.minus(b)).collect();
+        Ok(Run {
+            report,
+            per_server,
+            balancer_cpu_s: balancer0.zip(balancer1).map(|(b, a)| a - b),
+            client_cpu_s: client_cpu,
+            wall_s: wall,
+        })
+    }
+}
+
+/// Several client hosts' reports as one, through `baton bench merge` (counts add, histograms
+/// merge, percentiles recomputed, TPS over the common span).
+fn merge_reports(dir: &Path, reports: &[Report]) -> anyhow::Result<Report> {
+    let dir = dir.join("client-hosts");
+    std::fs::create_dir_all(&dir)?;
+    let mut runs = Vec::new();
+    for (i, r) in reports.iter().enumerate() {
+        let f = dir.join(format!("client{i}.json"));
+        std::fs::write(&f, serde_json::to_vec(r)?)?;
+        runs.push(f);
+    }
+    let out = dir.join("merged.json");
+    baton_bench::merge_files(baton_bench::MergeArgs {
+        runs,
+        out: Some(out.clone()),
+        report: None,
+        quiet: true,
+    })?;
+    let merged = serde_json::from_slice(&std::fs::read(&out)?)
+        .context("reading the client hosts' merged report")?;
+    Ok(merged)
 }
 
 /// What one bench run measured, client side and server side.
@@ -388,6 +502,23 @@ impl Sut {
         kind: KeyKind,
         agent_args: &[String],
     ) -> anyhow::Result<Sut> {
+        let topology = Default::default();
+        Sut::baton_cluster_on(lab, name, agents, policy, store, kind, agent_args, topology)
+    }
+
+    /// [`Sut::baton_cluster`] with a topology: across hosts (network namespaces, with client
+    /// hosts that [`Lab::run`] then loads from), or with several dispatchers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn baton_cluster_on(
+        lab: &Lab,
+        name: &str,
+        agents: usize,
+        policy: &str,
+        store: Store,
+        kind: KeyKind,
+        agent_args: &[String],
+        topology: crate::cluster::Topology,
+    ) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let caps: Vec<Arc<Confine>> = (0..agents)
             .map(|i| lab.confine(&format!("agent{i}"), i).map(Arc::new))
@@ -401,8 +532,9 @@ impl Sut {
             store,
             key: kind,
             agent_args: agent_args.to_vec(),
+            dispatcher_args: Vec::new(),
             agent_caps: caps.clone(),
-            topology: Default::default(),
+            topology,
         })?;
         let mut sut = Sut::empty(name, cluster.pki.ca.clone());
         sut.entry = cluster.addr();

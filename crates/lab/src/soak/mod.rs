@@ -203,6 +203,7 @@ impl Systems {
                 store,
                 key: KeyKind::EcdsaP256,
                 agent_args: agent_args.iter().map(|a| a.to_string()).collect(),
+                dispatcher_args: Vec::new(),
                 agent_caps: Vec::new(),
                 topology: Default::default(),
             })
