@@ -55,9 +55,21 @@ pub struct UpArgs {
     /// --state and on stdout.
     #[arg(long, default_value_t = 0, value_name = "N", requires = "hosts")]
     pub client_hosts: usize,
+    /// An admin endpoint (plain HTTP, loopback addresses only; off by default): `POST
+    /// /rollout` restarts the agents one at a time (body optional: `{"pause_ms": N,
+    /// "drain_timeout_ms": N, "ready_timeout_ms": N}`), `GET /status` lists the processes.
+    /// Each agent is back once every dispatcher's links to it are up again. See `baton
+    /// rollout`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
 }
 
 pub fn up(args: UpArgs) -> anyhow::Result<()> {
+    if let Some(a) = args.admin {
+        if !a.ip().is_loopback() {
+            anyhow::bail!("--admin {a}: the admin endpoint listens on loopback addresses only");
+        }
+    }
     let baton = std::env::current_exe().context("locating the baton binary")?;
     let owns_dir = args.dir.is_none();
     let dir = match args.dir {
@@ -65,7 +77,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         None => std::env::temp_dir().join(format!("baton-up-{}", std::process::id())),
     };
     let policy = args.policy.clone();
-    let mut cluster = Cluster::start(&ClusterSpec {
+    let cluster = Cluster::start(&ClusterSpec {
         baton,
         dir: dir.clone(),
         listen: args.listen,
@@ -78,7 +90,6 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             crate::pki::KeyKind::EcdsaP256
         }),
         agent_args: args.agent_args,
-        dispatcher_args: Vec::new(),
         agent_caps: Vec::new(),
         topology: crate::cluster::Topology {
             hosts: args.hosts,
@@ -89,8 +100,25 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
     if let Some(state) = &args.state {
         cluster.write_state(state)?;
     }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // bound before `ready`, and announced with the other addresses
+    let admin = match args.admin {
+        Some(addr) => {
+            let _in = runtime.enter();
+            Some(
+                baton_ops::listen::bind(addr)
+                    .with_context(|| format!("admin endpoint on {addr}"))?,
+            )
+        }
+        None => None,
+    };
     {
         let mut out = std::io::stdout().lock();
+        if let Some(l) = &admin {
+            writeln!(out, "listening admin {}", l.local_addr()?)?;
+        }
         for d in cluster.dispatcher_addrs() {
             writeln!(out, "listening dispatch {d}")?;
         }
@@ -116,34 +144,64 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         cluster.addr(),
         cluster.pki.ca.display()
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let watch = crate::rollout::Watch {
+        dispatcher_admins: std::iter::once(&cluster.dispatcher)
+            .chain(&cluster.more_dispatchers)
+            .filter_map(|d| d.addr("admin"))
+            .collect(),
+        links_per_dispatcher: crate::rollout::links_per_dispatcher(&[]),
+        dispatchers: 1 + cluster.more_dispatchers.len(),
+    };
+    // The cluster is shared with the admin endpoint's rollouts: the main loop looks at it
+    // only when no restart holds it (try_lock), so a draining agent never delays a signal.
+    let control = crate::rollout::Control::new(cluster, watch)?;
+    let stop = tokio_util::sync::CancellationToken::new();
     let ended = runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        if let Some(listener) = admin {
+            eprintln!(
+                "baton up: admin endpoint on http://{} (POST /rollout, GET /status)",
+                listener.local_addr()?
+            );
+            tokio::spawn(crate::rollout::admin::serve(
+                listener,
+                control.clone(),
+                stop.clone(),
+            ));
+        }
         let mut tick = tokio::time::interval(Duration::from_millis(200));
+        // by pid: an agent restarted by a rollout is a new process, reported again if it dies
         let mut reported = Vec::new();
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok::<_, anyhow::Error>(None),
                 _ = int.recv() => return Ok(None),
                 _ = tick.tick() => {
+                    let Ok(mut cluster) = control.cluster.try_lock() else { continue };
                     let (dispatcher, agents) = cluster.exited();
                     if let Some(status) = dispatcher {
                         return Ok(Some(status));
                     }
                     for a in agents {
-                        if !reported.contains(&a) {
+                        let pid = cluster.agents[a].child.id();
+                        if !reported.contains(&pid) {
                             eprintln!("baton up: agent {a} exited; the dispatcher routes around it");
-                            reported.push(a);
+                            reported.push(pid);
                         }
                     }
+                    control.refresh(&mut cluster);
                 }
             }
         }
     })?;
+    // a rollout in progress gives up at its next wait, and releases the cluster
+    control
+        .abort
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.cancel();
+    let mut cluster = control.cluster.lock().unwrap_or_else(|p| p.into_inner());
     cluster.stop(Duration::from_secs(5));
     if owns_dir {
         let _ = std::fs::remove_dir_all(&dir);

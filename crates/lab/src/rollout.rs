@@ -1,0 +1,900 @@
+//! Rolling restart of a `baton up` cluster's agents: `baton up --admin ADDR` serves
+//! `POST /rollout` and `GET /status`, and `baton rollout --admin ADDR` asks for one and prints
+//! what happened.
+//!
+//! One agent at a time: SIGTERM (the agent drains itself: GOAWAY on the dispatchers' links,
+//! its streams finish, and its established sessions move elsewhere where the agent can move
+//! them), wait for it to exit (bounded by the drain deadline, then SIGKILL, reported), start a
+//! new process with exactly the same command line, ports and id, wait for `ready` and until
+//! every dispatcher's links to it are up again, then the next agent. A failure stops the
+//! rollout where it is: the agents not yet restarted are left alone, so a bad binary takes out
+//! at most one agent.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{start_ready, Cluster, Proc};
+
+/// How a rollout paces itself and how long it waits for each phase.
+#[derive(Debug, Clone, Copy)]
+pub struct RolloutOptions {
+    /// Pause after an agent is back (links up) before the next one is stopped.
+    pub pause: Duration,
+    /// How long a draining agent may take to exit before it is killed.
+    pub drain_deadline: Duration,
+    /// How long a new agent may take to be ready and reached by every dispatcher's links.
+    pub ready_deadline: Duration,
+}
+
+impl Default for RolloutOptions {
+    fn default() -> Self {
+        Self {
+            pause: Duration::ZERO,
+            drain_deadline: Duration::from_secs(30),
+            ready_deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `POST /rollout`'s optional body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutRequest {
+    pub pause_ms: Option<u64>,
+    pub drain_timeout_ms: Option<u64>,
+    pub ready_timeout_ms: Option<u64>,
+}
+
+/// Upper bounds on what a request may ask for (each phase still has a deadline).
+const MAX_PAUSE_MS: u64 = 600_000;
+const MAX_DEADLINE_MS: u64 = 600_000;
+
+impl RolloutRequest {
+    pub fn options(&self) -> Result<RolloutOptions, String> {
+        let d = RolloutOptions::default();
+        let ms = |v: Option<u64>, default: Duration, max: u64, what: &str| match v {
+            None => Ok(default),
+            Some(v) if v > max => Err(format!("{what} {v} ms: at most {max}")),
+            Some(0) if what != "pause_ms" => Err(format!("{what} must be positive")),
+            Some(v) => Ok(Duration::from_millis(v)),
+        };
+        Ok(RolloutOptions {
+            pause: ms(self.pause_ms, d.pause, MAX_PAUSE_MS, "pause_ms")?,
+            drain_deadline: ms(
+                self.drain_timeout_ms,
+                d.drain_deadline,
+                MAX_DEADLINE_MS,
+                "drain_timeout_ms",
+            )?,
+            ready_deadline: ms(
+                self.ready_timeout_ms,
+                d.ready_deadline,
+                MAX_DEADLINE_MS,
+                "ready_timeout_ms",
+            )?,
+        })
+    }
+}
+
+/// What happened to one agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentRestart {
+    pub id: usize,
+    pub old_pid: u32,
+    /// The new process (absent when it could not be started).
+    pub new_pid: Option<u32>,
+    /// SIGTERM to exit (or to the SIGKILL at the drain deadline).
+    pub drain_ms: u64,
+    /// How the old process ended, as the OS says (`exit status: 0`, `signal: 9 (SIGKILL)`).
+    pub exit: String,
+    /// The drain deadline passed and the old process was killed.
+    pub killed: bool,
+    /// Start of the new process to its `ready`.
+    pub start_ms: u64,
+    /// `ready` to every dispatcher's links up and the agent listed up by every dispatcher.
+    pub links_ms: u64,
+    /// SIGTERM to links up: how long the cluster ran without this agent.
+    pub restart_ms: u64,
+    /// Why this agent's restart failed (the rollout stopped there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A rollout's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolloutReport {
+    /// Every agent was restarted and is back.
+    pub ok: bool,
+    pub agents: Vec<AgentRestart>,
+    pub total_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where the rollout checks that a restarted agent is reached again.
+#[derive(Debug, Clone, Default)]
+pub struct Watch {
+    /// Each dispatcher's admin endpoint (`GET /agents`); none with `--hosts` (their admin
+    /// listens on their own namespace's loopback).
+    pub dispatcher_admins: Vec<SocketAddr>,
+    /// Link connections every dispatcher keeps to each agent (`--link-connections`, 2).
+    pub links_per_dispatcher: usize,
+    /// Dispatchers in the cluster.
+    pub dispatchers: usize,
+}
+
+impl Cluster {
+    /// Agent `i`'s command line as the kernel has it (`/proc/PID/cmdline`), with the ports it
+    /// announced pinned in place of any port 0 (`--listen`, `--metrics`, `--link-listen`), so
+    /// that a process started from it is reached where the old one was.
+    pub fn agent_command_line(&self, i: usize) -> anyhow::Result<Vec<String>> {
+        let a = self.agents.get(i).ok_or_else(|| anyhow!("no agent {i}"))?;
+        let pid = a.child.id();
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .with_context(|| format!("reading agent {i}'s command line (pid {pid})"))?;
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        if argv.get(1).map(String::as_str) != Some("agent") {
+            bail!("agent {i} (pid {pid}) is not a running `baton agent`: {argv:?}");
+        }
+        Ok(pin_ports(argv, a))
+    }
+
+    /// Restarts agent `i` from `argv` (see [`Cluster::agent_command_line`]): SIGTERM, wait for
+    /// it to exit (SIGKILL at `opts.drain_deadline`), start `argv` again (in the agent's host
+    /// with `--hosts`; a CPU cap of the lab's is not applied again), wait for `ready`, then
+    /// until `watch` sees the dispatchers' links to it up. `abort` stops the waits early (the
+    /// cluster is being stopped). The old process is always reaped; the new one replaces it
+    /// in `self.agents` once started.
+    pub fn restart_agent(
+        &mut self,
+        i: usize,
+        argv: &[String],
+        opts: &RolloutOptions,
+        watch: &Watch,
+        abort: &AtomicBool,
+    ) -> AgentRestart {
+        let began = Instant::now();
+        let old = &mut self.agents[i];
+        let old_pid = old.child.id();
+        let mut r = AgentRestart {
+            id: i,
+            old_pid,
+            new_pid: None,
+            drain_ms: 0,
+            exit: String::new(),
+            killed: false,
+            start_ms: 0,
+            links_ms: 0,
+            restart_ms: 0,
+            error: None,
+        };
+        // 1. drain: the agent's own SIGTERM handling, bounded here
+        if matches!(old.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) on a child pid we own and have not reaped; no memory is touched.
+            unsafe { libc::kill(old_pid as i32, libc::SIGTERM) };
+        }
+        let deadline = began + opts.drain_deadline;
+        let status = loop {
+            match old.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline && !abort.load(Ordering::Relaxed) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => break None,
+            }
+        };
+        let status = match status {
+            Some(s) => s,
+            None => {
+                r.killed = true;
+                let _ = old.child.kill();
+                match old.child.wait() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        r.error = Some(format!("reaping agent {i} (pid {old_pid}): {e}"));
+                        return r;
+                    }
+                }
+            }
+        };
+        r.drain_ms = began.elapsed().as_millis() as u64;
+        r.exit = status.to_string();
+        if abort.load(Ordering::Relaxed) {
+            r.error = Some("stopped: the cluster is shutting down".into());
+            return r;
+        }
+        // 2. the same command line again
+        let started = Instant::now();
+        let proc = match self.spawn_agent_again(i, argv) {
+            Ok(p) => p,
+            Err(e) => {
+                r.error = Some(format!("starting agent {i} again: {e:#}"));
+                return r;
+            }
+        };
+        r.new_pid = Some(proc.child.id());
+        r.start_ms = started.elapsed().as_millis() as u64;
+        let metrics = proc.addr("metrics");
+        self.agents[i] = proc;
+        // 3. reached again by every dispatcher
+        let ready = Instant::now();
+        let until = ready + opts.ready_deadline;
+        loop {
+            let last = match reached(i, metrics, watch) {
+                Ok(()) => break,
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() >= until || abort.load(Ordering::Relaxed) {
+                r.error = Some(format!(
+                    "agent {i} started (pid {}) but the dispatchers did not reach it within {:?}: {last}",
+                    r.new_pid.unwrap_or(0),
+                    opts.ready_deadline
+                ));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        r.links_ms = ready.elapsed().as_millis() as u64;
+        r.restart_ms = began.elapsed().as_millis() as u64;
+        r
+    }
+
+    /// Starts `argv` as agent `i` (stderr appended to its log). A port the old process held
+    /// may be briefly refused ("Address already in use") while the kernel finishes closing
+    /// its sockets: a few tries, 200 ms apart.
+    fn spawn_agent_again(&self, i: usize, argv: &[String]) -> anyhow::Result<Proc> {
+        let (program, args) = argv.split_first().ok_or_else(|| anyhow!("empty argv"))?;
+        let log = self.dir.join(format!("agent-{i}.log"));
+        let host = self
+            .hosts
+            .iter()
+            .flat_map(|h| h.hosts())
+            .find(|h| h.name == format!("agent{i}"));
+        let mut attempt = 1;
+        loop {
+            let stderr = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .with_context(|| format!("opening {}", log.display()))?;
+            let mut cmd = match host {
+                Some(h) => h.command(program),
+                None => Command::new(program),
+            };
+            cmd.args(args).stderr(stderr);
+            match start_ready(cmd, Some(&log)) {
+                Err(e) if attempt < 5 && format!("{e:#}").contains("Address already in use") => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+/// `argv` with each `--listen`/`--metrics`/`--link-listen` value replaced by the address the
+/// process announced for it (which differs only where the flag asked for port 0).
+fn pin_ports(mut argv: Vec<String>, p: &Proc) -> Vec<String> {
+    let mut j = 0;
+    while j + 1 < argv.len() {
+        let kind = match argv[j].as_str() {
+            "--listen" => Some("tls"),
+            "--metrics" => Some("metrics"),
+            "--link-listen" => Some("link"),
+            _ => None,
+        };
+        if let Some(addr) = kind.and_then(|k| p.addr(k)) {
+            argv[j + 1] = addr.to_string();
+            j += 2;
+        } else {
+            j += 1;
+        }
+    }
+    argv
+}
+
+/// Whether every dispatcher reaches agent `id` again: the new process counts every
+/// dispatcher's link connections (`baton_link_connections_active`), and each dispatcher's
+/// admin endpoint lists it as up and active.
+fn reached(id: usize, metrics: Option<SocketAddr>, watch: &Watch) -> anyhow::Result<()> {
+    let want = (watch.dispatchers * watch.links_per_dispatcher) as f64;
+    if let Some(m) = metrics {
+        let page = baton_bench::scrape::page_blocking(m)?;
+        let samples = baton_bench::scrape::samples(&page);
+        let have = baton_bench::scrape::sum(&samples, "baton_link_connections_active", &[]);
+        if have < want {
+            bail!("{have} of {want} link connections from the dispatchers");
+        }
+    }
+    for admin in &watch.dispatcher_admins {
+        let (status, body) = http(*admin, "GET", "/agents", "", Duration::from_secs(5))?;
+        if status != 200 {
+            bail!("GET http://{admin}/agents: {status}");
+        }
+        let listed: serde_json::Value = serde_json::from_str(&body)
+            .with_context(|| format!("GET http://{admin}/agents: not JSON"))?;
+        let me = listed
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["id"].as_u64() == Some(id as u64)))
+            .ok_or_else(|| anyhow!("dispatcher {admin} does not list agent {id}"))?;
+        if me["up"] != true || me["state"] != "active" {
+            bail!("dispatcher {admin} lists agent {id} as {me}");
+        }
+    }
+    Ok(())
+}
+
+/// One plain HTTP/1.1 exchange on loopback (`Connection: close`), bounded by `limit` per read
+/// and write: the admin endpoints' client, for the rollout and `baton rollout`.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    limit: Duration,
+) -> anyhow::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(limit))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    // an admin answer is a few KiB: a bound keeps a confused peer from filling memory
+    s.take(4 << 20)
+        .read_to_end(&mut raw)
+        .with_context(|| format!("reading the answer of {addr}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, rest) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow!("{addr}: no HTTP response"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("{addr}: bad status line {:?}", head.lines().next()))?;
+    Ok((status, rest.to_string()))
+}
+
+/// What `baton up --admin` shares between its main loop, its admin endpoint and a rollout.
+pub(crate) struct Control {
+    pub cluster: Mutex<Cluster>,
+    /// Each agent's command line, taken at start (a dead agent's is no longer readable).
+    pub argv: Mutex<Vec<Vec<String>>>,
+    pub watch: Watch,
+    /// A rollout is running (one at a time).
+    pub rolling: AtomicBool,
+    /// The cluster is stopping: a rollout gives up at its next wait.
+    pub abort: AtomicBool,
+    /// The processes as last seen, and the rollout's progress (`GET /status`), kept apart from
+    /// the cluster's lock so that the answer never waits for a draining agent.
+    pub status: Mutex<Status>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Status {
+    pub dispatchers: Vec<ProcStatus>,
+    pub agents: Vec<ProcStatus>,
+    pub rollout: RolloutStatus,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ProcStatus {
+    pub id: usize,
+    pub pid: u32,
+    pub alive: bool,
+    /// What it announced: tls/dispatch, link, metrics, admin.
+    pub addrs: std::collections::BTreeMap<String, SocketAddr>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct RolloutStatus {
+    pub running: bool,
+    /// The agent being restarted, while running.
+    pub agent: Option<usize>,
+    pub last: Option<RolloutReport>,
+}
+
+impl Control {
+    pub fn new(cluster: Cluster, watch: Watch) -> anyhow::Result<Arc<Control>> {
+        let argv = (0..cluster.agents.len())
+            .map(|i| cluster.agent_command_line(i))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let c = Arc::new(Control {
+            cluster: Mutex::new(cluster),
+            argv: Mutex::new(argv),
+            watch,
+            rolling: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            status: Mutex::new(Status::default()),
+        });
+        let mut cluster = c.cluster.lock().unwrap_or_else(|p| p.into_inner());
+        c.refresh(&mut cluster);
+        drop(cluster);
+        Ok(c)
+    }
+
+    /// Records the processes as they are now.
+    pub fn refresh(&self, cluster: &mut Cluster) {
+        let proc_status = |id: usize, p: &mut Proc| ProcStatus {
+            id,
+            pid: p.child.id(),
+            alive: matches!(p.child.try_wait(), Ok(None)),
+            addrs: p.addrs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        };
+        let dispatchers = std::iter::once(&mut cluster.dispatcher)
+            .chain(cluster.more_dispatchers.iter_mut())
+            .enumerate()
+            .map(|(i, p)| proc_status(i, p))
+            .collect();
+        let agents = cluster
+            .agents
+            .iter_mut()
+            .enumerate()
+            .map(|(i, p)| proc_status(i, p))
+            .collect();
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.dispatchers = dispatchers;
+        s.agents = agents;
+    }
+
+    /// Restarts every agent in turn (blocking: run it off the async runtime). Refused while
+    /// another runs.
+    pub fn rollout(&self, opts: RolloutOptions) -> Result<RolloutReport, &'static str> {
+        if self.rolling.swap(true, Ordering::SeqCst) {
+            return Err("a rollout is already running");
+        }
+        self.set_progress(true, None);
+        let began = Instant::now();
+        let n = self
+            .cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .agents
+            .len();
+        let mut report = RolloutReport {
+            ok: true,
+            agents: Vec::new(),
+            total_ms: 0,
+            error: None,
+        };
+        for i in 0..n {
+            if i > 0 && !opts.pause.is_zero() {
+                sleep_unless(&self.abort, opts.pause);
+            }
+            if self.abort.load(Ordering::Relaxed) {
+                report.ok = false;
+                report.error = Some("stopped: the cluster is shutting down".into());
+                break;
+            }
+            self.set_progress(true, Some(i));
+            let argv = self.argv.lock().unwrap_or_else(|p| p.into_inner())[i].clone();
+            let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            tracing::info!(agent = i, "rollout: draining and restarting");
+            let r = cluster.restart_agent(i, &argv, &opts, &self.watch, &self.abort);
+            self.refresh(&mut cluster);
+            drop(cluster);
+            let failed = r.error.clone();
+            match &failed {
+                None => tracing::info!(
+                    agent = i,
+                    old_pid = r.old_pid,
+                    new_pid = r.new_pid,
+                    drain_ms = r.drain_ms,
+                    killed = r.killed,
+                    restart_ms = r.restart_ms,
+                    "rollout: agent back"
+                ),
+                Some(e) => tracing::error!(agent = i, error = %e, "rollout: stopped"),
+            }
+            report.agents.push(r);
+            if let Some(e) = failed {
+                report.ok = false;
+                report.error = Some(e);
+                break;
+            }
+        }
+        report.total_ms = began.elapsed().as_millis() as u64;
+        {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.rollout.last = Some(report.clone());
+        }
+        self.set_progress(false, None);
+        self.rolling.store(false, Ordering::SeqCst);
+        Ok(report)
+    }
+
+    fn set_progress(&self, running: bool, agent: Option<usize>) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.rollout.running = running;
+        s.rollout.agent = agent;
+    }
+}
+
+fn sleep_unless(abort: &AtomicBool, d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until && !abort.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
+    }
+}
+
+/// The admin endpoint of `baton up` (loopback only): `POST /rollout`, `GET /status`.
+pub(crate) mod admin {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::{Method, Request, Response, StatusCode};
+    use http_body_util::{BodyExt, Full, Limited};
+    use hyper::body::Incoming;
+    use hyper::service::service_fn;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tokio::net::TcpListener;
+    use tokio_util::sync::CancellationToken;
+
+    use baton_ops::accept::{Acceptor, Admitted};
+
+    use super::{Control, RolloutRequest};
+
+    /// Connections served at once (operators and scripts).
+    const CONNECTIONS: usize = 8;
+    /// The largest request body (`{"pause_ms": ...}`).
+    const BODY_LIMIT: usize = 4096;
+    /// A connection's whole life: a rollout answers when it is done, and each of its phases
+    /// has its own deadline, so this only ends a client that never goes away.
+    const CONNECTION_LIMIT: Duration = Duration::from_secs(3600);
+
+    pub(crate) async fn serve(
+        listener: TcpListener,
+        control: Arc<Control>,
+        stop: CancellationToken,
+    ) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
+        let acceptor = Acceptor::new(listener, stop).capped(slots, || {});
+        while let Some(Admitted { tcp, slot, .. }) = acceptor.next().await {
+            let control = control.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let control = control.clone();
+                    async move { Ok::<_, Infallible>(handle(req, control).await) }
+                });
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(10));
+                let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                let _ = tokio::time::timeout(CONNECTION_LIMIT, conn).await;
+                drop(slot);
+            });
+        }
+    }
+
+    async fn handle(req: Request<Incoming>, control: Arc<Control>) -> Response<Full<Bytes>> {
+        let path = req.uri().path().trim_end_matches('/').to_string();
+        match (req.method().clone(), path.as_str()) {
+            (Method::GET, "/status") => {
+                let s = control
+                    .status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                json(StatusCode::OK, &s)
+            }
+            (Method::POST, "/rollout") => {
+                let body = match tokio::time::timeout(
+                    Duration::from_secs(10),
+                    Limited::new(req.into_body(), BODY_LIMIT).collect(),
+                )
+                .await
+                {
+                    Ok(Ok(b)) => b.to_bytes(),
+                    Ok(Err(_)) => return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n"),
+                    Err(_) => return text(StatusCode::REQUEST_TIMEOUT, "body too slow\n"),
+                };
+                let asked: RolloutRequest = if body.iter().all(u8::is_ascii_whitespace) {
+                    RolloutRequest::default()
+                } else {
+                    match serde_json::from_slice(&body) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            return text(
+                                StatusCode::BAD_REQUEST,
+                                &format!("expected {{\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}} (all optional): {e}\n"),
+                            )
+                        }
+                    }
+                };
+                let opts = match asked.options() {
+                    Ok(o) => o,
+                    Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+                };
+                let c = control.clone();
+                match tokio::task::spawn_blocking(move || c.rollout(opts)).await {
+                    Ok(Ok(report)) => {
+                        let status = if report.ok {
+                            StatusCode::OK
+                        } else {
+                            StatusCode::INTERNAL_SERVER_ERROR
+                        };
+                        json(status, &report)
+                    }
+                    Ok(Err(busy)) => text(StatusCode::CONFLICT, &format!("{busy}\n")),
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("the rollout failed: {e}\n"),
+                    ),
+                }
+            }
+            _ => text(
+                StatusCode::NOT_FOUND,
+                "GET /status, POST /rollout (body optional: {\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N})\n",
+            ),
+        }
+    }
+
+    fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
+        let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
+        body.push(b'\n');
+        respond(status, body, "application/json")
+    }
+
+    fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+        respond(
+            status,
+            body.as_bytes().to_vec(),
+            "text/plain; charset=utf-8",
+        )
+    }
+
+    fn respond(
+        status: StatusCode,
+        body: Vec<u8>,
+        content_type: &'static str,
+    ) -> Response<Full<Bytes>> {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(content_type),
+        );
+        r
+    }
+}
+
+/// `baton rollout`: restart a `baton up` cluster's agents one at a time.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RolloutArgs {
+    /// The admin address of `baton up --admin`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: SocketAddr,
+    /// Pause between one agent being back and the next being stopped (e.g. 2s).
+    #[arg(long, value_name = "DURATION")]
+    pub pause: Option<String>,
+    /// How long each agent may take to drain and exit before it is killed. Default 30s.
+    #[arg(long, value_name = "DURATION")]
+    pub drain_timeout: Option<String>,
+    /// How long each new agent may take to be ready and reached by the dispatchers. Default 30s.
+    #[arg(long, value_name = "DURATION")]
+    pub ready_timeout: Option<String>,
+    /// Print the JSON answer instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton rollout`: asks `baton up --admin` for a rolling restart and prints its summary; an
+/// error when any agent failed to come back.
+pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
+    let ms = |d: &Option<String>| -> anyhow::Result<Option<u64>> {
+        d.as_deref()
+            .map(|s| baton_bench::parse_duration(s).map(|d| d.as_millis() as u64))
+            .transpose()
+    };
+    let body = serde_json::json!({
+        "pause_ms": ms(&args.pause)?,
+        "drain_timeout_ms": ms(&args.drain_timeout)?,
+        "ready_timeout_ms": ms(&args.ready_timeout)?,
+    });
+    // the answer comes when the last agent is back: bounded by the phases' own deadlines
+    let (status, answer) = http(
+        args.admin,
+        "POST",
+        "/rollout",
+        &body.to_string(),
+        Duration::from_secs(3600),
+    )?;
+    let report: RolloutReport = match serde_json::from_str(&answer) {
+        Ok(r) => r,
+        Err(_) => bail!(
+            "baton up at {} answered {status}: {}",
+            args.admin,
+            answer.trim()
+        ),
+    };
+    if args.json {
+        println!("{answer}");
+    } else {
+        print!("{}", table(&report));
+    }
+    if !report.ok {
+        bail!(
+            "rollout stopped: {}",
+            report.error.as_deref().unwrap_or("see above")
+        );
+    }
+    Ok(())
+}
+
+/// The summary a person reads.
+pub fn table(r: &RolloutReport) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}  exit",
+        "agent", "old pid", "new pid", "drain ms", "start ms", "links ms", "restart ms"
+    );
+    for a in &r.agents {
+        let _ = writeln!(
+            o,
+            "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}  {}{}",
+            a.id,
+            a.old_pid,
+            a.new_pid.map_or("-".into(), |p| p.to_string()),
+            a.drain_ms,
+            a.start_ms,
+            a.links_ms,
+            a.restart_ms,
+            a.exit,
+            if a.killed {
+                " (killed at the drain deadline)"
+            } else {
+                ""
+            }
+        );
+        if let Some(e) = &a.error {
+            let _ = writeln!(o, "      error: {e}");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "{} in {:.1} s",
+        if r.ok {
+            format!("{} agents restarted", r.agents.len())
+        } else {
+            "rollout stopped".into()
+        },
+        r.total_ms as f64 / 1000.0
+    );
+    o
+}
+
+/// The `--link-connections` a dispatcher command line asks for (2 by default).
+pub(crate) fn links_per_dispatcher(dispatch_args: &[String]) -> usize {
+    dispatch_args
+        .windows(2)
+        .find(|w| w[0] == "--link-connections")
+        .and_then(|w| w[1].parse().ok())
+        .unwrap_or(2usize)
+        .clamp(1, 64)
+}
+
+/// Whether `pid` is a running process (`/proc/PID` exists and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // the state follows the command name in parentheses: Z is a zombie
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn ports_announced_replace_port_zero() {
+        let child = Command::new("true").spawn().unwrap();
+        let mut p = Proc {
+            child,
+            addrs: HashMap::from([
+                ("tls".into(), "127.0.0.1:4001".parse().unwrap()),
+                ("metrics".into(), "127.0.0.1:4002".parse().unwrap()),
+                ("link".into(), "127.0.0.1:4003".parse().unwrap()),
+            ]),
+        };
+        let argv: Vec<String> = [
+            "/bin/baton",
+            "agent",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--agent-id",
+            "2",
+            "--link-listen",
+            "127.0.0.1:0",
+            "--peer-listen",
+            "127.0.0.1:7001",
+        ]
+        .map(String::from)
+        .to_vec();
+        let pinned = pin_ports(argv, &p);
+        assert_eq!(
+            pinned,
+            [
+                "/bin/baton",
+                "agent",
+                "--listen",
+                "127.0.0.1:4001",
+                "--metrics",
+                "127.0.0.1:4002",
+                "--agent-id",
+                "2",
+                "--link-listen",
+                "127.0.0.1:4003",
+                "--peer-listen",
+                "127.0.0.1:7001"
+            ]
+        );
+        let _ = p.child.wait();
+    }
+
+    #[test]
+    fn request_bodies_are_checked() {
+        let o = RolloutRequest::default().options().unwrap();
+        assert_eq!(o.drain_deadline, Duration::from_secs(30));
+        let o: RolloutRequest = serde_json::from_str(r#"{"pause_ms": 1500}"#).unwrap();
+        assert_eq!(o.options().unwrap().pause, Duration::from_millis(1500));
+        assert!(serde_json::from_str::<RolloutRequest>(r#"{"pause": 1}"#).is_err());
+        let too_long = RolloutRequest {
+            drain_timeout_ms: Some(MAX_DEADLINE_MS + 1),
+            ..Default::default()
+        };
+        assert!(too_long.options().is_err());
+        let zero = RolloutRequest {
+            ready_timeout_ms: Some(0),
+            ..Default::default()
+        };
+        assert!(zero.options().is_err());
+        assert_eq!(
+            links_per_dispatcher(&["--link-connections".into(), "3".into()]),
+            3
+        );
+        assert_eq!(links_per_dispatcher(&[]), 2);
+    }
+
+    #[test]
+    fn liveness_from_proc() {
+        assert!(alive(std::process::id()));
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        // exited but not reaped: a zombie is not alive
+        let until = Instant::now() + Duration::from_secs(5);
+        while alive(pid) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!alive(pid));
+        let _ = c.wait();
+        assert!(!alive(pid));
+    }
+}
