@@ -90,6 +90,12 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             crate::pki::KeyKind::EcdsaP256
         }),
         agent_args: args.agent_args,
+        // the rollout asks each dispatcher (GET /agents) whether a restarted agent is back; in
+        // namespaces their loopback is their own, so there the agents' link counts alone say it
+        dispatcher_args: match (args.admin, args.hosts) {
+            (Some(_), false) => vec!["--admin".into(), "127.0.0.1:0".into()],
+            _ => Vec::new(),
+        },
         agent_caps: Vec::new(),
         topology: crate::cluster::Topology {
             hosts: args.hosts,
