@@ -155,7 +155,8 @@ pub fn netem_delay(host: &Host, rtt: std::time::Duration) -> anyhow::Result<()> 
         .context("running tc (iproute2)")?;
     if !out.status.success() {
         bail!(
-            "adding {delay} of delay on {}: {}",
+            "adding {delay} of delay on {} (the RTT of --hosts is netem's: this kernel needs \
+             sch_netem, or run with --rtt 0): {}",
             host.name,
             String::from_utf8_lossy(&out.stderr).trim()
         );

@@ -52,8 +52,9 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let mut t = Table::new(
         "dispatcher-failover",
         format!(
-            "two dispatchers (handoff, {AGENTS} agents) behind HAProxy mode tcp, {rate} requests/s open loop for {} s, one dispatcher SIGKILLed at {} s",
+            "two dispatchers (handoff, {AGENTS} agents) behind HAProxy mode tcp, {rate} requests/s open loop for {} s, RTT {}, one dispatcher SIGKILLed at {} s",
             duration.as_secs(),
+            lab.rtt.map_or("none".into(), |d| format!("{} ms", d.as_millis())),
             kill_at.as_secs()
         ),
     )
@@ -98,6 +99,15 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     })
     .context("starting two dispatchers and their agents")?;
     let haproxy = Haproxy::start_failover("haproxy", &cluster.dispatcher_addrs(), &dir)?;
+    // The lab's RTT (30 ms unless --quick): clients across a WAN keep their connections open
+    // for a few round trips, so some are in flight on the dispatcher that dies (on loopback
+    // a request lasts a few ms and the kill meets almost none). The proxy keeps each client's
+    // address, so the dispatchers' homes see the eight clients.
+    let proxy = match lab.rtt {
+        Some(rtt) => Some(crate::rig::delay::DelayProxy::start(haproxy.addr(), rtt)?),
+        None => None,
+    };
+    let entry = proxy.as_ref().map_or(haproxy.addr(), |p| p.addr());
     let roots = load::roots(&cluster.pki.ca)?;
     let metrics = |p: &Proc| p.addr("metrics").context("dispatcher metrics address");
     let survivor = metrics(&cluster.dispatcher)?;
@@ -113,7 +123,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let requests = runtime.spawn(load::run(
         Load {
             side: Side::A,
-            addr: haproxy.addr(),
+            addr: entry,
             rate,
             max_in_flight: (rate * 2.0) as u64,
             roots,
@@ -135,6 +145,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         .block_on(requests)
         .context("the load's task ended badly")?;
     let after_s = routes(survivor, AGENTS)?;
+    drop(proxy);
     drop(haproxy);
     drop(cluster);
 

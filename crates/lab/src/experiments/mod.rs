@@ -45,7 +45,7 @@ pub struct LabArgs {
     #[arg(long, global = true, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Round-trip time added between clients and servers by the lab's delay proxy
-    /// (the CSSL paper used 30 ms). Default: 30ms, or 0 with --quick.
+    /// (the CSSL paper used 30 ms). Default: 30ms, or 0 with --quick; `0` or `off` for none.
     #[arg(long, global = true, value_name = "DURATION")]
     pub rtt: Option<String>,
     /// CPU cap of each server, percent of one core (cgroup v1; falls back to one core each
@@ -128,6 +128,8 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::env::temp_dir().join(format!("baton-lab-{}", std::process::id())));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let rtt = match args.rtt.as_deref() {
+        // a full-size run without added RTT (--hosts on a kernel without netem)
+        Some("0" | "off" | "none") => None,
         Some(s) => Some(baton_bench::parse_duration(s)?).filter(|d| !d.is_zero()),
         None if args.quick => None,
         None => Some(Duration::from_millis(30)),
@@ -148,6 +150,15 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         hosts: args.hosts,
     };
     raise_fd_limit();
+    let hosts_apply = matches!(
+        args.experiment,
+        Experiment::ScenarioA | Experiment::ScenarioB | Experiment::All
+    );
+    if args.hosts && hosts_apply {
+        // says so and stops without the privileges, before waiting for the lab lock or
+        // running any loopback row (creates a bridge and removes it again)
+        drop(crate::hosts::Hosts::create()?);
+    }
     let _machine = machine_lock()?;
     println!(
         "baton lab: {} CPUs, servers capped at {} ({:?}), RTT {}, {}",

@@ -29,10 +29,6 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let n = if lab.quick { 900 } else { 2100 };
     // with RTT every connection waits on the wire: more clients keep the servers busy
     let per_host = if lab.rtt.is_some() { 30 } else { 10 };
-    if lab.hosts {
-        // says so and stops without the privileges, before any loopback row has run
-        drop(crate::hosts::Hosts::create()?);
-    }
     let lineup = Lineup {
         slug: "a",
         balance: ("source", "LB-IP"),

@@ -35,10 +35,6 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     crate::rig::nginx::write_bodies(&www, &[BODY])?;
     let n = if lab.quick { 600 } else { 3000 };
     let per_host = if lab.rtt.is_some() { 30 } else { 10 };
-    if lab.hosts {
-        // says so and stops without the privileges, before any loopback row has run
-        drop(crate::hosts::Hosts::create()?);
-    }
     let lineup = Lineup {
         slug: "b",
         balance: ("roundrobin", "LB-RR"),
