@@ -47,8 +47,6 @@ pub struct End {
     pub early: Option<bool>,
     /// When the transaction started (TCP connect included).
     pub began: Option<std::time::Instant>,
-    /// When it was due (open loop: its place in the schedule; else when it began).
-    pub due: Option<std::time::Instant>,
     /// Time from `began` to the first response byte.
     pub ttfb: Option<std::time::Duration>,
     /// TLS 1.3 tickets the client had received before this connection's handshake.

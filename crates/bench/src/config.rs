@@ -156,8 +156,8 @@ failed unanswered.
 --json FILE: handshakes, negotiated (version suite group: count), requests (ok, failed,
 unsent, by_status), errors by class (connect, tls, timeout, http, io, closed) and the first
 cause of each (error_examples), latency_ms per phase (connect, handshake, ttfb, total; and
-request: each request of a connection, from when it was due to its last byte, think time
-excluded: p50 p90 p99 p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
+request: each request of a connection, from when it started to its last byte, think time
+and open-loop lag excluded: p50 p90 p99 p999 max mean count), tps, rps, bytes, duration_s, client_cpu_s, the effective config, the
 --server-metrics deltas, and raw histograms (microseconds, [value, count] pairs of HdrHistogram
 buckets, 3 significant figures) that add up exactly across runs, and a timeline (transactions
 completed and failed per 100 ms). --report FILE.html: the same as one self-contained page.

@@ -56,7 +56,7 @@ pub struct Timeline {
     pub completed: Vec<u64>,
     /// Transactions failed in each interval.
     pub failed: Vec<u64>,
-    /// Request latency by the second in which each request was due (raw histograms, as in
+    /// Request latency by the second in which each request started (raw histograms, as in
     /// `histograms`; second 0 first): windows such as "during a restart" are read from one run
     /// by adding the seconds they span. Absent in runs of older versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

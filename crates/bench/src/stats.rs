@@ -67,11 +67,12 @@ pub struct Stats {
     /// Transactions that ended in each [`TIMELINE_MS`] interval since the run started:
     /// `[completed, failed]` (the report's throughput over time).
     pub timeline: Vec<[u64; 2]>,
-    /// Each answered request's latency (microseconds), from when it was due (the first: the
-    /// transaction's due time, so connect and handshake count; the next ones: the end of the
-    /// think time before them) to its response's last byte. Think time never counts.
+    /// Each answered request's latency (microseconds), from when it started (the first: with
+    /// its transaction, so connect and handshake count; the next ones: at the end of the think
+    /// time before them) to its response's last byte. Think time never counts, nor an open-loop
+    /// schedule's lag (which `latency[3]`, the total, has).
     pub request: Histogram<u64>,
-    /// The same by the second (since the run started) in which each request was due: p99
+    /// The same by the second (since the run started) in which each request started: p99
     /// before, during and after an event (a restart) from one run, exactly mergeable.
     pub request_by_second: Vec<Histogram<u64>>,
 }
@@ -163,7 +164,7 @@ impl Stats {
         self.requests_unsent += s.unsent;
     }
 
-    /// One answered request that was due `due_since_start` after the run began and took
+    /// One answered request that started `due_since_start` after the run began and took
     /// `latency` (think time excluded by the caller).
     pub fn request_latency(&mut self, due_since_start: Duration, latency: Duration) {
         let us = (latency.as_micros() as u64).clamp(LOWEST_US, HIGHEST_US);

@@ -52,10 +52,7 @@ impl Client {
     /// Runs one transaction and records it. `due` is when it should have started: its total
     /// latency is measured from there (in open loop, later than now if the client fell behind).
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
-        let mut end = End {
-            due: Some(due.into_std()),
-            ..End::default()
-        };
+        let mut end = End::default();
         self.thought = Duration::ZERO;
         let result = self.run(stats, &mut end).await;
         let now = Instant::now();
@@ -250,9 +247,10 @@ impl Client {
                     ));
                 }
             }
-            // when this request was due: the first, when the transaction was (connect and
-            // handshake count, and in open loop any lag); the next ones, now (after the think)
-            let due = match (i, end.due) {
+            // when this request started: the first, with the transaction (connect and handshake
+            // count; an open-loop schedule's lag does not: `total` has it); the next ones, now
+            // (after the think)
+            let begun = match (i, end.began) {
                 (0, Some(d)) => Instant::from_std(d),
                 _ => Instant::now(),
             };
@@ -382,8 +380,11 @@ impl Client {
                     stats.bytes += n as u64;
                 },
             }
-            if let Some(since) = (due.into_std()).checked_duration_since(self.start.into_std()) {
-                stats.request_latency(since, Instant::now() - due);
+            if let Some(since) = begun
+                .into_std()
+                .checked_duration_since(self.start.into_std())
+            {
+                stats.request_latency(since, Instant::now() - begun);
             }
             if head.close && i + 1 < k {
                 // the server ended keep-alive early: the remaining requests are not sent
@@ -462,7 +463,7 @@ impl Client {
                     ));
                 }
             }
-            let due = match (i, end.due) {
+            let begun = match (i, end.began) {
                 (0, Some(d)) => Instant::from_std(d),
                 _ => Instant::now(),
             };
@@ -509,8 +510,11 @@ impl Client {
                     Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
                 }
             }
-            if let Some(since) = due.into_std().checked_duration_since(self.start.into_std()) {
-                stats.request_latency(since, Instant::now() - due);
+            if let Some(since) = begun
+                .into_std()
+                .checked_duration_since(self.start.into_std())
+            {
+                stats.request_latency(since, Instant::now() - begun);
             }
         }
         // dropping the sender lets the connection task send GOAWAY and close_notify
