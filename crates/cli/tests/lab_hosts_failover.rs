@@ -1,0 +1,167 @@
+//! Issue 17's lab experiments, small: `baton lab dispatcher-failover --quick` (two dispatchers
+//! behind HAProxy, one SIGKILLed under open-loop load) and `baton lab scenario-b --hosts
+//! --quick` (the dispatcher rows in network namespaces beside loopback). Real `baton`
+//! processes, real HAProxy, namespaces the run creates and removes. The assertions are about
+//! what the processes counted (requests, failures, the dispatchers' routes, the servers'
+//! handshakes), never about speed.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{have_haproxy, is_root, TempDir};
+use serde_json::Value;
+
+fn lab_binary() -> std::path::PathBuf {
+    std::env::var_os("BATON_LAB_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_baton").into())
+}
+
+/// `baton lab EXPERIMENT --quick ARGS --json FILE`: its pid, output and its one table's rows.
+fn lab(experiment: &str, args: &[&str], dir: &TempDir) -> (u32, Output, Vec<Value>) {
+    let json = dir.path("lab.json");
+    let child = Command::new(lab_binary())
+        .args(["lab", experiment, "--quick"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path("work"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running baton lab");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("waiting for baton lab");
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let rows = std::fs::read(&json)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["experiments"][0]["rows"].as_array().cloned())
+        .unwrap_or_default();
+    (pid, out, rows)
+}
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
+fn one_of_two_dispatchers_dies_under_load_and_nothing_started_after_fails() {
+    if !have_haproxy() {
+        return;
+    }
+    let dir = TempDir::new("lab-dispatcher-failover");
+    let (_, out, rows) = lab("dispatcher-failover", &[], &dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "baton lab failed: {stderr}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let (before, at, after) = (&rows[0], &rows[1], &rows[2]);
+    assert!(before["phase"].as_str().unwrap().starts_with("before"));
+    assert!(at["phase"].as_str().unwrap().starts_with("in flight"));
+    assert!(after["phase"].as_str().unwrap().starts_with("after"));
+    // the load ran on both sides of the kill (100/s for 10 s each, open loop)
+    assert!(n(&before["requests"]) >= 500, "{before}");
+    assert!(n(&after["requests"]) >= 500, "{after}");
+    // nothing failed but what was on the killed dispatcher when it died
+    assert_eq!(n(&before["failed"]), 0, "{before}");
+    assert_eq!(n(&after["failed"]), 0, "{after}");
+    assert!(n(&at["failed"]) <= n(&at["requests"]), "{at}");
+    // sessions resume through either dispatcher, and through the survivor alone
+    for r in [before, after] {
+        assert!(r["resumed_percent"].as_f64().unwrap() > 90.0, "{r}");
+        // homes: every agent's share of the home routes is rendezvous hashing's, before the
+        // kill (both dispatchers) and after (the survivor alone); none fell back
+        let dev = r["home_deviation_points"].as_f64().unwrap();
+        assert!(dev <= 6.0, "homes off by {dev} points: {r}");
+        assert_eq!(n(&r["fallback_routes"]), 0, "{r}");
+        let routed: u64 = r["home_routes"].as_array().unwrap().iter().map(n).sum();
+        assert!(routed > 0, "{r}");
+    }
+}
+
+#[test]
+#[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
+fn scenario_b_across_hosts_runs_the_dispatcher_rows_on_veth_and_leaves_no_namespace() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+            "--hosts needs root (BATON_REQUIRE_SERVERS is set)"
+        );
+        eprintln!("skipping: network namespaces need root");
+        return;
+    }
+    let dir = TempDir::new("lab-scenario-b-hosts");
+    let (pid, out, rows) = lab("scenario-b", &["--hosts"], &dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "baton lab failed: {stderr}");
+    // CSSL-SL disabled and enabled, each on loopback and on veth
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let nets: Vec<&str> = rows.iter().map(|r| r["net"].as_str().unwrap()).collect();
+    assert_eq!(nets, ["loopback", "veth", "loopback", "veth"]);
+    for r in &rows {
+        assert_eq!(n(&r["failed"]), 0, "{r}");
+        // every connection was served and counted by the agents themselves
+        assert_eq!(n(&r["server_requests"]), 600, "{r}");
+        assert!(
+            r["dispatcher_cpu_us_per_conn"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    // shared sessions: only each client's first connection of three is a full handshake,
+    // across hosts as on loopback (the agents' own counts)
+    for r in &rows[2..] {
+        assert_eq!(n(&r["full_handshakes"]), 200, "{r}");
+    }
+    // the same shape: both veth rows made the same connections from the client hosts
+    assert_eq!(
+        n(&rows[1]["client_full"]) + n(&rows[1]["client_resumed"]),
+        600
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("across hosts"), "{stdout}");
+    // removed on exit: no namespace and no bridge of that run (its pid is in their names)
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(
+        !netns.contains(&format!("baton-{pid}-")),
+        "left behind:\n{netns}"
+    );
+    let bridges = Command::new("ip")
+        .args(["-o", "link", "show", "type", "bridge"])
+        .output()
+        .unwrap();
+    let bridges = String::from_utf8_lossy(&bridges.stdout);
+    assert!(
+        !bridges.contains(&format!(" bt{pid}:")),
+        "left behind:\n{bridges}"
+    );
+}
+
+#[test]
+fn across_hosts_without_privileges_says_so_and_stops() {
+    if !is_root() {
+        return; // setpriv needs root to drop to another user
+    }
+    let dir = std::env::temp_dir().join(format!("baton-lab-unprivileged-{}", std::process::id()));
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(lab_binary())
+        .args(["lab", "scenario-b", "--hosts", "--quick", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--hosts needs the privileges"), "{err}");
+}
