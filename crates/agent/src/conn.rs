@@ -72,6 +72,15 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
     let peer = stream.meta().source;
     let drain = stream.meta().drain;
+    // A dispatcher's operator drained this agent, or enabled it again: not a client.
+    if let Some(shed) = stream.meta().shed {
+        tracing::info!(
+            shed,
+            "a dispatcher drained this agent: idle connections move elsewhere"
+        );
+        shared.shedding.send_replace(shed);
+        return;
+    }
     let mut binding = [0u8; handoff_wire::BINDING_LEN];
     binding[..16].copy_from_slice(&stream.link_id());
     binding[16..].copy_from_slice(&stream.meta().token.unwrap_or_default());
@@ -161,10 +170,10 @@ async fn serve(
     }
     let accept = if cfg.early_data > 0 {
         // `--early-data`: the hello is read first, to decide about its early data
-        match crate::early_tls::start(io, offer.is_some(), deadline, &shared).await {
+        match Box::pin(crate::early_tls::start(io, offer.is_some(), deadline, &shared)).await {
             crate::early_tls::Start::Plain(accept) => accept,
             crate::early_tls::Start::Early(conn) => {
-                return crate::early_tls::serve(*conn, peer, first_by, deadline, shared).await
+                return Box::pin(crate::early_tls::serve(*conn, peer, first_by, deadline, shared)).await
             }
             crate::early_tls::Start::Done => return,
         }
@@ -216,10 +225,10 @@ async fn serve(
         None => (movable.then_some(secrets), None),
     };
     if let Some((offer, secrets)) = offered {
-        match handoff::export::hand_off(stream, offer, secrets, &info, &shared).await {
+        match Box::pin(handoff::export::hand_off(stream, offer, secrets, &info, &shared)).await {
             Exported::Migrated | Exported::Closed => return,
             Exported::ServeHere(migrated) => {
-                return serve_migrated(*migrated, info, first_by, &shared).await
+                return Box::pin(serve_migrated(*migrated, info, first_by, &shared)).await
             }
             Exported::Keep(kept, plain) => {
                 stream = *kept;
@@ -233,7 +242,9 @@ async fn serve(
     // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
     // here: either rustls already holds request bytes, or the socket becomes readable.
     let mut engine = Engine::Rustls(stream);
-    if ahead.is_empty() && engine.wait_request(&shared, first_by, false).await != Waited::Request {
+    if ahead.is_empty()
+        && engine.wait_request(&shared, first_by, false, false).await != Waited::Request
+    {
         return;
     }
     let Engine::Rustls(mut stream) = engine else {
@@ -242,7 +253,7 @@ async fn serve(
     if h2 {
         // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
         stream.get_mut().0.stop_coalescing();
-        serve_h2(
+        Box::pin(serve_h2(
             Prefixed {
                 ahead,
                 inner: stream,
@@ -252,12 +263,21 @@ async fn serve(
             info,
             first_by,
             &shared,
-        )
+        ))
         .await
     } else {
         // Not boxed: this future lives as long as the connection, so a box would only add to
         // what every idle keep-alive connection holds.
-        serve_http1(Engine::Rustls(stream), ahead, info, first_by, shared, peer, mover).await
+        serve_http1(
+            Engine::Rustls(stream),
+            ahead,
+            info,
+            first_by,
+            shared,
+            peer,
+            mover,
+        )
+        .await
     }
 }
 
@@ -277,7 +297,16 @@ async fn serve_migrated(
     // its traffic secrets are the layer's own
     let mover = shared.config.handoff.then(TrafficSecrets::default);
     let engine = Engine::Layer(Box::new(stream));
-    serve_http1(engine, bytes::Bytes::new(), info, first_by, shared.clone(), peer, mover).await
+    serve_http1(
+        engine,
+        bytes::Bytes::new(),
+        info,
+        first_by,
+        shared.clone(),
+        peer,
+        mover,
+    )
+    .await
 }
 
 /// HTTP/2 over any established TLS stream; the first request must be in by `first_by`.
@@ -480,17 +509,22 @@ async fn serve_http1(
         let until = first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
         let later = first.is_none();
         if ahead.is_empty() {
-            match stream.wait_request(&shared, until, later).await {
+            match stream
+                .wait_request(&shared, until, later, mover.is_some())
+                .await
+            {
                 Waited::Request => {}
                 Waited::End => return,
-                // Idle between requests while the agent drains: the dispatcher moves the live
-                // connection to another agent (its client notices nothing), else it ends here.
+                // Idle between requests while the agent drains (or is drained at a dispatcher):
+                // the dispatcher moves the live connection to another agent (its client
+                // notices nothing). Else a drain ends it here; a dispatcher's drain lets it be.
                 Waited::Drain => {
+                    let draining = shared.draining.is_cancelled();
                     let Some(secrets) = mover.take() else {
                         shared.metrics.handoff.drain_closed();
                         return close(stream, cfg.idle_timeout).await;
                     };
-                    match handoff::export::leave(stream, secrets, &info, &shared).await {
+                    match Box::pin(handoff::export::leave(stream, secrets, &info, &shared)).await {
                         Exported::Migrated => return,
                         Exported::Closed => return shared.metrics.handoff.drain_closed(),
                         // It stays (served from the record layer if it was extracted): what
@@ -502,9 +536,12 @@ async fn serve_http1(
                         Exported::Keep(kept, plain) => {
                             stream = Engine::Rustls(*kept);
                             ahead = plain.into();
-                            if ahead.is_empty() {
+                            if ahead.is_empty() && draining {
                                 shared.metrics.handoff.drain_closed();
                                 return close(stream, cfg.idle_timeout).await;
+                            }
+                            if ahead.is_empty() {
+                                continue;
                             }
                         }
                     }

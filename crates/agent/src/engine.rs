@@ -60,13 +60,16 @@ impl Engine {
     /// waiting, or the socket is readable and what arrived decrypts to some) or the peer
     /// closed. Bytes that decrypt to nothing (a record trickled in) do not extend the wait past
     /// `until`. A drain ends only a `later` wait (for a keep-alive connection's next request):
-    /// a new connection's client connected while we served, and gets its answer.
+    /// a new connection's client connected while we served, and gets its answer. So does an
+    /// operator's drain at a dispatcher (shedding), for a connection that can move.
     pub(crate) async fn wait_request(
         &mut self,
         shared: &Shared,
         until: Instant,
         later: bool,
+        movable: bool,
     ) -> Waited {
+        let mut shedding = shared.shedding.subscribe();
         loop {
             if self.request_here() {
                 return Waited::Request;
@@ -74,6 +77,7 @@ impl Engine {
             tokio::select! {
                 r = self.io().readable() => if r.is_err() { return Waited::End },
                 _ = shared.draining.cancelled(), if later => return Waited::Drain,
+                _ = shedding.wait_for(|shed| *shed), if later && movable => return Waited::Drain,
                 _ = tokio::time::sleep_until(until) => {
                     shared.metrics.slow_request(false);
                     return Waited::End;
@@ -123,7 +127,9 @@ impl Engine {
     /// `plain`; returns how much it appended.
     pub(crate) fn decrypt(&mut self, tls: &[u8], plain: &mut Vec<u8>) -> Result<usize, String> {
         match self {
-            Engine::Rustls(s) => session::decrypt(s.get_mut().1, tls, plain).map_err(|e| e.to_string()),
+            Engine::Rustls(s) => {
+                session::decrypt(s.get_mut().1, tls, plain).map_err(|e| e.to_string())
+            }
             Engine::Layer(s) => s.decrypt(tls, plain),
         }
     }

@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,8 +20,8 @@ struct KeepAlive {
 }
 
 impl KeepAlive {
-    fn open(up: &Up, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
-        let tcp = TcpStream::connect(up.addr()).unwrap();
+    fn open(to: SocketAddr, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
+        let tcp = TcpStream::connect(to).unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let conn =
             rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
@@ -75,7 +75,8 @@ fn drain_moves(up: &Up, outcome: &str) -> f64 {
 
 #[test]
 fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
-    // round-robin spreads the connections over the three agents; every agent can move them
+    // round-robin spreads the connections over the three agents; `baton up` gives every
+    // agent --handoff, so each can move them
     let up = Up::start(&[
         "--agents",
         "3",
@@ -83,7 +84,6 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
         "round-robin",
         "--store",
         "peers",
-        "--agent-arg=--handoff=true",
     ]);
     let v12 = Arc::new(up.client(&rustls::version::TLS12));
     let v13 = Arc::new(up.client(&rustls::version::TLS13));
@@ -91,7 +91,7 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
         .map(|i| {
             let tls13 = i % 2 == 1;
             let config = if tls13 { &v13 } else { &v12 };
-            (tls13, KeepAlive::open(&up, config))
+            (tls13, KeepAlive::open(up.addr(), config))
         })
         .collect();
     for (_, c) in clients.iter_mut() {
@@ -114,15 +114,25 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
             c.tls.conn.refresh_traffic_keys().unwrap();
         }
         let r = c.get("/tls");
-        assert!(r.starts_with("HTTP/1.1 200"), "client {i} after KeyUpdate: {r}");
+        assert!(
+            r.starts_with("HTTP/1.1 200"),
+            "client {i} after KeyUpdate: {r}"
+        );
         assert_eq!(
             c.tls.conn.handshake_kind(),
             Some(rustls::HandshakeKind::Full),
             "the same session, never a second handshake"
         );
     }
-    let moved_in = up.agent_sum(1, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\"")
-        + up.agent_sum(2, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\"");
+    let moved_in = up.agent_sum(
+        1,
+        "baton_sessions_moved_total",
+        "direction=\"in\",reason=\"drain\"",
+    ) + up.agent_sum(
+        2,
+        "baton_sessions_moved_total",
+        "direction=\"in\",reason=\"drain\"",
+    );
     assert_eq!(moved_in, 4.0, "round-robin put 4 of the 12 on agent 0");
     assert_eq!(drain_moves(&up, "migrated"), 4.0);
     for outcome in ["stayed", "aborted", "fell_back"] {
@@ -135,7 +145,11 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
 
     // Agent 1 drains too: its own connections (rustls) and those that moved in (record
     // layer) all move on to agent 2, the last one standing.
-    let into_1 = up.agent_sum(1, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\"");
+    let into_1 = up.agent_sum(
+        1,
+        "baton_sessions_moved_total",
+        "direction=\"in\",reason=\"drain\"",
+    );
     let into_2 = moved_in - into_1;
     // what agent 1 holds: its 4 of the 12, and those that moved in
     let on_1 = 4.0 + into_1;
@@ -150,10 +164,17 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
             c.tls.conn.refresh_traffic_keys().unwrap();
         }
         let r = c.get("/bytes/10");
-        assert!(r.starts_with("HTTP/1.1 200"), "client {i} after the second drain: {r}");
+        assert!(
+            r.starts_with("HTTP/1.1 200"),
+            "client {i} after the second drain: {r}"
+        );
     }
     assert_eq!(
-        up.agent_sum(2, "baton_sessions_moved_total", "direction=\"in\",reason=\"drain\""),
+        up.agent_sum(
+            2,
+            "baton_sessions_moved_total",
+            "direction=\"in\",reason=\"drain\""
+        ),
         into_2 + on_1,
         "every connection agent 1 held moved on"
     );
@@ -162,13 +183,7 @@ fn live_keep_alive_connections_move_off_a_draining_agent_tls12_and_tls13() {
 
 #[test]
 fn openssl_s_client_keeps_its_connection_across_a_drain_tls12_and_tls13() {
-    let up = Up::start(&[
-        "--agents",
-        "2",
-        "--policy",
-        "round-robin",
-        "--agent-arg=--handoff=true",
-    ]);
+    let up = Up::start(&["--agents", "2", "--policy", "round-robin"]);
     // two clients of each version: round-robin puts one of each on agent 0
     let mut children = Vec::new();
     for version in ["-tls1_2", "-tls1_2", "-tls1_3", "-tls1_3"] {
@@ -211,4 +226,108 @@ fn openssl_s_client_keeps_its_connection_across_a_drain_tls12_and_tls13() {
         );
     }
     assert_eq!(drain_moves(&up, "migrated"), 2.0);
+}
+
+#[test]
+fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stays_up() {
+    let pki = Pki::new();
+    let dir = TempDir::new("admin-drain");
+    let cluster_key = key_file(&dir, "cluster.key");
+    let agents: Vec<Agent> = (0..2u16)
+        .map(|id| {
+            let id = id.to_string();
+            Agent::serving(
+                &pki,
+                &[
+                    "--agent-id",
+                    &id,
+                    "--link-listen",
+                    "127.0.0.1:0",
+                    "--cluster-key-file",
+                    &cluster_key,
+                    "--handoff",
+                    "true",
+                ],
+            )
+        })
+        .collect();
+    let roster: String = agents
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            format!(
+                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
+                a.addr,
+                a.link.unwrap()
+            )
+        })
+        .collect();
+    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    let (child, addrs) = spawn_ready(
+        "dispatch",
+        &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+        &[
+            "--agents-file",
+            &dir.arg("agents.toml"),
+            "--admin",
+            "127.0.0.1:0",
+            "--policy",
+            "round-robin",
+            "--cluster-key-file",
+            &cluster_key,
+        ],
+    );
+    // killed on drop, like the agents
+    let _d = Dispatcher {
+        child,
+        addr: addrs["dispatch"],
+        metrics: addrs["metrics"],
+    };
+    let config = Arc::new(pki.client(&[&rustls::version::TLS13], None));
+    let mut clients: Vec<KeepAlive> = (0..6)
+        .map(|_| KeepAlive::open(addrs["dispatch"], &config))
+        .collect();
+    for c in clients.iter_mut() {
+        assert!(c.get("/tls").starts_with("HTTP/1.1 200"));
+    }
+    let moved_out = |a: &Agent| {
+        series_sum(
+            &a.metrics_text(),
+            "baton_sessions_moved_total",
+            "direction=\"out\",reason=\"drain\"",
+        )
+    };
+    let out = Command::new("curl")
+        .args(["-s", "-m", "5", "-X", "POST"])
+        .arg(format!("http://{}/agents/0/drain", addrs["admin"]))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text_of(&out));
+    // round-robin put 3 of the 6 on agent 0: they move while idle, and it keeps running
+    let end = Instant::now() + Duration::from_secs(10);
+    while moved_out(&agents[0]) < 3.0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(moved_out(&agents[0]), 3.0);
+    for (i, c) in clients.iter_mut().enumerate() {
+        let r = c.get("/bytes/20");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i}: {r}");
+    }
+    assert_eq!(
+        series_sum(
+            &agents[1].metrics_text(),
+            "baton_sessions_moved_total",
+            "direction=\"in\",reason=\"drain\"",
+        ),
+        3.0
+    );
+    // still serving its metrics: the agent did not stop, and closed nothing
+    assert_eq!(
+        series_sum(
+            &agents[0].metrics_text(),
+            "baton_drain_closed_connections_total",
+            ""
+        ),
+        0.0
+    );
 }

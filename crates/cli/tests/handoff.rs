@@ -595,6 +595,7 @@ impl TestLink {
                 destination: SocketAddr::from(([127, 0, 0, 1], 443)),
                 token: Some(token),
                 drain: false,
+                shed: None,
             };
             let mut s = h.open(meta).await.unwrap();
             s.write_all(&frame.to_bytes()).await.unwrap();

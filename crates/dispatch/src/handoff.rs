@@ -41,6 +41,7 @@ impl Ends {
             destination: self.destination,
             token: Some(self.token),
             drain: self.drain,
+            shed: None,
         };
         self.stream = match &self.home {
             Some(link) => tokio::time::timeout_at(deadline, link.open(meta))

@@ -176,6 +176,7 @@ impl Roster {
             Change::Remove(id) => {
                 if let Some(slot) = router.slot_of(*id) {
                     router.remove(slot);
+                    shed(&agents[slot], true);
                     // Its pool goes (no new streams, no reconnects); open streams keep their
                     // connections until they end.
                     let old = agents[slot].clone();
@@ -189,6 +190,9 @@ impl Roster {
             }
             Change::SetAdmin(id, admin) => {
                 if let Some(slot) = router.slot_of(*id) {
+                    if router.admin(slot) != *admin {
+                        shed(&agents[slot], *admin != Admin::Active);
+                    }
                     router.set_admin(slot, *admin);
                     tracing::info!(agent = id, state = admin.label(), "agent state set");
                 }
@@ -284,4 +288,28 @@ pub(crate) fn list(roster: &Roster, router: &Mutex<Router>) -> Vec<Listed> {
             }
         })
         .collect()
+}
+
+/// Tells an agent (on one of its links) that it is out of rotation (`true`: it moves its idle
+/// connections to other agents, which its clients do not notice) or back in (`false`). Sent and
+/// forgotten: an agent that misses it only keeps its connections until they end, as before.
+fn shed(agent: &Agent, shed: bool) {
+    let (Some(link), Ok(rt)) = (
+        agent.links.as_ref().and_then(|p| p.pick()),
+        tokio::runtime::Handle::try_current(),
+    ) else {
+        return;
+    };
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let meta = baton_link::StreamMeta {
+        source: unspecified,
+        destination: unspecified,
+        token: None,
+        drain: false,
+        shed: Some(shed),
+    };
+    rt.spawn(async move {
+        // the agent acts on the stream's headers and resets it; nothing to wait for
+        let _ = tokio::time::timeout(Duration::from_secs(5), link.open(meta)).await;
+    });
 }

@@ -421,6 +421,7 @@ async fn connect(
             destination,
             token: None,
             drain: false,
+            shed: None,
         };
         let link = agent.links.as_ref()?.pick()?;
         let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));

@@ -8,6 +8,7 @@ const SOURCE: &str = "baton-source";
 const DESTINATION: &str = "baton-destination";
 const TOKEN: &str = "baton-token";
 const MOVE: &str = "baton-move";
+const SHED: &str = "baton-shed";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamMeta {
@@ -20,6 +21,9 @@ pub struct StreamMeta {
     /// An import stream for a session whose agent drains (not one after a handshake): for the
     /// home agent's counters only.
     pub drain: bool,
+    /// A control stream, not a client's: the dispatcher's operator drained the agent (`true`:
+    /// move its idle connections elsewhere) or enabled it again (`false`).
+    pub shed: Option<bool>,
 }
 
 impl StreamMeta {
@@ -32,6 +36,9 @@ impl StreamMeta {
         }
         if self.drain {
             headers.insert(MOVE, HeaderValue::from_static("drain"));
+        }
+        if let Some(shed) = self.shed {
+            headers.insert(SHED, HeaderValue::from_static(if shed { "1" } else { "0" }));
         }
     }
 
@@ -47,6 +54,12 @@ impl StreamMeta {
             destination: addr(DESTINATION)?,
             token,
             drain: headers.get(MOVE).is_some_and(|v| v == "drain"),
+            shed: match headers.get(SHED).map(|v| v.as_bytes()) {
+                None => None,
+                Some(b"1") => Some(true),
+                Some(b"0") => Some(false),
+                Some(_) => return None,
+            },
         })
     }
 }
@@ -73,6 +86,7 @@ mod tests {
             destination: "[::1]:443".parse().unwrap(),
             token: Some([0xab; 16]),
             drain: true,
+            shed: Some(true),
         };
         let mut h = HeaderMap::new();
         m.write(&mut h);
@@ -80,6 +94,7 @@ mod tests {
         let plain = StreamMeta {
             token: None,
             drain: false,
+            shed: None,
             ..m
         };
         let mut h = HeaderMap::new();

@@ -29,6 +29,7 @@ fn meta(port: u16) -> StreamMeta {
         destination: "127.0.0.1:443".parse().unwrap(),
         token: None,
         drain: false,
+        shed: None,
     }
 }
 
