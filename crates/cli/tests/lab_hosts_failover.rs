@@ -1,7 +1,7 @@
 //! Issue 17's lab experiments, small: `baton lab dispatcher-failover --quick` (two dispatchers
 //! behind HAProxy, one SIGKILLed under open-loop load) and `baton lab scenario-b --hosts
-//! --quick` (the dispatcher rows in network namespaces beside loopback). Real `baton`
-//! processes, real HAProxy, namespaces the run creates and removes. The assertions are about
+//! --quick` (every row in network namespaces, the dispatcher rows also on loopback). Real
+//! `baton` processes, real HAProxy and nginx, namespaces the run creates and removes. The assertions are about
 //! what the processes counted (requests, failures, the dispatchers' routes, the servers'
 //! handshakes), never about speed.
 
@@ -84,7 +84,7 @@ fn one_of_two_dispatchers_dies_under_load_and_nothing_started_after_fails() {
 
 #[test]
 #[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
-fn scenario_b_across_hosts_runs_the_dispatcher_rows_on_veth_and_leaves_no_namespace() {
+fn scenario_b_across_hosts_runs_every_row_on_veth_and_leaves_no_namespace() {
     if !is_root() {
         assert!(
             std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
@@ -93,33 +93,82 @@ fn scenario_b_across_hosts_runs_the_dispatcher_rows_on_veth_and_leaves_no_namesp
         eprintln!("skipping: network namespaces need root");
         return;
     }
+    if !std::path::Path::new("/usr/sbin/nginx").exists() || !have_haproxy() {
+        assert!(
+            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
+            "nginx and haproxy are required"
+        );
+        eprintln!("nginx or haproxy not installed: skipping");
+        return;
+    }
     let dir = TempDir::new("lab-scenario-b-hosts");
     let (pid, out, rows) = lab("scenario-b", &["--hosts"], &dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "baton lab failed: {stderr}");
-    // CSSL-SL disabled and enabled, each on loopback and on veth
-    assert_eq!(rows.len(), 4, "{rows:?}");
-    let nets: Vec<&str> = rows.iter().map(|r| r["net"].as_str().unwrap()).collect();
-    assert_eq!(nets, ["loopback", "veth", "loopback", "veth"]);
-    for r in &rows {
-        assert_eq!(n(&r["failed"]), 0, "{r}");
-        // every connection was served and counted by the agents themselves
-        assert_eq!(n(&r["server_requests"]), 600, "{r}");
+    // every configuration across hosts, and the two through `baton dispatch` also on
+    // loopback just before their veth row
+    let nets: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["config"].as_str().unwrap(),
+                r["server"].as_str().unwrap(),
+                r["net"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let on = |config: &str, server: &str, net: &str| nets.contains(&(config, server, net));
+    for (config, server) in [
+        ("LB-RR", "nginx"),
+        ("LB-RR", "baton"),
+        ("TLS proxy (RR)", "nginx"),
+        ("TLS proxy (RR)", "baton"),
+        ("1 server", "nginx"),
+        ("1 server", "baton"),
+    ] {
         assert!(
-            r["dispatcher_cpu_us_per_conn"].as_f64().unwrap() > 0.0,
-            "{r}"
+            on(config, server, "veth"),
+            "{config} ({server}) not across hosts: {nets:?}"
         );
     }
+    for config in ["CSSL-SL disabled (memory)", "CSSL-SL enabled (peers)"] {
+        assert!(
+            on(config, "baton", "veth") && on(config, "baton", "loopback"),
+            "{nets:?}"
+        );
+    }
+    assert_eq!(rows.len(), 10, "{nets:?}");
+    for r in &rows {
+        assert_eq!(n(&r["failed"]), 0, "{r}");
+        // every connection was counted by the TLS servers themselves
+        assert!(n(&r["server_requests"]) >= 600, "{r}");
+        if r["config"].as_str().unwrap().starts_with("CSSL") {
+            assert!(
+                r["dispatcher_cpu_us_per_conn"].as_f64().unwrap() > 0.0,
+                "{r}"
+            );
+        }
+    }
+    // HAProxy across hosts: in the path (it logged the connections) and round robin
+    let lb = rows
+        .iter()
+        .find(|r| r["config"] == "LB-RR" && r["server"] == "baton")
+        .unwrap();
+    let per: Vec<u64> = lb["balancer_per_server"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(n)
+        .collect();
+    assert_eq!(per.iter().sum::<u64>(), 600, "{lb}");
     // shared sessions: only each client's first connection of three is a full handshake,
     // across hosts as on loopback (the agents' own counts)
-    for r in &rows[2..] {
+    for r in rows
+        .iter()
+        .filter(|r| r["config"] == "CSSL-SL enabled (peers)")
+    {
         assert_eq!(n(&r["full_handshakes"]), 200, "{r}");
     }
-    // the same shape: both veth rows made the same connections from the client hosts
-    assert_eq!(
-        n(&rows[1]["client_full"]) + n(&rows[1]["client_resumed"]),
-        600
-    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("across hosts"), "{stdout}");
     // removed on exit: no namespace and no bridge of that run (its pid is in their names)

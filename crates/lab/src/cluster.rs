@@ -483,7 +483,7 @@ fn stop_all<'a>(children: impl Iterator<Item = &'a mut Child>) {
 }
 
 /// [`spawn_ready_in`] inside `host` when there is one.
-fn spawn_on(
+pub fn spawn_on(
     host: &Option<Host>,
     baton: &Path,
     args: &[String],

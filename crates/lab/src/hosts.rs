@@ -195,6 +195,19 @@ fn remove(pid: u32) {
             let _ = ip(&["netns", "del", &ns]);
         }
     }
+    // A veth pair goes with its namespace only once the kernel has cleaned the namespace
+    // up, which is asynchronous: delete this side now, so a new set of hosts of the same run
+    // (the lab starts one per system under test) can take the same names at once.
+    let veth = format!("bv{pid}x");
+    if let Ok(out) = Command::new("ip").args(["-o", "link", "show"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split(':').nth(1).unwrap_or("").trim();
+            let name = name.split('@').next().unwrap_or("");
+            if name.starts_with(&veth) {
+                let _ = ip(&["link", "del", name]);
+            }
+        }
+    }
     let _ = ip(&["link", "del", &format!("bt{pid}")]);
 }
 

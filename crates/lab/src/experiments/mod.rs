@@ -148,6 +148,7 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         cap,
         key: args.key,
         hosts: args.hosts,
+        across: None,
     };
     raise_fd_limit();
     let hosts_apply = matches!(

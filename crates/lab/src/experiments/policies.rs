@@ -162,48 +162,44 @@ impl Lineup {
 }
 
 impl Lineup {
-    /// `--hosts`: the rows that go through `baton dispatch` (the feature off and on), each on
-    /// loopback and then across hosts (dispatcher, each agent and `client_hosts` client hosts
-    /// in network namespaces of their own), so the dispatcher's CPU per connection over veth
-    /// stands beside loopback from the same run. The HAProxy, nginx, TLS proxy and single-server
-    /// rows are not run: they have no dispatcher, and the rig starts them on loopback only.
+    /// `--hosts`: every configuration across hosts (its servers, balancer or TLS proxy, plain
+    /// backends and `client_hosts` client hosts each in a network namespace of its own,
+    /// [`Lab::across`]), and before each row that goes through `baton dispatch` the same row on
+    /// loopback, so the dispatcher's CPU per connection over veth stands beside loopback from
+    /// the same run.
     pub fn across_hosts(self, client_hosts: usize) -> Vec<Config> {
-        let Lineup {
-            slug,
-            off,
-            on,
-            paper,
-            key,
-            ..
-        } = self;
         let mut out = Vec::new();
-        for (i, (name, policy, store)) in [off, on].into_iter().enumerate() {
-            for hosts in [false, true] {
-                let topology = crate::cluster::Topology {
-                    hosts,
-                    dispatchers: 1,
-                    client_hosts: if hosts { client_hosts } else { 0 },
-                };
-                let dir = format!(
-                    "{slug}-{}-{}",
-                    ["off", "on"][i],
-                    if hosts { "hosts" } else { "loopback" }
-                );
-                let store = store.clone();
-                out.push(Config {
-                    name,
-                    server: "baton",
-                    paper_tps: Some(paper[2 + i]),
-                    single: false,
-                    handoff: policy == "handoff",
-                    net: if hosts { "veth" } else { "loopback" },
-                    dispatcher: true,
-                    build: Box::new(move |l| {
-                        let topology = topology.clone();
-                        Sut::baton_cluster_on(l, &dir, 2, policy, store.clone(), key, &[], topology)
-                    }),
-                });
+        for c in self.configs() {
+            let Config {
+                name,
+                server,
+                paper_tps,
+                single,
+                handoff,
+                dispatcher,
+                build,
+                ..
+            } = c;
+            let build = std::rc::Rc::new(build);
+            let make = |net, across: Option<usize>, build: std::rc::Rc<Build>| Config {
+                name,
+                server,
+                paper_tps,
+                single,
+                handoff,
+                dispatcher,
+                net,
+                build: Box::new(move |l: &Lab| {
+                    build(&Lab {
+                        across,
+                        ..l.clone()
+                    })
+                }),
+            };
+            if dispatcher {
+                out.push(make("loopback", None, build.clone()));
             }
+            out.push(make("veth", Some(client_hosts), build));
         }
         out
     }
@@ -212,7 +208,7 @@ impl Lineup {
 /// `--hosts` notes: what ran where, and the dispatcher's CPU per connection over veth against
 /// loopback for each configuration (the same workload, one run after the other).
 pub fn hosts_notes(t: &mut Table, runs: &[(Config, Run, Evidence)]) {
-    t.note("across hosts: each veth row's dispatcher, agents and client hosts ran in network namespaces of their own on one bridge (every byte crossed veth); its loopback row ran the same workload on 127.0.0.0/8 just before; the HAProxy, nginx, TLS proxy and single-server rows are not run with --hosts (run without it for them)");
+    t.note("across hosts: each veth row's servers, balancer or TLS proxy, plain backends and client hosts ran in network namespaces of their own on one bridge (every byte crossed veth); each row through baton dispatch also ran on loopback just before (net loopback), the same workload, for the dispatcher's CPU per connection; x single compares with the single server on the same net");
     for (c, r, _) in runs.iter().filter(|(c, _, _)| c.net == "veth") {
         let lo = runs
             .iter()
@@ -255,7 +251,7 @@ pub fn finish(
     extra: impl Fn(&Config, &Run) -> serde_json::Map<String, serde_json::Value>,
 ) {
     for (c, r, ev) in runs {
-        let single = single_tps(runs, c.server);
+        let single = single_tps(runs, c.server, c.net);
         let mut row = row(c, r, ev, single, paper_single);
         row.extend(extra(c, r));
         t.push(row);
@@ -441,10 +437,10 @@ pub fn spread_percent(v: &[u64]) -> Option<f64> {
     (mean > 0.0).then(|| (max - min) / mean * 100.0)
 }
 
-/// TPS of the single-server row of implementation `server`.
-pub fn single_tps(runs: &[(Config, Run, Evidence)], server: &str) -> Option<f64> {
+/// TPS of the single-server row of implementation `server` on `net`.
+pub fn single_tps(runs: &[(Config, Run, Evidence)], server: &str, net: &str) -> Option<f64> {
     runs.iter()
-        .find(|(c, _, _)| c.single && c.server == server)
+        .find(|(c, _, _)| c.single && c.server == server && c.net == net)
         .map(|(_, r, _)| r.report.tps)
 }
 

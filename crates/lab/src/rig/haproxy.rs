@@ -39,7 +39,19 @@ impl Haproxy {
         dir: &Path,
         confine: Option<&Confine>,
     ) -> anyhow::Result<Haproxy> {
-        Self::start_as(name, balance, servers, dir, confine, false)
+        Self::start_as(name, balance, servers, dir, confine, false, None)
+    }
+
+    /// [`Haproxy::start`] on `host` (`--hosts`; not capped, like the lab's balancers): in its
+    /// namespace, on its address, port 8443.
+    pub fn start_on(
+        name: &str,
+        balance: &str,
+        servers: &[SocketAddr],
+        dir: &Path,
+        host: Option<&crate::hosts::Host>,
+    ) -> anyhow::Result<Haproxy> {
+        Self::start_as(name, balance, servers, dir, None, false, host)
     }
 
     /// HAProxy as it stands in front of servers that may die (`dispatcher-failover`): TCP
@@ -51,7 +63,7 @@ impl Haproxy {
         servers: &[SocketAddr],
         dir: &Path,
     ) -> anyhow::Result<Haproxy> {
-        Self::start_as(name, "roundrobin", servers, dir, None, true)
+        Self::start_as(name, "roundrobin", servers, dir, None, true, None)
     }
 
     fn start_as(
@@ -61,10 +73,14 @@ impl Haproxy {
         dir: &Path,
         confine: Option<&Confine>,
         failover: bool,
+        host: Option<&crate::hosts::Host>,
     ) -> anyhow::Result<Haproxy> {
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir)?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], super::free_port()?));
+        let addr = match host {
+            Some(h) => SocketAddr::from((h.addr, 8443)),
+            None => SocketAddr::from(([127, 0, 0, 1], super::free_port()?)),
+        };
         let cfg = dir.join("haproxy.cfg");
         let mut text = config(balance, addr, servers, &dir);
         if failover {
@@ -72,7 +88,10 @@ impl Haproxy {
         }
         std::fs::write(&cfg, text)?;
         let log = std::fs::File::create(dir.join("haproxy.log"))?;
-        let mut cmd = Command::new(binary());
+        let mut cmd = match host {
+            Some(h) => h.command(binary()),
+            None => Command::new(binary()),
+        };
         cmd.arg("-db")
             .arg("-f")
             .arg(&cfg)

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use baton_bench::{BenchArgs, Report};
 
-use crate::cluster::{spawn_ready_in, Cluster, ClusterSpec, Proc, Store};
+use crate::cluster::{Cluster, ClusterSpec, Proc, Store};
+use crate::hosts::{Host, Hosts};
 use crate::pki::{self, KeyKind, Pki};
 use cap::{CapMode, Confine};
 use nginx::Nginx;
@@ -43,6 +44,10 @@ pub struct Lab {
     /// `--hosts`: the experiments that support it run their Baton clusters (dispatcher, each
     /// agent, Redis, each client host) in network namespaces of their own (`crate::hosts`).
     pub hosts: bool,
+    /// Set by an experiment for one system under test: `Some(n)` starts its every process
+    /// (servers, balancer, backends) on a host of its own, and `n` client hosts that
+    /// [`Lab::run`] loads from; `None` (the default) keeps it on 127.0.0.0/8.
+    pub across: Option<usize>,
 }
 
 impl Lab {
@@ -93,36 +98,43 @@ impl Lab {
         extra: &[String],
         confine: &Confine,
     ) -> anyhow::Result<Proc> {
-        let mut args: Vec<String> = [
-            "agent",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics",
-            "127.0.0.1:0",
-            "--cert",
-        ]
-        .map(String::from)
-        .to_vec();
+        self.agent_on(dir, name, pki, extra, confine, None)
+    }
+
+    /// [`Lab::agent`] on `host` (its address, in its namespace) when there is one.
+    pub fn agent_on(
+        &self,
+        dir: &Path,
+        name: &str,
+        pki: &Pki,
+        extra: &[String],
+        confine: &Confine,
+        host: Option<&Host>,
+    ) -> anyhow::Result<Proc> {
+        let ip = host.map_or(std::net::Ipv4Addr::LOCALHOST, |h| h.addr);
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "--listen".into(),
+            format!("{ip}:0"),
+            "--metrics".into(),
+            format!("{ip}:0"),
+            "--cert".into(),
+        ];
         args.push(path(&pki.cert));
         args.extend(["--key".into(), path(&pki.key)]);
         args.extend(extra.iter().cloned());
-        spawn_ready_in(
-            &self.baton,
-            &args,
-            &dir.join(format!("{name}.log")),
-            Some(confine),
-        )
+        let log = dir.join(format!("{name}.log"));
+        crate::cluster::spawn_on(&host.cloned(), &self.baton, &args, &log, Some(confine))
     }
 
     /// One measured bench run against `sut`: the servers' counters and CPU before and after,
     /// through the delay proxy when `rtt` is set. `args.url` may hold `{addr}`, replaced by the
     /// address clients connect to.
     pub fn run(&self, sut: &Sut, mut args: BenchArgs) -> anyhow::Result<Run> {
-        let clients = sut
-            .cluster
-            .as_ref()
-            .map(Cluster::client_hosts)
-            .unwrap_or_default();
+        let clients = match &sut.cluster {
+            Some(c) if sut.client_hosts.is_empty() => c.client_hosts(),
+            _ => sut.client_hosts.clone(),
+        };
         if !clients.is_empty() {
             return self.run_on_hosts(sut, args, &clients);
         }
@@ -386,6 +398,10 @@ pub struct Sut {
     pub agents: Vec<Proc>,
     /// Uncapped helpers (plain backends) kept alive with the system.
     pub backends: Vec<Nginx>,
+    /// With [`Lab::across`]: the client hosts [`Lab::run`] loads from.
+    pub client_hosts: Vec<Host>,
+    /// With [`Lab::across`]: the namespaces of its processes, removed after them (last field).
+    pub hosts: Option<Hosts>,
 }
 
 impl Sut {
@@ -400,6 +416,30 @@ impl Sut {
             cluster: None,
             agents: Vec::new(),
             backends: Vec::new(),
+            client_hosts: Vec::new(),
+            hosts: None,
+        }
+    }
+
+    /// [`Sut::empty`], with its hosts and client hosts when the lab asks for them
+    /// ([`Lab::across`]).
+    fn empty_on(lab: &Lab, name: &str, ca: PathBuf) -> anyhow::Result<Sut> {
+        let mut sut = Sut::empty(name, ca);
+        if let Some(n) = lab.across {
+            let mut hosts = Hosts::create()?;
+            for i in 0..n {
+                sut.client_hosts.push(hosts.add(&format!("client{i}"))?);
+            }
+            sut.hosts = Some(hosts);
+        }
+        Ok(sut)
+    }
+
+    /// A new host named `name` for one process, when the system runs across hosts.
+    fn host(&mut self, name: &str) -> anyhow::Result<Option<Host>> {
+        match &mut self.hosts {
+            Some(h) => Ok(Some(h.add(name)?)),
+            None => Ok(None),
         }
     }
 
@@ -476,9 +516,10 @@ impl Sut {
     ) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let pki = lab.pki(kind)?;
-        let mut sut = Sut::empty(name, pki.ca.clone());
+        let mut sut = Sut::empty_on(lab, name, pki.ca.clone())?;
         let confine = lab.confine("agent0", 0)?;
-        let agent = lab.agent(&dir, "agent0", &pki, extra, &confine)?;
+        let host = sut.host("agent0")?;
+        let agent = lab.agent_on(&dir, "agent0", &pki, extra, &confine, host.as_ref())?;
         sut.entry = agent
             .addr("tls")
             .context("agent announced no TLS address")?;
@@ -502,7 +543,11 @@ impl Sut {
         kind: KeyKind,
         agent_args: &[String],
     ) -> anyhow::Result<Sut> {
-        let topology = Default::default();
+        let topology = crate::cluster::Topology {
+            hosts: lab.across.is_some(),
+            dispatchers: 1,
+            client_hosts: lab.across.unwrap_or(0),
+        };
         Sut::baton_cluster_on(lab, name, agents, policy, store, kind, agent_args, topology)
     }
 
@@ -576,7 +621,8 @@ impl Sut {
         let dir = lab
             .dir
             .join(format!("{}-lb", sut.servers[0].confine.name()));
-        let h = haproxy::Haproxy::start("haproxy", balance, &addrs, &dir, None)?;
+        let host = sut.host("lb")?;
+        let h = haproxy::Haproxy::start_on("haproxy", balance, &addrs, &dir, host.as_ref())?;
         sut.entry = h.addr();
         sut.haproxy = Some(h);
         Ok(sut)
@@ -586,10 +632,12 @@ impl Sut {
     fn baton_agents(lab: &Lab, name: &str, n: usize, kind: KeyKind) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let pki = lab.pki(kind)?;
-        let mut sut = Sut::empty(name, pki.ca.clone());
+        let mut sut = Sut::empty_on(lab, name, pki.ca.clone())?;
         for i in 0..n {
             let confine = lab.confine(&format!("agent{i}"), i)?;
-            let agent = lab.agent(&dir, &format!("agent{i}"), &pki, &[], &confine)?;
+            let name = format!("agent{i}");
+            let host = sut.host(&name)?;
+            let agent = lab.agent_on(&dir, &name, &pki, &[], &confine, host.as_ref())?;
             sut.servers.push(Server {
                 name: format!("agent{i}"),
                 counter: Counter::Metrics(agent.addr("metrics").context("agent metrics")?),
@@ -614,15 +662,16 @@ impl Sut {
     ) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let pki = lab.pki(kind)?;
-        let mut sut = Sut::empty(name, pki.ca.clone());
+        let mut sut = Sut::empty_on(lab, name, pki.ca.clone())?;
         for i in 0..n {
             let confine = lab.confine(&format!("nginx{i}"), i)?;
+            let host = sut.host(&format!("nginx{i}"))?;
             let spec = nginx::Spec {
                 ciphers: ciphers.clone(),
                 curve: curve.clone(),
                 ..nginx::Spec::new(&format!("nginx{i}"), nginx::Role::TlsServer, &pki, www)
             };
-            let ng = Nginx::start(&spec, &dir, Some(&confine))?;
+            let ng = Nginx::start_on(&spec, &dir, Some(&confine), host.as_ref())?;
             sut.servers.push(Server {
                 name: format!("nginx{i}"),
                 counter: Counter::Nginx(i),
@@ -650,9 +699,10 @@ impl Sut {
     ) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let pki = lab.pki(kind)?;
-        let mut sut = Sut::empty(name, pki.ca.clone());
+        let mut sut = Sut::empty_on(lab, name, pki.ca.clone())?;
         let addrs = sut.plain_backends(lab, &dir, &pki, backends, www)?;
         let confine = lab.confine("tls-proxy", 0)?;
+        let host = sut.host("tls-proxy")?;
         match proxy {
             Backend::Nginx => {
                 let role = nginx::Role::TlsProxy {
@@ -660,7 +710,7 @@ impl Sut {
                     ip_hash,
                 };
                 let spec = nginx::Spec::new("tls-proxy", role, &pki, www);
-                let ng = Nginx::start(&spec, &dir, Some(&confine))?;
+                let ng = Nginx::start_on(&spec, &dir, Some(&confine), host.as_ref())?;
                 sut.proxy_in_front(ng.addr(), Counter::Nginx(0), ng.pid(), confine);
                 sut.nginx.push(ng);
             }
@@ -671,7 +721,8 @@ impl Sut {
                     .collect();
                 let balance = if ip_hash { "client-ip" } else { "round-robin" };
                 extra.extend(["--upstream-balance".into(), balance.into()]);
-                let agent = lab.agent(&dir, "tls-proxy", &pki, &extra, &confine)?;
+                let agent =
+                    lab.agent_on(&dir, "tls-proxy", &pki, &extra, &confine, host.as_ref())?;
                 let metrics = agent.addr("metrics").context("agent metrics address")?;
                 let entry = agent
                     .addr("tls")
@@ -712,7 +763,8 @@ impl Sut {
         for i in 0..n {
             let confine = lab.confine(&format!("backend{i}"), i + 1)?;
             let spec = nginx::Spec::new(&format!("backend{i}"), nginx::Role::Plain, pki, www);
-            let ng = Nginx::start(&spec, dir, Some(&confine))?;
+            let host = self.host(&format!("backend{i}"))?;
+            let ng = Nginx::start_on(&spec, dir, Some(&confine), host.as_ref())?;
             addrs.push(ng.addr());
             self.servers.push(Server {
                 name: format!("backend{i}"),

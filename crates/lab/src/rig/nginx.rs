@@ -77,13 +77,29 @@ pub fn available() -> bool {
 
 impl Nginx {
     pub fn start(spec: &Spec, dir: &Path, confine: Option<&Confine>) -> anyhow::Result<Nginx> {
+        Self::start_on(spec, dir, confine, None)
+    }
+
+    /// [`Nginx::start`] on `host` (`--hosts`): in its namespace, on its address, port 8443
+    /// (the host's ports are its own).
+    pub fn start_on(
+        spec: &Spec,
+        dir: &Path,
+        confine: Option<&Confine>,
+        host: Option<&crate::hosts::Host>,
+    ) -> anyhow::Result<Nginx> {
         let dir = dir.join(&spec.name);
         std::fs::create_dir_all(dir.join("logs"))?;
-        let port = super::free_port()?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let addr = match host {
+            Some(h) => SocketAddr::from((h.addr, 8443)),
+            None => SocketAddr::from(([127, 0, 0, 1], super::free_port()?)),
+        };
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config(spec, &dir, addr))?;
-        let mut cmd = Command::new(binary());
+        let mut cmd = match host {
+            Some(h) => h.command(binary()),
+            None => Command::new(binary()),
+        };
         cmd.arg("-p")
             .arg(&dir)
             .arg("-c")
