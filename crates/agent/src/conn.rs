@@ -74,10 +74,10 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
     let drain = stream.meta().drain;
     // A dispatcher's operator drained this agent, or enabled it again: not a client.
     if let Some(shed) = stream.meta().shed {
-        tracing::info!(
-            shed,
-            "a dispatcher drained this agent: idle connections move elsewhere"
-        );
+        match shed {
+            true => tracing::info!("drained at a dispatcher: idle connections move elsewhere"),
+            false => tracing::info!("enabled again at a dispatcher: connections stay"),
+        }
         shared.shedding.send_replace(shed);
         return;
     }

@@ -285,7 +285,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-fn server_config(log: Arc<SecretLog>) -> Arc<ServerConfig> {
+pub(super) fn server_config(log: Arc<SecretLog>) -> Arc<ServerConfig> {
     let pki = pki();
     let mut cfg = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -298,7 +298,7 @@ fn server_config(log: Arc<SecretLog>) -> Arc<ServerConfig> {
     Arc::new(cfg)
 }
 
-fn client_config(tls13: bool) -> Arc<ClientConfig> {
+pub(super) fn client_config(tls13: bool) -> Arc<ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(pki().chain[0].clone()).expect("root");
     let versions: &[&rustls::SupportedProtocolVersion] = if tls13 {
@@ -315,12 +315,12 @@ fn client_config(tls13: bool) -> Arc<ClientConfig> {
     )
 }
 
-fn cluster_ring(secret: u8) -> KeyRing {
+pub(super) fn cluster_ring(secret: u8) -> KeyRing {
     KeyRing::new(vec![TicketKey::new(7, &[secret; 32], Instant::now())])
 }
 
 /// The client's application data: position-dependent, so a byte out of place shows.
-fn pattern(from: usize, n: usize) -> Vec<u8> {
+pub(super) fn pattern(from: usize, n: usize) -> Vec<u8> {
     (from..from + n).map(|i| (i % 251) as u8).collect()
 }
 
@@ -745,7 +745,7 @@ impl Serving {
     }
 }
 
-fn conn_info() -> ConnInfo {
+pub(super) fn conn_info() -> ConnInfo {
     ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 40000)),
         version: "TLSv1.3",

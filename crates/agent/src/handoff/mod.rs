@@ -93,3 +93,6 @@ pub fn conn_info(obj: &SessionObject, peer: std::net::SocketAddr) -> ConnInfo {
 
 #[cfg(test)]
 mod harness;
+
+#[cfg(test)]
+mod leave_test;
