@@ -127,6 +127,50 @@ pub fn handoff(data: &[u8]) {
         }
     }
 
+    // `pass` (the spliced path: no copies) finds the frames `split` finds, and forwards the
+    // same TLS bytes (sooner: a record header as it comes, where `split` waits for all of it).
+    let mut p = Splitter::new();
+    let (mut passed, mut frames, mut ok) = (Vec::new(), Vec::new(), true);
+    'chunks: for c in rest.chunks(chunk) {
+        let mut c = c;
+        while !c.is_empty() {
+            match p.pass(c) {
+                Ok(out) => {
+                    passed.extend_from_slice(&c[..out.tls]);
+                    frames.extend(out.frame);
+                    c = &c[out.consumed..];
+                }
+                Err(_) => {
+                    ok = false;
+                    break 'chunks;
+                }
+            }
+        }
+    }
+    if ok && whole.2 {
+        assert_eq!(frames, whole.1, "pass finds other frames than split");
+        assert!(
+            passed.starts_with(&whole.0),
+            "pass forwards other bytes than split"
+        );
+    }
+
+    // A relay serving a spliced connection, moved whenever its agent leaves.
+    let mut serving = Relay::serving();
+    for (i, c) in rest.chunks(chunk).enumerate() {
+        let _ = match i % 3 {
+            0 => serving.watch_client(c),
+            1 => serving.watch_agent(c).map(drop),
+            _ => serving.from_agent(c),
+        };
+        if i % 5 == 4 {
+            serving.move_to(3, [7; crate::handoff::BINDING_LEN]);
+        } else if i % 7 == 6 {
+            serving.stay();
+        }
+        while serving.poll_action().is_some() {}
+    }
+
     let third = rest.len() / 3;
     let (client, others) = rest.split_at(third);
     let (agent, home) = others.split_at(third);

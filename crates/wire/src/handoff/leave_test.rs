@@ -102,7 +102,10 @@ fn a_served_connection_leaves_moves_and_can_leave_again() {
     let mut home = Frame::Import(vec![9; 100]).to_bytes();
     home.extend(Frame::Commit.to_bytes());
     home.extend(&next);
-    assert_eq!(seen.to_home, home, "the held request goes to the new home, once");
+    assert_eq!(
+        seen.to_home, home,
+        "the held request goes to the new home, once"
+    );
     assert!(seen.agent_closed);
     assert_eq!(seen.spliced, vec![Target::HomeAgent]);
     assert_eq!(relay.outcome(), Some(Outcome::Migrated));
@@ -161,7 +164,9 @@ fn nowhere_to_go_means_stay() {
 #[test]
 fn other_frames_while_serving_are_errors() {
     let mut relay = Relay::serving();
-    assert!(relay.watch_agent(&Frame::Switch(vec![1]).to_bytes()).is_err());
+    assert!(relay
+        .watch_agent(&Frame::Switch(vec![1]).to_bytes())
+        .is_err());
     let mut relay = Relay::serving();
     assert_eq!(
         relay.watch_client(&Frame::Leave.to_bytes()),
@@ -216,7 +221,11 @@ fn exporter_leaves_then_freezes_or_stays() {
     // Over the cap before the answer: the Abort goes out as soon as the move starts
     let (mut x, _) = Exporter::leave(10, t, now);
     let got = x.from_dispatcher(&record(23, 40, 1)).unwrap();
-    assert_eq!(x.decrypted(got.decrypt.len() - 5 - 16), None, "no Abort while leaving");
+    assert_eq!(
+        x.decrypted(got.decrypt.len() - 5 - 16),
+        None,
+        "no Abort while leaving"
+    );
     let got = x
         .from_dispatcher(
             &Frame::Offer {

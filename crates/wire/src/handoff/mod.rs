@@ -377,30 +377,42 @@ impl Splitter {
     pub fn track(&mut self, data: &[u8]) -> Result<(), HandoffError> {
         let mut i = 0;
         while i < data.len() {
-            if self.body_left > 0 {
-                let n = self.body_left.min(data.len() - i);
-                self.body_left -= n;
-                i += n;
-                continue;
-            }
-            let n = (HEADER_LEN - self.head.len()).min(data.len() - i);
-            self.head.extend_from_slice(&data[i..i + n]);
-            i += n;
-            self.head_passed = self.head.len();
-            if classify(&self.head)? {
-                return Err(HandoffError::FrameFromClient);
-            }
-            if self.head.len() == HEADER_LEN {
-                let len = body_len(&self.head)?;
-                if len > MAX_CIPHERTEXT_LEN {
-                    return Err(HandoffError::RecordTooLarge(len));
-                }
-                self.head.clear();
-                self.head_passed = 0;
-                self.body_left = len;
-            }
+            i += self.follow_record(&data[i..])?;
         }
         Ok(())
+    }
+
+    /// Takes a record's bytes from the front of `data` (the rest of its body, or of its
+    /// header, checked as it comes), keeping only an unfinished header; returns how many. A
+    /// frame where a record should start is [`HandoffError::FrameFromClient`].
+    fn follow_record(&mut self, data: &[u8]) -> Result<usize, HandoffError> {
+        if self.body_left > 0 {
+            let n = self.body_left.min(data.len());
+            self.body_left -= n;
+            return Ok(n);
+        }
+        // More than a header held: a frame or garbage that an earlier call refused (a caller
+        // that goes on after an error gets the error again, not a wrapped length).
+        let Some(room) = HEADER_LEN.checked_sub(self.head.len()) else {
+            return Err(HandoffError::Malformed("header"));
+        };
+        let n = room.min(data.len());
+        self.head.extend_from_slice(&data[..n]);
+        // passed on as they came: a later `split` must not pass them again
+        self.head_passed = self.head.len();
+        if classify(&self.head)? {
+            return Err(HandoffError::FrameFromClient);
+        }
+        if self.head.len() == HEADER_LEN {
+            let len = body_len(&self.head)?;
+            if len > MAX_CIPHERTEXT_LEN {
+                return Err(HandoffError::RecordTooLarge(len));
+            }
+            self.head.clear();
+            self.head_passed = 0;
+            self.body_left = len;
+        }
+        Ok(n)
     }
 
     /// Walks a stream of records that may carry frames between them, copying nothing but a
@@ -412,14 +424,8 @@ impl Splitter {
     pub fn pass(&mut self, data: &[u8]) -> Result<Passed, HandoffError> {
         let mut i = 0;
         while i < data.len() {
-            if self.body_left > 0 {
-                let n = self.body_left.min(data.len() - i);
-                self.body_left -= n;
-                i += n;
-                continue;
-            }
             // A unit starts (or its header goes on): its first byte tells a frame at once.
-            let frame_starts = self.head.is_empty() && data[i] == FRAME_TYPE;
+            let frame_starts = self.body_left == 0 && self.head.is_empty() && data[i] == FRAME_TYPE;
             if frame_starts || self.head.first() == Some(&FRAME_TYPE) {
                 let tls = if frame_starts { i } else { 0 };
                 let s = self.split(&data[i..])?;
@@ -429,21 +435,7 @@ impl Splitter {
                     consumed: i + s.consumed,
                 });
             }
-            let n = (HEADER_LEN - self.head.len()).min(data.len() - i);
-            self.head.extend_from_slice(&data[i..i + n]);
-            i += n;
-            // passed on already, like `track`'s: a later `split` must not pass them again
-            self.head_passed = self.head.len();
-            classify(&self.head)?;
-            if self.head.len() == HEADER_LEN {
-                let len = body_len(&self.head)?;
-                if len > MAX_CIPHERTEXT_LEN {
-                    return Err(HandoffError::RecordTooLarge(len));
-                }
-                self.head.clear();
-                self.head_passed = 0;
-                self.body_left = len;
-            }
+            i += self.follow_record(&data[i..])?;
         }
         Ok(Passed {
             tls: data.len(),
