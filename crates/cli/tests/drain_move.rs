@@ -331,3 +331,54 @@ fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stay
         0.0
     );
 }
+
+#[test]
+fn an_agent_drained_under_keep_alive_load_loses_no_request_and_no_connection() {
+    let up = Up::start(&["--agents", "3", "--policy", "round-robin"]);
+    let v12 = Arc::new(up.client(&rustls::version::TLS12));
+    let v13 = Arc::new(up.client(&rustls::version::TLS13));
+    let addr = up.addr();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // 9 clients, each one keep-alive connection for the whole run: a request every 20 ms, so
+    // requests are in flight (and racing the Leave) when agent 0 drains
+    let clients: Vec<_> = (0..9)
+        .map(|i| {
+            let config = if i % 2 == 0 { v12.clone() } else { v13.clone() };
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = KeepAlive::open(addr, &config);
+                let mut answered = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && answered < 1000 {
+                    let r = c.get(&format!("/bytes/{}", 100 + answered % 50));
+                    if !r.starts_with("HTTP/1.1 200") {
+                        return Err(format!("client {i}, request {answered}: {r}"));
+                    }
+                    answered += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(answered)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let pid = up.agent_pid(0);
+    term(pid);
+    assert!(
+        wait_gone(pid, Duration::from_secs(20)),
+        "agent 0 did not finish"
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // `read_http_response` panics on a closed connection: every thread must come back Ok
+    let answered: Vec<u32> = clients
+        .into_iter()
+        .map(|t| t.join().expect("a client lost its connection").unwrap())
+        .collect();
+    assert!(answered.iter().all(|&n| n > 20), "{answered:?}");
+    assert_eq!(drain_moves(&up, "migrated"), 3.0, "its 3 of the 9 moved");
+    assert_eq!(
+        up.agent_sum(1, "baton_drain_closed_connections_total", "")
+            + up.agent_sum(2, "baton_drain_closed_connections_total", ""),
+        0.0
+    );
+}
