@@ -382,3 +382,52 @@ fn an_agent_drained_under_keep_alive_load_loses_no_request_and_no_connection() {
         0.0
     );
 }
+
+#[test]
+fn under_the_handoff_policy_the_home_agent_drains_and_its_migrated_sessions_move_on() {
+    // Every client here is 127.0.0.1: one home. Full handshakes run on either agent and move
+    // home (record layer); then the home agent stops, and they all move to the other.
+    let up = Up::start(&["--agents", "2", "--policy", "handoff", "--store", "peers"]);
+    let mut config = up.client(&rustls::version::TLS13);
+    config.resumption = rustls::client::Resumption::disabled();
+    let config = Arc::new(config);
+    let mut clients: Vec<KeepAlive> = (0..6)
+        .map(|_| KeepAlive::open(up.addr(), &config))
+        .collect();
+    for c in clients.iter_mut() {
+        assert!(c.get("/tls").starts_with("HTTP/1.1 200"));
+    }
+    let migrated_in = |i: usize| {
+        up.agent_sum(
+            i,
+            "baton_sessions_moved_total",
+            "direction=\"in\",reason=\"handshake\"",
+        )
+    };
+    let home = if migrated_in(0) > 0.0 { 0 } else { 1 };
+    assert!(
+        migrated_in(home) >= 1.0,
+        "some full handshakes ran away from home and moved"
+    );
+    let pid = up.agent_pid(home);
+    term(pid);
+    assert!(
+        wait_gone(pid, Duration::from_secs(20)),
+        "the home agent did not finish"
+    );
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.tls.conn.refresh_traffic_keys().unwrap();
+        let r = c.get("/bytes/64");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i}: {r}");
+    }
+    let other = 1 - home;
+    assert_eq!(
+        up.agent_sum(
+            other,
+            "baton_sessions_moved_total",
+            "direction=\"in\",reason=\"drain\""
+        ),
+        6.0,
+        "all six lived at the home agent, rustls or record layer, and moved"
+    );
+}
