@@ -63,6 +63,10 @@ where
     }
 }
 
+/// Each direction's buffer in a watched splice: what `copy_bidirectional` uses, so a client
+/// idle on its keep-alive connection holds no more here than in a blind splice.
+const BUF: usize = 8 * 1024;
+
 /// How a watched splice ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Watched {
@@ -102,7 +106,7 @@ where
     // to the agent is never cut short (cancelling it would lose count of what went).
     let left = tokio_util::sync::CancellationToken::new();
     let up = async {
-        let mut buf = vec![0u8; 16 * 1024];
+        let mut buf = vec![0u8; BUF];
         let mut side = Side::new(&mut client_rd, &clock, true);
         let mut n_up = 0u64;
         loop {
@@ -122,7 +126,7 @@ where
         }
     };
     let down = async {
-        let mut buf = vec![0u8; 16 * 1024];
+        let mut buf = vec![0u8; BUF];
         let mut side = Side::new(&mut agent_rd, &clock, false);
         let mut n_down = 0u64;
         loop {
