@@ -72,6 +72,10 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
     let peer = stream.meta().source;
     let drain = stream.meta().drain;
+    // The dispatcher follows every link stream's records: with `--handoff` a connection can
+    // then move to another agent when this one drains (not through a dispatcher that does not
+    // follow it: it would pass a Leave on to the client).
+    let movable = cfg.handoff && stream.meta().follows;
     // A dispatcher's operator drained this agent, or enabled it again: not a client.
     if let Some(shed) = stream.meta().shed {
         match shed {
@@ -103,7 +107,7 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
                     handoff::import::import(io, peer, &binding, why, &shared).await
                 {
                     let first_by = tokio::time::Instant::now() + cfg.request_timeout;
-                    serve_migrated(stream, info, first_by, &shared).await;
+                    serve_migrated(stream, info, first_by, movable, &shared).await;
                 }
                 return;
             }
@@ -117,9 +121,6 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
             }
         }
     }
-    // The dispatcher follows every link stream's records: with `--handoff` its connection can
-    // move to another agent when this one drains.
-    let movable = cfg.handoff;
     serve(io, peer, offer, movable, deadline, shared).await
 }
 
@@ -170,10 +171,20 @@ async fn serve(
     }
     let accept = if cfg.early_data > 0 {
         // `--early-data`: the hello is read first, to decide about its early data
-        match Box::pin(crate::early_tls::start(io, offer.is_some(), deadline, &shared)).await {
+        match Box::pin(crate::early_tls::start(
+            io,
+            offer.is_some(),
+            deadline,
+            &shared,
+        ))
+        .await
+        {
             crate::early_tls::Start::Plain(accept) => accept,
             crate::early_tls::Start::Early(conn) => {
-                return Box::pin(crate::early_tls::serve(*conn, peer, first_by, deadline, shared)).await
+                return Box::pin(crate::early_tls::serve(
+                    *conn, peer, first_by, deadline, shared,
+                ))
+                .await
             }
             crate::early_tls::Start::Done => return,
         }
@@ -225,10 +236,14 @@ async fn serve(
         None => (movable.then_some(secrets), None),
     };
     if let Some((offer, secrets)) = offered {
-        match Box::pin(handoff::export::hand_off(stream, offer, secrets, &info, &shared)).await {
+        match Box::pin(handoff::export::hand_off(
+            stream, offer, secrets, &info, &shared,
+        ))
+        .await
+        {
             Exported::Migrated | Exported::Closed => return,
             Exported::ServeHere(migrated) => {
-                return Box::pin(serve_migrated(*migrated, info, first_by, &shared)).await
+                return Box::pin(serve_migrated(*migrated, info, first_by, movable, &shared)).await
             }
             Exported::Keep(kept, plain) => {
                 stream = *kept;
@@ -288,6 +303,7 @@ async fn serve_migrated(
     stream: handoff::stream::MigratedStream<ConnIo<AgentIo>>,
     info: ConnInfo,
     first_by: Instant,
+    movable: bool,
     shared: &Arc<Shared>,
 ) {
     if info.alpn.as_deref() == Some("h2") {
@@ -295,7 +311,7 @@ async fn serve_migrated(
     }
     let peer = info.peer;
     // its traffic secrets are the layer's own
-    let mover = shared.config.handoff.then(TrafficSecrets::default);
+    let mover = movable.then(TrafficSecrets::default);
     let engine = Engine::Layer(Box::new(stream));
     serve_http1(
         engine,

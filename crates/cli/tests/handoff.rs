@@ -596,6 +596,7 @@ impl TestLink {
                 token: Some(token),
                 drain: false,
                 shed: None,
+                follows: false,
             };
             let mut s = h.open(meta).await.unwrap();
             s.write_all(&frame.to_bytes()).await.unwrap();

@@ -42,6 +42,8 @@ impl Ends {
             token: Some(self.token),
             drain: self.drain,
             shed: None,
+            // the imported connection is followed on, as every link stream
+            follows: true,
         };
         self.stream = match &self.home {
             Some(link) => tokio::time::timeout_at(deadline, link.open(meta))
@@ -138,9 +140,13 @@ async fn drive(
             if let Some(h) = handshaking.as_mut() {
                 h.finish();
             }
-            let watched =
-                crate::splice::splice_watched(client, &mut agent, &mut relay, shared.splice_limits())
-                    .await;
+            let watched = crate::splice::splice_watched(
+                client,
+                &mut agent,
+                &mut relay,
+                shared.splice_limits(),
+            )
+            .await;
             let (u, d, how) = match watched {
                 Ok(w) => w,
                 Err(_) => return Ok((conn.agent_idx, conn.up, conn.down)),
@@ -170,7 +176,15 @@ async fn drive(
                 }
             }
         }
-        let Some(target) = moving(client, &mut agent, &mut relay, &mut conn, &mut handshaking, shared).await?
+        let Some(target) = moving(
+            client,
+            &mut agent,
+            &mut relay,
+            &mut conn,
+            &mut handshaking,
+            shared,
+        )
+        .await?
         else {
             return Ok((conn.agent_idx, conn.up, conn.down));
         };

@@ -307,6 +307,7 @@ fn shed(agent: &Agent, shed: bool) {
         token: None,
         drain: false,
         shed: Some(shed),
+        follows: false,
     };
     rt.spawn(async move {
         // the agent acts on the stream's headers and resets it; nothing to wait for

@@ -422,6 +422,8 @@ async fn connect(
             token: None,
             drain: false,
             shed: None,
+            // `linked`, `at_home` and `handoff` follow every link stream's records
+            follows: true,
         };
         let link = agent.links.as_ref()?.pick()?;
         let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));
@@ -508,7 +510,15 @@ async fn linked(
         to_client =
             learn_session_id(&mut agent, client, agent_idx, Some(&mut watch), shared).await?;
     }
-    crate::handoff::serve(client, agent, agent_idx, watch, (first_len, to_client), shared).await
+    crate::handoff::serve(
+        client,
+        agent,
+        agent_idx,
+        watch,
+        (first_len, to_client),
+        shared,
+    )
+    .await
 }
 
 /// Forwards the agent's first bytes to the client while reading its ServerHello; a TLS 1.2

@@ -9,6 +9,7 @@ const DESTINATION: &str = "baton-destination";
 const TOKEN: &str = "baton-token";
 const MOVE: &str = "baton-move";
 const SHED: &str = "baton-shed";
+const FOLLOWS: &str = "baton-follows";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamMeta {
@@ -24,6 +25,10 @@ pub struct StreamMeta {
     /// A control stream, not a client's: the dispatcher's operator drained the agent (`true`:
     /// move its idle connections elsewhere) or enabled it again (`false`).
     pub shed: Option<bool>,
+    /// The dispatcher follows this stream's records for its whole life, so the agent may ask
+    /// to move it when it drains (a handoff Leave). A dispatcher that does not (an older
+    /// version, during an upgrade) would pass the Leave to the client.
+    pub follows: bool,
 }
 
 impl StreamMeta {
@@ -36,6 +41,9 @@ impl StreamMeta {
         }
         if self.drain {
             headers.insert(MOVE, HeaderValue::from_static("drain"));
+        }
+        if self.follows {
+            headers.insert(FOLLOWS, HeaderValue::from_static("1"));
         }
         if let Some(shed) = self.shed {
             headers.insert(SHED, HeaderValue::from_static(if shed { "1" } else { "0" }));
@@ -54,6 +62,7 @@ impl StreamMeta {
             destination: addr(DESTINATION)?,
             token,
             drain: headers.get(MOVE).is_some_and(|v| v == "drain"),
+            follows: headers.get(FOLLOWS).is_some_and(|v| v == "1"),
             shed: match headers.get(SHED).map(|v| v.as_bytes()) {
                 None => None,
                 Some(b"1") => Some(true),
@@ -87,6 +96,7 @@ mod tests {
             token: Some([0xab; 16]),
             drain: true,
             shed: Some(true),
+            follows: true,
         };
         let mut h = HeaderMap::new();
         m.write(&mut h);
@@ -95,6 +105,7 @@ mod tests {
             token: None,
             drain: false,
             shed: None,
+            follows: false,
             ..m
         };
         let mut h = HeaderMap::new();

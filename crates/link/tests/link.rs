@@ -30,6 +30,7 @@ fn meta(port: u16) -> StreamMeta {
         token: None,
         drain: false,
         shed: None,
+        follows: false,
     }
 }
 
