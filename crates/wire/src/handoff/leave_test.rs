@@ -142,6 +142,12 @@ fn a_served_connection_leaves_moves_and_can_leave_again() {
     assert_eq!(seen.spliced, vec![Target::HandshakeAgent]);
     assert_eq!(relay.outcome(), Some(Outcome::Aborted));
     assert!(relay.is_serving());
+
+    // a third Leave finds nowhere to go: no outcome, the last one is not told twice
+    pass_agent(&mut relay, &Frame::Leave.to_bytes());
+    relay.stay();
+    assert_eq!(relay.outcome(), None);
+    assert!(relay.is_serving());
 }
 
 #[test]

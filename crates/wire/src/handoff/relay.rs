@@ -288,8 +288,6 @@ impl Relay {
         if self.state != State::Leaving {
             return;
         }
-        self.reason = MoveReason::Drain;
-        self.outcome = None;
         self.push(Action::ToAgent(Frame::Offer { home, binding }.to_bytes()));
         if self.client.inner.at_boundary() {
             self.freeze_now();
@@ -309,6 +307,9 @@ impl Relay {
 
     fn leave(&mut self) {
         self.state = State::Leaving;
+        // A new move: the last one's outcome is told already (a Stay ends with none).
+        self.reason = MoveReason::Drain;
+        self.outcome = None;
         self.push(Action::ChooseHome);
     }
 
