@@ -319,18 +319,19 @@ impl RecordLayer {
         if !at_rest {
             return None;
         }
-        let direction = |(key, iv): (&[u8], &[u8; crate::suite::NONCE_LEN]),
-                         seq: u64,
-                         secret: &Option<crate::key_schedule::TrafficSecret>| {
-            DirectionSecrets {
-                seq,
-                key: zeroize::Zeroizing::new(key.to_vec()),
-                iv: *iv,
-                traffic_secret: secret
-                    .as_ref()
-                    .map(|s| zeroize::Zeroizing::new(s.expose().to_vec())),
-            }
-        };
+        let direction =
+            |(key, iv): (&[u8], &[u8; crate::suite::NONCE_LEN]),
+             seq: u64,
+             secret: &Option<crate::key_schedule::TrafficSecret>| {
+                DirectionSecrets {
+                    seq,
+                    key: zeroize::Zeroizing::new(key.to_vec()),
+                    iv: *iv,
+                    traffic_secret: secret
+                        .as_ref()
+                        .map(|s| zeroize::Zeroizing::new(s.expose().to_vec())),
+                }
+            };
         Some(SessionKeys {
             version: c.version,
             suite: c.suite,

@@ -150,7 +150,7 @@ pub async fn import(
                 m.migrated_in(why);
                 let info = super::conn_info(&obj, peer);
                 let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
-                .negotiated(obj.version, obj.suite);
+                    .negotiated(obj.version, obj.suite);
                 s.prefill_ciphertext(&ciphertext);
                 return Some((s, info));
             }

@@ -174,25 +174,27 @@ impl HandoffMetrics {
             "Live TLS sessions moved between agents, by direction and reason: handshake = after a \
              full handshake away from the client's home agent (CSSL-SF), drain = because their \
              agent drained (SIGTERM or the dispatcher's admin drain).",
-            [("out", 0), ("in", 1)].into_iter().flat_map(|(direction, i)| {
-                let drain = load(&self.drain_moved[i]);
-                [
-                    (
-                        MovedLabel {
-                            direction,
-                            reason: "handshake",
-                        },
-                        handshake(i).saturating_sub(drain),
-                    ),
-                    (
-                        MovedLabel {
-                            direction,
-                            reason: "drain",
-                        },
-                        drain,
-                    ),
-                ]
-            }),
+            [("out", 0), ("in", 1)]
+                .into_iter()
+                .flat_map(|(direction, i)| {
+                    let drain = load(&self.drain_moved[i]);
+                    [
+                        (
+                            MovedLabel {
+                                direction,
+                                reason: "handshake",
+                            },
+                            handshake(i).saturating_sub(drain),
+                        ),
+                        (
+                            MovedLabel {
+                                direction,
+                                reason: "drain",
+                            },
+                            drain,
+                        ),
+                    ]
+                }),
         )?;
         counter(
             e,
@@ -291,9 +293,9 @@ mod tests {
         assert!(out.contains("baton_handoff_seconds_count 2\n"));
         assert!(out.contains("baton_sessions_migrated_total{direction=\"out\"} 2\n"));
         assert!(out.contains("baton_handoff_failures_total{reason=\"import_replay\"} 1\n"));
-        assert!(out.contains(
-            "baton_sessions_moved_total{direction=\"out\",reason=\"handshake\"} 1\n"
-        ));
+        assert!(
+            out.contains("baton_sessions_moved_total{direction=\"out\",reason=\"handshake\"} 1\n")
+        );
         assert!(out.contains("baton_sessions_moved_total{direction=\"out\",reason=\"drain\"} 1\n"));
         assert!(out.contains("baton_sessions_moved_total{direction=\"in\",reason=\"drain\"} 1\n"));
         assert!(out.contains("baton_drain_closed_connections_total 1\n"));

@@ -188,7 +188,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> MigratedStream<IO> {
         }
         Poll::Ready(Ok(()))
     }
-
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for MigratedStream<IO> {
