@@ -171,20 +171,10 @@ async fn serve(
     }
     let accept = if cfg.early_data > 0 {
         // `--early-data`: the hello is read first, to decide about its early data
-        match Box::pin(crate::early_tls::start(
-            io,
-            offer.is_some(),
-            deadline,
-            &shared,
-        ))
-        .await
-        {
+        match crate::early_tls::start(io, offer.is_some(), deadline, &shared).await {
             crate::early_tls::Start::Plain(accept) => accept,
             crate::early_tls::Start::Early(conn) => {
-                return Box::pin(crate::early_tls::serve(
-                    *conn, peer, first_by, deadline, shared,
-                ))
-                .await
+                return crate::early_tls::serve(*conn, peer, first_by, deadline, shared).await
             }
             crate::early_tls::Start::Done => return,
         }
@@ -236,14 +226,10 @@ async fn serve(
         None => (movable.then_some(secrets), None),
     };
     if let Some((offer, secrets)) = offered {
-        match Box::pin(handoff::export::hand_off(
-            stream, offer, secrets, &info, &shared,
-        ))
-        .await
-        {
+        match handoff::export::hand_off(stream, offer, secrets, &info, &shared).await {
             Exported::Migrated | Exported::Closed => return,
             Exported::ServeHere(migrated) => {
-                return Box::pin(serve_migrated(*migrated, info, first_by, movable, &shared)).await
+                return serve_migrated(*migrated, info, first_by, movable, &shared).await
             }
             Exported::Keep(kept, plain) => {
                 stream = *kept;
@@ -268,7 +254,7 @@ async fn serve(
     if h2 {
         // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
         stream.get_mut().0.stop_coalescing();
-        Box::pin(serve_h2(
+        serve_h2(
             Prefixed {
                 ahead,
                 inner: stream,
@@ -278,7 +264,7 @@ async fn serve(
             info,
             first_by,
             &shared,
-        ))
+        )
         .await
     } else {
         // Not boxed: this future lives as long as the connection, so a box would only add to
@@ -540,7 +526,7 @@ async fn serve_http1(
                         shared.metrics.handoff.drain_closed();
                         return close(stream, cfg.idle_timeout).await;
                     };
-                    match Box::pin(handoff::export::leave(stream, secrets, &info, &shared)).await {
+                    match handoff::export::leave(stream, secrets, &info, &shared).await {
                         Exported::Migrated => return,
                         Exported::Closed => return shared.metrics.handoff.drain_closed(),
                         // It stays (served from the record layer if it was extracted): what
