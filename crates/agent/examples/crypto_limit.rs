@@ -14,7 +14,6 @@
 use std::time::Duration;
 
 use rustls::crypto::aws_lc_rs::{kx_group, sign};
-use rustls::crypto::SupportedKxGroup;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::SigningKey;
 use rustls::SignatureScheme;
