@@ -37,7 +37,9 @@ impl Default for RolloutOptions {
     fn default() -> Self {
         Self {
             pause: Duration::ZERO,
-            drain_deadline: Duration::from_secs(30),
+            // The agent's own --drain-timeout (30 s by default) and a little to exit after it:
+            // an agent that needs all of its drain time is not killed as it finishes.
+            drain_deadline: Duration::from_secs(35),
             ready_deadline: Duration::from_secs(30),
         }
     }
@@ -686,7 +688,8 @@ pub struct RolloutArgs {
     /// Pause between one agent being back and the next being stopped (e.g. 2s).
     #[arg(long, value_name = "DURATION")]
     pub pause: Option<String>,
-    /// How long each agent may take to drain and exit before it is killed. Default 30s.
+    /// How long each agent may take to drain and exit before it is killed. Default 35s (an
+    /// agent's own --drain-timeout is 30s).
     #[arg(long, value_name = "DURATION")]
     pub drain_timeout: Option<String>,
     /// How long each new agent may take to be ready and reached by the dispatchers. Default 30s.
@@ -862,7 +865,7 @@ mod tests {
     #[test]
     fn request_bodies_are_checked() {
         let o = RolloutRequest::default().options().unwrap();
-        assert_eq!(o.drain_deadline, Duration::from_secs(30));
+        assert_eq!(o.drain_deadline, Duration::from_secs(35));
         let o: RolloutRequest = serde_json::from_str(r#"{"pause_ms": 1500}"#).unwrap();
         assert_eq!(o.options().unwrap().pause, Duration::from_millis(1500));
         assert!(serde_json::from_str::<RolloutRequest>(r#"{"pause": 1}"#).is_err());
