@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use baton_ops::accept::{Acceptor, Admitted};
+use baton_ops::reply::{json, text};
 
 use crate::members::{Admin, Change, Spec};
 use crate::roster::{self, ChangeError};
@@ -110,28 +111,4 @@ fn changed(shared: &Shared, change: Change, ok: StatusCode) -> Response<Full<Byt
         Err(e @ ChangeError::Exists(_)) => text(StatusCode::CONFLICT, &format!("{e}\n")),
         Err(e) => text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
     }
-}
-
-fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
-    let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
-    body.push(b'\n');
-    respond(status, body, "application/json")
-}
-
-fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    respond(
-        status,
-        body.as_bytes().to_vec(),
-        "text/plain; charset=utf-8",
-    )
-}
-
-fn respond(status: StatusCode, body: Vec<u8>, content_type: &'static str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static(content_type),
-    );
-    r
 }

@@ -551,6 +551,7 @@ pub(crate) mod admin {
     use tokio_util::sync::CancellationToken;
 
     use baton_ops::accept::{Acceptor, Admitted};
+    use baton_ops::reply::{json, text};
 
     use super::{Control, RolloutRequest};
 
@@ -648,34 +649,6 @@ pub(crate) mod admin {
                 "GET /status, POST /rollout (body optional: {\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N})\n",
             ),
         }
-    }
-
-    fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
-        let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
-        body.push(b'\n');
-        respond(status, body, "application/json")
-    }
-
-    fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-        respond(
-            status,
-            body.as_bytes().to_vec(),
-            "text/plain; charset=utf-8",
-        )
-    }
-
-    fn respond(
-        status: StatusCode,
-        body: Vec<u8>,
-        content_type: &'static str,
-    ) -> Response<Full<Bytes>> {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = status;
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static(content_type),
-        );
-        r
     }
 }
 

@@ -11,6 +11,7 @@ pub mod listen;
 pub mod metrics;
 pub mod process;
 pub mod proxy_header;
+pub mod reply;
 
 use std::sync::Arc;
 use std::time::Duration;
