@@ -93,6 +93,11 @@ impl Comparison {
         100.0 * (self.metered_share() - self.perf_share())
     }
 
+    /// How far apart the two accounts may be in this run ([`super::margin_points`]).
+    pub fn margin_points(&self) -> f64 {
+        super::margin_points(self.profile.total(), self.perf_share())
+    }
+
     pub fn metered_op_share(&self, op: &str) -> f64 {
         ratio(
             self.metered.get(op).copied().unwrap_or(0.0),
