@@ -79,6 +79,24 @@ pub fn client_hello(data: &[u8]) {
     }
 }
 
+/// Decodes hostile bytes as dispatcher-handover messages (`crate::handover`). Checks: nothing
+/// panics; a message that decodes encodes back to exactly its bytes (one wire form each), and
+/// a relay resumed at a decoded position follows the rest of the input without panicking.
+pub fn handover(data: &[u8]) {
+    use crate::handover::Message;
+    let mut buf = data;
+    while let Ok((m, used)) = Message::decode(buf) {
+        assert_eq!(m.to_bytes(), &buf[..used], "a second wire form");
+        if let Message::Conn(c) = &m {
+            let mut relay = crate::handoff::Relay::resume(c.position.clone());
+            let rest = &buf[used..];
+            let _ = relay.watch_client(&rest[..rest.len() / 2]);
+            let _ = relay.watch_agent(&rest[rest.len() / 2..]);
+        }
+        buf = &buf[used..];
+    }
+}
+
 /// Drives the handoff protocol's splitter and the dispatcher's relay with hostile bytes: the
 /// first byte splits `data` into what the client, the handshake agent and the home agent
 /// send. Checks: nothing panics; the splitter gives the same TLS bytes and frames in chunks as
@@ -263,6 +281,11 @@ mod tests {
         #[test]
         fn handoff_streams(data in vec(any::<u8>(), 0..1024)) {
             super::handoff(&data);
+        }
+
+        #[test]
+        fn handover_messages(data in vec(any::<u8>(), 0..512)) {
+            super::handover(&data);
         }
     }
 

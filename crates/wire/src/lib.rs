@@ -30,6 +30,7 @@ pub mod enums;
 mod error;
 pub mod fuzzing;
 pub mod handoff;
+pub mod handover;
 pub mod hello;
 pub mod names;
 pub mod proxy_v2;

@@ -327,7 +327,7 @@ fn classify(head: &[u8]) -> Result<bool, HandoffError> {
 /// Walks a stream of TLS records and handoff frames without holding record bodies: TLS bytes
 /// are passed through as they come (a record may end in a later push), frames are collected
 /// whole (bounded by [`MAX_FRAME_BODY`]) and returned one at a time.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Splitter {
     /// A unit's header being collected, or a whole frame.
     head: Vec<u8>,
@@ -495,6 +495,43 @@ impl Splitter {
     }
 }
 
+impl Splitter {
+    /// The splitter's position in its stream, for a successor dispatcher that carries the
+    /// stream on (`crate::handover`): `head<0..2^32-1>` (at most a header and a frame body),
+    /// `body_left u32`, `head_passed u32`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        encode_bytes(out, Len::U32, &self.head);
+        (self.body_left as u32).encode(out);
+        (self.head_passed as u32).encode(out);
+    }
+
+    /// The inverse of [`Splitter::encode`], refusing a position no stream can be in.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, HandoffError> {
+        let bad = |_| HandoffError::Malformed("splitter position");
+        let head = crate::codec::read_vec(r, Len::U32.at_most(HEADER_LEN + MAX_FRAME_BODY), "head")
+            .map_err(bad)?
+            .to_vec();
+        let body_left = u32::read(r).map_err(bad)? as usize;
+        let head_passed = u32::read(r).map_err(bad)? as usize;
+        let whole_header = head.len() >= HEADER_LEN;
+        let frame = head.first() == Some(&FRAME_TYPE);
+        if body_left > MAX_CIPHERTEXT_LEN
+            || head_passed > head.len()
+            // a record's body follows only a finished header; a frame is collected whole
+            || (body_left > 0 && !head.is_empty())
+            || (whole_header && !frame)
+            || (!head.is_empty() && classify(&head).is_err())
+        {
+            return Err(HandoffError::Malformed("splitter position"));
+        }
+        Ok(Self {
+            head,
+            body_left,
+            head_passed,
+        })
+    }
+}
+
 /// The body length a whole unit header announces: records and frames both end it with a
 /// u16, after a type byte and two bytes of version or magic.
 fn body_len(head: &[u8]) -> Result<usize, HandoffError> {
@@ -510,7 +547,7 @@ mod agent_side;
 mod relay;
 
 pub use agent_side::{ExportEvent, Exporter, ImportEvent, Importer};
-pub use relay::{Action, MoveReason, Outcome, Relay, Target};
+pub use relay::{Action, MoveReason, Outcome, Position, Relay, Target};
 
 #[cfg(test)]
 #[path = "relay_test.rs"]

@@ -33,6 +33,46 @@ impl ClientRecords {
     }
 }
 
+/// Where a served connection stands, for a successor dispatcher that carries it on
+/// (`crate::handover`): how far each direction is into its current record (or frame), and
+/// whether the agent has asked to leave and waits for an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    client: Splitter,
+    agent: Splitter,
+    pub left: bool,
+}
+
+impl Position {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        self.client.encode(out);
+        self.agent.encode(out);
+        out.push(u8::from(self.left));
+    }
+
+    pub fn decode(r: &mut crate::codec::Reader<'_>) -> Result<Self, HandoffError> {
+        let client = Splitter::decode(r)?;
+        // the client's direction is only ever tracked: never a frame in it
+        if client.head.first() == Some(&super::FRAME_TYPE) {
+            return Err(HandoffError::FrameFromClient);
+        }
+        let agent = Splitter::decode(r)?;
+        let left = match r
+            .take(1, "left")
+            .map_err(|_| HandoffError::Malformed("position"))?
+        {
+            [0] => false,
+            [1] => true,
+            _ => return Err(HandoffError::Malformed("position")),
+        };
+        Ok(Self {
+            client,
+            agent,
+            left,
+        })
+    }
+}
+
 /// Where the client's stream goes once the dispatcher stops looking at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -171,6 +211,39 @@ impl Relay {
             state: State::Serving,
             ..Self::new()
         }
+    }
+
+    /// Where the connection stands, for a successor dispatcher: only between moves (serving,
+    /// or the agent's Leave not answered yet), `None` in the middle of one.
+    pub fn position(&self) -> Option<Position> {
+        let left = match self.state {
+            State::Serving => false,
+            State::Leaving => true,
+            _ => return None,
+        };
+        Some(Position {
+            client: self.client.inner.clone(),
+            agent: self.agent.clone(),
+            left,
+        })
+    }
+
+    /// The relay of a successor dispatcher that took a connection over at `position`: it
+    /// follows both directions on from there, and if the agent had asked to leave, the
+    /// answer is the shell's to choose ([`Action::ChooseHome`] is queued).
+    pub fn resume(position: Position) -> Self {
+        let mut relay = Self::serving();
+        relay.client.inner = position.client;
+        relay.agent = position.agent;
+        if position.left {
+            relay.leave();
+        }
+        relay
+    }
+
+    /// Whether the agent asked to leave and waits for [`Relay::move_to`] or [`Relay::stay`].
+    pub fn is_leaving(&self) -> bool {
+        self.state == State::Leaving
     }
 
     /// The frame that opens the handshake agent's stream.
