@@ -19,6 +19,16 @@
 //! then HTTP/2, dispatcher = client, agent = server; per client one stream with
 //!   baton-source: the client's address    baton-destination: the address it connected to
 //!   baton-token: 32 hex digits (a migration's import stream only)
+//!   baton-reattach: 32 hex digits (a successor dispatcher's stream continuing a handed-over one)
+//!
+//! dispatcher handover (a new dispatcher process takes the client's socket over):
+//!   old dispatcher -> agent:  its stream's end, trailers  baton-handover: TOKEN (32 hex digits)
+//!   agent -> old dispatcher:  the rest of what it sent, then trailers  baton-handover: ack
+//!                             (the agent's stream now waits, up to REATTACH_TIMEOUT)
+//!   old dispatcher passes the client's socket to the successor, only after the ack
+//!   successor -> agent:       a new stream on its own link with  baton-reattach: TOKEN
+//!   agent -> successor:       response headers at once; the waiting stream goes on there
+//!   (a token nobody waits for: REFUSED_STREAM; trailers without a valid token: a plain end)
 //! ```
 //!
 //! The agent proves itself only after the dispatcher has, so a peer without the key learns
@@ -33,6 +43,7 @@
 pub mod auth;
 mod client;
 mod meta;
+mod rejoin;
 mod server;
 mod stats;
 mod stream;
@@ -53,6 +64,9 @@ pub const STREAM_WINDOW: u32 = 256 * 1024;
 pub const CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 /// Streams at once on one link connection (an agent serves 20,000 connections by default).
 pub const MAX_STREAMS: u32 = 100_000;
+/// How long an agent's stream handed over by its dispatcher waits for the successor's
+/// re-attach stream (`LinkListener::set_reattach_timeout` changes it).
+pub const REATTACH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A fresh random 16-byte value (link ids, challenges, import tokens).
 pub fn token() -> [u8; 16] {

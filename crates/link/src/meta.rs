@@ -1,4 +1,5 @@
-//! A stream's metadata: who the client is, in the request headers of its stream.
+//! A stream's metadata: who the client is, in the request headers of its stream; and the
+//! trailers of a dispatcher handover (`baton-handover`).
 
 use std::net::SocketAddr;
 
@@ -10,6 +11,10 @@ const TOKEN: &str = "baton-token";
 const MOVE: &str = "baton-move";
 const SHED: &str = "baton-shed";
 const FOLLOWS: &str = "baton-follows";
+const REATTACH: &str = "baton-reattach";
+/// The trailer of a dispatcher handover: the token from the dispatcher, `ack` from the agent.
+pub(crate) const HANDOVER: &str = "baton-handover";
+const ACK: &str = "ack";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamMeta {
@@ -29,6 +34,9 @@ pub struct StreamMeta {
     /// to move it when it drains (a handoff Leave). A dispatcher that does not (an older
     /// version, during an upgrade) would pass the Leave to the client.
     pub follows: bool,
+    /// A successor dispatcher's stream that continues the agent's stream handed over with
+    /// this token (`baton-handover` trailers); never delivered by `LinkListener::accept`.
+    pub reattach: Option<[u8; 16]>,
 }
 
 impl StreamMeta {
@@ -37,7 +45,10 @@ impl StreamMeta {
         headers.insert(SOURCE, v(self.source.to_string()));
         headers.insert(DESTINATION, v(self.destination.to_string()));
         if let Some(t) = self.token {
-            headers.insert(TOKEN, v(t.iter().map(|b| format!("{b:02x}")).collect()));
+            headers.insert(TOKEN, v(hex(&t)));
+        }
+        if let Some(t) = self.reattach {
+            headers.insert(REATTACH, v(hex(&t)));
         }
         if self.drain {
             headers.insert(MOVE, HeaderValue::from_static("drain"));
@@ -50,17 +61,18 @@ impl StreamMeta {
         }
     }
 
-    /// `None` if an address is missing or malformed, or the token is not 32 hex digits.
+    /// `None` if an address is missing or malformed, or a token is not 32 hex digits.
     pub fn read(headers: &HeaderMap) -> Option<Self> {
         let addr = |name: &str| headers.get(name)?.to_str().ok()?.parse().ok();
-        let token = match headers.get(TOKEN) {
-            None => None,
-            Some(v) => Some(hex16(v.to_str().ok()?)?),
+        let token = |name: &str| match headers.get(name) {
+            None => Some(None),
+            Some(v) => Some(Some(hex16(v.to_str().ok()?)?)),
         };
         Some(Self {
             source: addr(SOURCE)?,
             destination: addr(DESTINATION)?,
-            token,
+            token: token(TOKEN)?,
+            reattach: token(REATTACH)?,
             drain: headers.get(MOVE).is_some_and(|v| v == "drain"),
             follows: headers.get(FOLLOWS).is_some_and(|v| v == "1"),
             shed: match headers.get(SHED).map(|v| v.as_bytes()) {
@@ -73,8 +85,47 @@ impl StreamMeta {
     }
 }
 
+/// The trailers a dispatcher ends its side with when it hands the stream over.
+pub(crate) fn handover_trailers(token: &[u8; 16]) -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert(
+        HANDOVER,
+        HeaderValue::from_str(&hex(token)).expect("hex is header-safe"),
+    );
+    t
+}
+
+/// The trailers an agent ends its side with when it waits for the dispatcher's successor.
+pub(crate) fn ack_trailers() -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert(HANDOVER, HeaderValue::from_static(ACK));
+    t
+}
+
+/// The token of a handover's trailers: exactly one `baton-handover` of exactly 32 hex digits,
+/// else `None` (a plain end of stream).
+pub(crate) fn handover_token(trailers: &HeaderMap) -> Option<[u8; 16]> {
+    let mut values = trailers.get_all(HANDOVER).iter();
+    let v = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    hex16(v.to_str().ok()?)
+}
+
+/// Whether trailers are an agent's acknowledgement of a handover.
+pub(crate) fn is_handover_ack(trailers: &HeaderMap) -> bool {
+    let mut values = trailers.get_all(HANDOVER).iter();
+    values.next().is_some_and(|v| v == ACK) && values.next().is_none()
+}
+
+fn hex(t: &[u8; 16]) -> String {
+    t.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Exactly 32 hex digits (either case), nothing else (no sign, no space).
 fn hex16(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 || !s.is_ascii() {
+    if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut out = [0u8; 16];
@@ -97,6 +148,7 @@ mod tests {
             drain: true,
             shed: Some(true),
             follows: true,
+            reattach: Some([0x5c; 16]),
         };
         let mut h = HeaderMap::new();
         m.write(&mut h);
@@ -106,6 +158,7 @@ mod tests {
             drain: false,
             shed: None,
             follows: false,
+            reattach: None,
             ..m
         };
         let mut h = HeaderMap::new();
@@ -114,8 +167,64 @@ mod tests {
         h.insert(TOKEN, HeaderValue::from_static("abc"));
         assert_eq!(StreamMeta::read(&h), None);
         h.remove(TOKEN);
+        h.insert(
+            REATTACH,
+            HeaderValue::from_static("+bababababababababababababababab"),
+        );
+        assert_eq!(StreamMeta::read(&h), None, "a sign is not a hex digit");
+        h.remove(REATTACH);
+        assert_eq!(StreamMeta::read(&h), Some(plain));
         h.insert(SOURCE, HeaderValue::from_static("not an address"));
         assert_eq!(StreamMeta::read(&h), None);
         assert_eq!(StreamMeta::read(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn handover_trailers_parse_strictly() {
+        let t = [0x0f; 16];
+        assert_eq!(handover_token(&handover_trailers(&t)), Some(t));
+        assert!(!is_handover_ack(&handover_trailers(&t)));
+        assert!(is_handover_ack(&ack_trailers()));
+        assert_eq!(handover_token(&ack_trailers()), None);
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(HANDOVER, HeaderValue::from_static(v));
+            h
+        };
+        let upper = with("0F0F0F0F0F0F0F0F0F0F0F0F0F0F0F0F");
+        assert_eq!(handover_token(&upper), Some(t));
+        for bad in [
+            "",
+            "0f0f",
+            "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
+            "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
+            "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0g",
+            "+f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f",
+            " 0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
+            "ACK",
+            "ack ",
+        ] {
+            assert_eq!(handover_token(&with(bad)), None, "{bad:?}");
+            assert!(!is_handover_ack(&with(bad)), "{bad:?}");
+        }
+        // not UTF-8, and two values: a plain end
+        let mut h = HeaderMap::new();
+        h.insert(
+            HANDOVER,
+            HeaderValue::from_bytes(b"0f0f0f0f0f0f0f0f0f0f0f0f0f0f0\xff0f").unwrap(),
+        );
+        assert_eq!(handover_token(&h), None);
+        let mut h = handover_trailers(&t);
+        h.append(HANDOVER, HeaderValue::from_static("ack"));
+        assert_eq!(handover_token(&h), None);
+        assert!(!is_handover_ack(&h));
+        let mut h = ack_trailers();
+        h.append(HANDOVER, HeaderValue::from_static("ack"));
+        assert!(!is_handover_ack(&h));
+        assert_eq!(handover_token(&HeaderMap::new()), None);
+        assert!(!is_handover_ack(&HeaderMap::new()));
+        let mut other = HeaderMap::new();
+        other.insert("baton-other", HeaderValue::from_static("ack"));
+        assert!(!is_handover_ack(&other));
     }
 }

@@ -1,8 +1,10 @@
 //! The agent's side: accept link connections, authenticate them, and hand out every client
-//! stream they carry.
+//! stream they carry (a successor dispatcher's re-attach streams excepted: they go to the
+//! stream that waits for them, see [`crate::rejoin`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use baton_session::SharedRing;
 use bytes::Bytes;
@@ -11,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
 use crate::auth::{self, AgentHello};
+use crate::rejoin::Registry;
 use crate::{LinkStats, LinkStream, StreamMeta};
 
 /// Link connections authenticating at once; more are closed at accept.
@@ -24,6 +27,7 @@ pub struct LinkListener {
     streams: Mutex<mpsc::Receiver<LinkStream>>,
     stats: Arc<LinkStats>,
     draining: watch::Sender<bool>,
+    registry: Arc<Registry>,
 }
 
 impl LinkListener {
@@ -32,26 +36,40 @@ impl LinkListener {
     pub fn new(listener: TcpListener, agent_id: u16, ring: SharedRing) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let stats = Arc::new(LinkStats::default());
+        let registry = Arc::new(Registry::new(stats.clone()));
         let (draining, drain) = watch::channel(false);
         tokio::spawn(accept_loop(
             listener,
             agent_id,
             ring,
-            tx,
-            stats.clone(),
+            Links {
+                tx,
+                stats: stats.clone(),
+                registry: registry.clone(),
+            },
             drain,
         ));
         Self {
             streams: Mutex::new(rx),
             stats,
             draining,
+            registry,
         }
+    }
+
+    /// How long a stream handed over by its dispatcher waits for the successor's re-attach
+    /// stream before its reads and writes fail ([`REATTACH_TIMEOUT`](crate::REATTACH_TIMEOUT)
+    /// unless set; for handovers that begin after the call).
+    pub fn set_reattach_timeout(&self, timeout: Duration) {
+        self.registry.set_timeout(timeout);
     }
 
     /// The agent is going away: tells every dispatcher so (an HTTP/2 GOAWAY on each link:
     /// streams already opened are still delivered by [`accept`](Self::accept) and run to
     /// their end; new ones are refused before any byte of theirs is sent, so a dispatcher
-    /// takes the client elsewhere) and stops accepting link connections.
+    /// takes the client elsewhere) and stops accepting link connections. Streams already
+    /// waiting for a handover's successor keep waiting, but a successor cannot reach a
+    /// draining agent (no new link connections), so they fail at their deadline.
     pub fn drain(&self) {
         self.draining.send_replace(true);
     }
@@ -66,14 +84,22 @@ impl LinkListener {
     }
 }
 
+/// What every link connection of a listener shares.
+#[derive(Clone)]
+struct Links {
+    tx: mpsc::Sender<LinkStream>,
+    stats: Arc<LinkStats>,
+    registry: Arc<Registry>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     agent_id: u16,
     ring: SharedRing,
-    tx: mpsc::Sender<LinkStream>,
-    stats: Arc<LinkStats>,
+    shared: Links,
     drain: watch::Receiver<bool>,
 ) {
+    let stats = shared.stats.clone();
     let authenticating = Arc::new(Semaphore::new(MAX_AUTHENTICATING));
     let links = Arc::new(Semaphore::new(MAX_LINKS));
     loop {
@@ -90,7 +116,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        if tx.is_closed() {
+        if shared.tx.is_closed() {
             return;
         }
         let Ok(auth_permit) = authenticating.clone().try_acquire_owned() else {
@@ -102,7 +128,8 @@ async fn accept_loop(
             continue;
         };
         crate::tune(&tcp);
-        let (ring, tx, stats, drain) = (ring.clone(), tx.clone(), stats.clone(), drain.clone());
+        let (ring, shared, stats, drain) =
+            (ring.clone(), shared.clone(), stats.clone(), drain.clone());
         tokio::spawn(async move {
             let mut tcp = tcp;
             let authed =
@@ -118,7 +145,7 @@ async fn accept_loop(
                 }
             };
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = serve(tcp, link_id, &tx, &stats, drain).await {
+            if let Err(e) = serve(tcp, link_id, &shared, drain).await {
                 tracing::debug!(%peer, error = %e, "link connection ended");
             }
             stats.connections.fetch_sub(1, Ordering::Relaxed);
@@ -174,8 +201,7 @@ pub(crate) async fn read_proof(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> 
 async fn serve(
     tcp: TcpStream,
     link_id: [u8; 16],
-    tx: &mpsc::Sender<LinkStream>,
-    stats: &LinkStats,
+    links: &Links,
     drain: watch::Receiver<bool>,
 ) -> Result<(), h2::Error> {
     let mut conn = h2::server::Builder::new()
@@ -204,11 +230,24 @@ async fn serve(
             respond.send_reset(h2::Reason::PROTOCOL_ERROR);
             continue;
         };
-        stats.streams.fetch_add(1, Ordering::Relaxed);
-        let stream = LinkStream::server(respond, request.into_body(), meta, link_id);
+        if let Some(token) = meta.reattach {
+            // A successor dispatcher continues a stream handed over to it: never accept()ed.
+            links
+                .registry
+                .deliver(token, respond, request.into_body(), link_id);
+            continue;
+        }
+        links.stats.streams.fetch_add(1, Ordering::Relaxed);
+        let stream = LinkStream::server(
+            respond,
+            request.into_body(),
+            meta,
+            link_id,
+            links.registry.clone(),
+        );
         // A full queue waits (the agent takes streams in a tight loop); a gone agent resets
         // them as they come (the stream's drop).
-        let _ = tx.send(stream).await;
+        let _ = links.tx.send(stream).await;
     }
     // No more new streams; the open ones still need the connection driven.
     std::future::poll_fn(|cx| conn.poll_closed(cx)).await

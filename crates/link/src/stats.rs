@@ -13,6 +13,8 @@ pub struct LinkStats {
     pub(crate) auth_failures: AtomicU64,
     pub(crate) streams: AtomicU64,
     pub(crate) refused: AtomicU64,
+    pub(crate) reattached: AtomicU64,
+    pub(crate) reattach_failed: AtomicU64,
 }
 
 impl LinkStats {
@@ -28,7 +30,19 @@ impl LinkStats {
         self.streams.load(Ordering::Relaxed)
     }
 
-    /// The three `baton_link_*` families, for the agent's collector (read at scrape time).
+    /// Streams handed over by a dispatcher that continued on its successor's stream.
+    pub fn reattached(&self) -> u64 {
+        self.reattached.load(Ordering::Relaxed)
+    }
+
+    /// Handovers that did not continue: nobody re-attached before the deadline, the agent
+    /// could not wait (a token already waiting, too many waiting), or a re-attach stream
+    /// named a token nobody waits for (refused).
+    pub fn reattach_failed(&self) -> u64 {
+        self.reattach_failed.load(Ordering::Relaxed)
+    }
+
+    /// The four `baton_link_*` families, for the agent's collector (read at scrape time).
     pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ConstGauge::new(self.connections_active()).encode(e.encode_descriptor(
@@ -45,9 +59,62 @@ impl LinkStats {
         )?)?;
         ConstCounter::new(l(&self.streams)).encode(e.encode_descriptor(
             "baton_link_streams",
-            "Client streams received over the agent link.",
+            "Client streams received over the agent link (re-attach streams not included).",
             None,
             MetricType::Counter,
-        )?)
+        )?)?;
+        let mut family = e.encode_descriptor(
+            "baton_link_streams_reattached",
+            "Streams a dispatcher handed over to its successor: continued on the successor's stream (reattached), or not (failed: nobody re-attached in time, or a re-attach was refused).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, n) in [
+            ("reattached", &self.reattached),
+            ("failed", &self.reattach_failed),
+        ] {
+            ConstCounter::new(l(n)).encode(family.encode_family(&[("outcome", outcome)])?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::collector::Collector;
+    use prometheus_client::registry::Registry;
+
+    #[derive(Debug)]
+    struct Stats(std::sync::Arc<LinkStats>);
+
+    impl Collector for Stats {
+        fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            self.0.encode(&mut e)
+        }
+    }
+
+    #[test]
+    fn reattach_outcomes_are_one_labelled_family() {
+        let stats = std::sync::Arc::new(LinkStats::default());
+        stats.reattached.fetch_add(3, Ordering::Relaxed);
+        stats.reattach_failed.fetch_add(2, Ordering::Relaxed);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Stats(stats)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("# TYPE baton_link_streams_reattached counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("baton_link_streams_reattached_total{outcome=\"reattached\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("baton_link_streams_reattached_total{outcome=\"failed\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("baton_link_streams_total 0\n"), "{text}");
     }
 }
