@@ -370,15 +370,6 @@ const K_DISPATCH: &str =
     "00000011 1111111111111111111111111111111111111111111111111111111111111111";
 const K_AGENT0: &str = "00000022 2222222222222222222222222222222222222222222222222222222222222222";
 
-fn write_key(dir: &TempDir, name: &str, lines: &[&str]) -> String {
-    let path = dir.arg(name);
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    // key files must be private
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
-
 /// Two agents run by hand (so one can be killed or stopped) with their links. With
 /// `same_key` false, agent 0 seals with a key agent 1 lacks (each still authenticates its
 /// link with the dispatcher): every session object agent 0 exports fails to open at agent 1.
@@ -386,15 +377,15 @@ fn agents(same_key: bool) -> Cluster {
     let pki = Pki::new();
     let dir = TempDir::new("handoff-agents");
     let (keys, dispatcher_key) = if same_key {
-        let k = write_key(&dir, "k", &[K_DISPATCH]);
+        let k = cluster_key_file(&dir, "k", &[K_DISPATCH]);
         ([k.clone(), k.clone()], k)
     } else {
         (
             [
-                write_key(&dir, "k0", &[K_AGENT0, K_DISPATCH]),
-                write_key(&dir, "k1", &[K_DISPATCH]),
+                cluster_key_file(&dir, "k0", &[K_AGENT0, K_DISPATCH]),
+                cluster_key_file(&dir, "k1", &[K_DISPATCH]),
             ],
-            write_key(&dir, "kd", &[K_DISPATCH, K_AGENT0]),
+            cluster_key_file(&dir, "kd", &[K_DISPATCH, K_AGENT0]),
         )
     };
     let tickets = key_file(&dir, "tickets");
@@ -597,6 +588,7 @@ impl TestLink {
                 drain: false,
                 shed: None,
                 follows: false,
+                reattach: None,
             };
             let mut s = h.open(meta).await.unwrap();
             s.write_all(&frame.to_bytes()).await.unwrap();

@@ -83,23 +83,9 @@ fn dispatcher(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
     (d, addrs["admin"])
 }
 
-/// One admin request with curl: (status, body).
-fn admin(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    let mut args = vec!["-s", "-m", "5", "-X", method, "-w", "\n%{http_code}"];
-    if let Some(b) = body {
-        args.extend(["-H", "content-type: application/json", "--data", b]);
-    }
-    args.push(&url);
-    let out = Command::new("curl").args(&args).output().expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
 /// The agents the admin endpoint lists: (id, state, up).
 fn listed(addr: SocketAddr) -> Vec<(u64, String, bool)> {
-    let (status, body) = admin(addr, "GET", "/agents", None);
+    let (status, body) = admin_request(addr, "GET", "/agents", None);
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     v.as_array()
@@ -170,7 +156,7 @@ fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
 
     // agent 7 joins through the admin endpoint and takes new handshakes at once
     let body = format!("{{\"id\": 7, \"addr\": \"{}\"}}", a[1].addr);
-    let (status, text) = admin(admin_addr, "POST", "/agents", Some(&body));
+    let (status, text) = admin_request(admin_addr, "POST", "/agents", Some(&body));
     assert_eq!(status, 201, "{text}");
     let joined = Instant::now();
     serve(&d, &config, 4);
@@ -182,10 +168,16 @@ fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
         "series are labelled by id"
     );
     // the same id twice, an unknown agent, a bad body: refused, roster unchanged
-    assert_eq!(admin(admin_addr, "POST", "/agents", Some(&body)).0, 409);
-    assert_eq!(admin(admin_addr, "POST", "/agents/3/drain", None).0, 404);
     assert_eq!(
-        admin(admin_addr, "POST", "/agents", Some("{\"id\": 1}")).0,
+        admin_request(admin_addr, "POST", "/agents", Some(&body)).0,
+        409
+    );
+    assert_eq!(
+        admin_request(admin_addr, "POST", "/agents/3/drain", None).0,
+        404
+    );
+    assert_eq!(
+        admin_request(admin_addr, "POST", "/agents", Some("{\"id\": 1}")).0,
         400
     );
     assert_eq!(listed(admin_addr).len(), 2);
@@ -203,7 +195,10 @@ fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
         }
     }
     let mut kept = kept.expect("round robin put a client on agent 0");
-    assert_eq!(admin(admin_addr, "POST", "/agents/0/drain", None).0, 200);
+    assert_eq!(
+        admin_request(admin_addr, "POST", "/agents/0/drain", None).0,
+        200
+    );
     let on_zero = handshakes(&a[0]);
     serve(&d, &config, 6);
     assert_eq!(
@@ -218,13 +213,13 @@ fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
             "an established stream on the draining agent"
         );
     }
-    let (_, text) = admin(admin_addr, "GET", "/agents", None);
+    let (_, text) = admin_request(admin_addr, "GET", "/agents", None);
     assert!(text.contains("\"state\": \"draining\""), "{text}");
     assert!(text.contains("\"drained\": false"), "{text}");
     drop(kept);
     assert!(
         within(Duration::from_secs(5), || {
-            admin(admin_addr, "GET", "/agents", None)
+            admin_request(admin_addr, "GET", "/agents", None)
                 .1
                 .contains("\"drained\": true")
         }),
@@ -232,9 +227,15 @@ fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
     );
 
     // removed: gone from the listing and the metrics; enabling it is an error now
-    assert_eq!(admin(admin_addr, "DELETE", "/agents/0", None).0, 200);
+    assert_eq!(
+        admin_request(admin_addr, "DELETE", "/agents/0", None).0,
+        200
+    );
     assert_eq!(listed(admin_addr), vec![(7, "active".into(), true)]);
-    assert_eq!(admin(admin_addr, "POST", "/agents/0/enable", None).0, 404);
+    assert_eq!(
+        admin_request(admin_addr, "POST", "/agents/0/enable", None).0,
+        404
+    );
     serve(&d, &config, 3);
     assert_eq!(handshakes(&a[0]), on_zero);
 }
@@ -280,7 +281,10 @@ fn the_agents_file_is_followed_when_it_changes_and_on_sighup() {
     assert!(within(Duration::from_secs(5), || {
         listed(admin_addr).iter().all(|l| l.1 == "active")
     }));
-    assert_eq!(admin(admin_addr, "POST", "/agents/2/disable", None).0, 200);
+    assert_eq!(
+        admin_request(admin_addr, "POST", "/agents/2/disable", None).0,
+        200
+    );
     assert!(listed(admin_addr).contains(&(2, "disabled".into(), true)));
     let pid = d.child.id().to_string();
     let hup = Command::new("kill").args(["-HUP", &pid]).status().unwrap();

@@ -97,9 +97,18 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>
             };
             changed(shared, Change::Remove(id), StatusCode::OK)
         }
+        // A successor process takes over the listeners and every live connection (as SIGUSR2).
+        (Method::POST, ["handover"]) => {
+            if shared.handover.request() {
+                text(StatusCode::ACCEPTED, "handover started\n")
+            } else {
+                text(StatusCode::CONFLICT, "a handover is under way\n")
+            }
+        }
         _ => text(
             StatusCode::NOT_FOUND,
-            "GET /agents, POST /agents, POST /agents/ID/drain|disable|enable, DELETE /agents/ID\n",
+            "GET /agents, POST /agents, POST /agents/ID/drain|disable|enable, DELETE /agents/ID, \
+             POST /handover\n",
         ),
     }
 }

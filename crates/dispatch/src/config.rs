@@ -103,6 +103,11 @@ pub struct DispatchArgs {
     /// Runtime worker threads. Default: one per CPU.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// Dispatcher handover (SIGUSR2 or `POST /handover`): time allowed for the successor to
+    /// be ready, and then for every live connection to be passed to it; connections not
+    /// passed by then close with the old process. Default 30s.
+    #[arg(long, value_name = "SECONDS")]
+    pub handover_timeout: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +133,7 @@ pub struct DispatchConfig {
     pub health_interval: Duration,
     pub idle_timeout: Duration,
     pub half_close_timeout: Duration,
+    pub handover_timeout: Duration,
     pub tcp_keepalive: Duration,
     pub max_connections: usize,
     pub workers: usize,
@@ -236,6 +242,7 @@ impl DispatchArgs {
             idle_timeout: secs(args.idle_timeout, 120.0, "idle-timeout")?,
             half_close_timeout: secs(args.half_close_timeout, 10.0, "half-close-timeout")?,
             tcp_keepalive: secs(args.tcp_keepalive, 60.0, "tcp-keepalive")?,
+            handover_timeout: secs(args.handover_timeout, 30.0, "handover-timeout")?,
             max_connections: args.max_connections.unwrap_or(20_000).max(1),
             workers: args
                 .workers
@@ -273,6 +280,7 @@ impl DispatchArgs {
             tcp_keepalive: self.tcp_keepalive.or(file.tcp_keepalive),
             max_connections: self.max_connections.or(file.max_connections),
             workers: self.workers.or(file.workers),
+            handover_timeout: self.handover_timeout.or(file.handover_timeout),
         }
     }
 }

@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::handover::HandedOver;
 use crate::server::Shared;
 use crate::splice::Watched;
 
@@ -44,6 +45,7 @@ impl Ends {
             shed: None,
             // the imported connection is followed on, as every link stream
             follows: true,
+            reattach: None,
         };
         self.stream = match &self.home {
             Some(link) => tokio::time::timeout_at(deadline, link.open(meta))
@@ -135,16 +137,53 @@ async fn drive(
     mut handshaking: Option<HandshakeGuard<'_>>,
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
+    // A connection that cannot be handed over (its client ended its half) is not asked again.
+    let mut may_hand_over = true;
     loop {
         if relay.is_serving() {
             if let Some(h) = handshaking.as_mut() {
                 h.finish();
             }
+            if may_hand_over && shared.handover.is_on() {
+                let handed = crate::handover::hand_over(
+                    client,
+                    &mut agent,
+                    &mut relay,
+                    conn.agent_idx,
+                    shared,
+                )
+                .await;
+                match handed {
+                    Ok((how, d)) => {
+                        conn.down += d;
+                        match how {
+                            HandedOver::Passed | HandedOver::Ended => {
+                                return Ok((conn.agent_idx, conn.up, conn.down))
+                            }
+                            HandedOver::Kept(stream) => agent = *stream,
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "handover failed; connection closed");
+                        shared.metrics.handover("lost");
+                        return Ok((conn.agent_idx, conn.up, conn.down));
+                    }
+                }
+            }
+            let stop = async {
+                if may_hand_over {
+                    shared.handover.started().await
+                } else {
+                    std::future::pending().await
+                }
+            };
             let watched = crate::splice::splice_watched(
                 client,
                 &mut agent,
                 &mut relay,
                 shared.splice_limits(),
+                stop,
             )
             .await;
             let (u, d, how) = match watched {
@@ -155,26 +194,18 @@ async fn drive(
             conn.down += d;
             match how {
                 Watched::Ended => return Ok((conn.agent_idx, conn.up, conn.down)),
+                Watched::Stopped { client_ended } => {
+                    may_hand_over &= !client_ended;
+                    continue;
+                }
                 // A client that has ended its side will send nothing more to move for.
                 Watched::Left { client_ended } => {
-                    let next = (!client_ended)
-                        .then(|| next_home(conn.agent_idx, conn.source, conn.destination, shared))
-                        .flatten();
-                    // ChooseHome is queued: answer it now, the protocol loop sends the rest
-                    let _ = relay.poll_action();
-                    match &next {
-                        Some(e) => {
-                            let home_id = shared.router().id_of(e.home_idx).unwrap_or(0);
-                            relay.move_to(home_id, binding(e));
-                        }
-                        None => {
-                            shared.metrics.drain_move(None);
-                            relay.stay();
-                        }
-                    }
-                    conn.next = next;
+                    answer_leave(&mut relay, &mut conn, client_ended, shared)
                 }
             }
+        } else if relay.is_leaving() {
+            // taken over from a predecessor with the agent's Leave unanswered
+            answer_leave(&mut relay, &mut conn, false, shared);
         }
         let Some(target) = moving(
             client,
@@ -205,6 +236,27 @@ async fn drive(
             conn.agent_idx = ends.home_idx;
         }
     }
+}
+
+/// Answers an agent that asked to leave: the client's next home, or a Stay (the relay queues
+/// the frames; `moving` sends them).
+fn answer_leave(relay: &mut Relay, conn: &mut Conn, client_ended: bool, shared: &Shared) {
+    let next = (!client_ended)
+        .then(|| next_home(conn.agent_idx, conn.source, conn.destination, shared))
+        .flatten();
+    // ChooseHome is queued: answer it now, the protocol loop sends the rest
+    let _ = relay.poll_action();
+    match &next {
+        Some(e) => {
+            let home_id = shared.router().id_of(e.home_idx).unwrap_or(0);
+            relay.move_to(home_id, binding(e));
+        }
+        None => {
+            shared.metrics.drain_move(None);
+            relay.stay();
+        }
+    }
+    conn.next = next;
 }
 
 /// Where a connection whose agent leaves goes next: the client's home among the agents that

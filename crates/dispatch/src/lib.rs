@@ -14,6 +14,7 @@
 mod admin;
 mod config;
 mod handoff;
+mod handover;
 mod health;
 pub mod members;
 mod metrics;

@@ -48,6 +48,11 @@ const HANDOFF_OUTCOMES: [&str; 4] = ["migrated", "declined", "aborted", "fell_ba
 /// How a move asked for by a draining agent (Leave) ended: `stayed` when there was no agent
 /// to move to.
 const DRAIN_OUTCOMES: [&str; 4] = ["migrated", "stayed", "aborted", "fell_back"];
+/// What became of a live connection in a dispatcher handover: `passed` to the successor (the
+/// old process), `taken` over from the predecessor (the successor), `kept` (re-attached here
+/// after the successor failed), `lost` (closed: no re-attach, the agent closed it, or a
+/// deadline).
+pub const HANDOVER_OUTCOMES: [&str; 4] = ["passed", "taken", "kept", "lost"];
 
 #[derive(Debug)]
 pub struct Metrics {
@@ -57,6 +62,7 @@ pub struct Metrics {
     handoffs: [AtomicU64; 4],
     /// [migrated, stayed, aborted, fell_back]
     drain_moves: [AtomicU64; 4],
+    handovers: [AtomicU64; 4],
     connect_failures: Vec<AtomicU64>,
     hello: [AtomicU64; 5],
     no_agent: AtomicU64,
@@ -74,6 +80,7 @@ impl Metrics {
             hello: Default::default(),
             handoffs: Default::default(),
             drain_moves: Default::default(),
+            handovers: Default::default(),
             no_agent: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             proxy_refused: AtomicU64::new(0),
@@ -136,6 +143,15 @@ impl Metrics {
         let label = outcome.map_or("stayed", crate::handoff::outcome_label);
         let i = DRAIN_OUTCOMES.iter().position(|l| *l == label).unwrap_or(0);
         self.drain_moves[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One connection's handover, by [`HANDOVER_OUTCOMES`] label.
+    pub fn handover(&self, outcome: &'static str) {
+        let i = HANDOVER_OUTCOMES
+            .iter()
+            .position(|l| *l == outcome)
+            .unwrap_or(3);
+        self.handovers[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The families, for a collector: `agents` are the agents on the roster as the router
@@ -213,6 +229,17 @@ impl Metrics {
             DRAIN_OUTCOMES
                 .iter()
                 .zip(&self.drain_moves)
+                .map(|(&outcome, n)| (HandoffLabel { outcome }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_dispatch_handover_connections",
+            "Live connections in a dispatcher handover, by outcome: passed to the successor, \
+             taken over from the predecessor, kept (re-attached here after the successor \
+             failed), or lost (closed).",
+            HANDOVER_OUTCOMES
+                .iter()
+                .zip(&self.handovers)
                 .map(|(&outcome, n)| (HandoffLabel { outcome }, load(n))),
         )?;
         counter(

@@ -308,6 +308,7 @@ fn shed(agent: &Agent, shed: bool) {
         drain: false,
         shed: Some(shed),
         follows: false,
+        reattach: None,
     };
     rt.spawn(async move {
         // the agent acts on the stream's headers and resets it; nothing to wait for

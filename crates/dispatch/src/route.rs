@@ -223,6 +223,13 @@ impl Router {
         Some((home, if all_up { first } else { Reason::Fallback }))
     }
 
+    /// A live connection taken over from a predecessor dispatcher now counts at `agent`.
+    pub fn adopted(&mut self, agent: usize) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.active += 1;
+        }
+    }
+
     /// A connection counted at `from` now lives at `to` (a session migrated home).
     pub fn moved(&mut self, from: usize, to: usize) {
         if to < self.agents.len() {

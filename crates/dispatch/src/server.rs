@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     /// The agents by the router's slots, with their link pools (`--agent-link`).
     pub(crate) roster: Arc<Roster>,
+    /// The dispatcher handover: a successor takes the listeners and live connections.
+    pub(crate) handover: crate::handover::Handover,
 }
 
 impl Shared {
@@ -86,25 +88,59 @@ impl prometheus_client::collector::Collector for Collected {
 }
 
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
+    use baton_wire::handover::ListenerKind;
     let router = Arc::new(Mutex::new(Router::new(config.policy, 0)));
     let (roster, initial) = Roster::start(&config)?;
     let roster = Arc::new(roster);
     roster
         .set(&router, initial)
         .map_err(|e| anyhow::anyhow!("agents: {e}"))?;
+    // A successor of a dispatcher that hands over: its listeners come from its predecessor.
+    let predecessor = crate::handover::Predecessor::connect().await?;
     // The links first, so that `ready` means clients can be carried (an agent that is down
     // now is only waited for briefly: it joins when its link comes up).
     roster.wait_up(config.connect_timeout).await;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
-    let admin = config.admin.map(|addr| ("admin", addr));
-    let (listeners, admin_listener, metrics_listener) =
-        baton_ops::listen::open_with("dispatch", &config.listen, admin, config.metrics)?;
+    let (listeners, admin_listener, metrics_listener, predecessor) = match predecessor {
+        Some((p, inherited)) => {
+            baton_ops::listen::announce(
+                inherited
+                    .public
+                    .iter()
+                    .map(|l| ("dispatch", l))
+                    .chain(inherited.admin.iter().map(|l| ("admin", l)))
+                    .chain(inherited.metrics.iter().map(|l| ("metrics", l))),
+            )?;
+            (
+                inherited.public,
+                inherited.admin,
+                inherited.metrics,
+                Some(p),
+            )
+        }
+        None => {
+            let admin = config.admin.map(|addr| ("admin", addr));
+            let (l, a, m) =
+                baton_ops::listen::open_with("dispatch", &config.listen, admin, config.metrics)?;
+            (l, a, m, None)
+        }
+    };
     let shared = Arc::new(Shared {
         metrics: Metrics::new(crate::members::MAX_AGENTS),
         router: router.clone(),
         config,
         roster: roster.clone(),
+        handover: crate::handover::Handover::new(),
     });
+    for l in &listeners {
+        shared.handover.keep(ListenerKind::Public, l)?;
+    }
+    if let Some(l) = &admin_listener {
+        shared.handover.keep(ListenerKind::Admin, l)?;
+    }
+    if let Some(l) = &metrics_listener {
+        shared.handover.keep(ListenerKind::Metrics, l)?;
+    }
     let stop = CancellationToken::new();
     tokio::spawn(crate::health::check_forever(
         roster.clone(),
@@ -121,39 +157,66 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
             reread.clone(),
         ));
     }
-    if let Some(l) = admin_listener {
-        tokio::spawn(crate::admin::serve(l, shared.clone(), stop.clone()));
-    }
-    if let Some(l) = metrics_listener {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Collected(shared.clone())));
-        registry.register_collector(Box::new(baton_ops::metrics::ProcessCollector));
-        tokio::spawn(baton_ops::serve_metrics(
-            l,
-            Arc::new(registry),
-            stop.clone(),
-        ));
-    }
     let tracker = TaskTracker::new();
     let permits = Arc::new(Semaphore::new(shared.config.max_connections));
-    for l in listeners {
-        tokio::spawn(accept_loop(
-            l,
-            shared.clone(),
-            permits.clone(),
-            tracker.clone(),
-            stop.clone(),
-        ));
+    // Everything that accepts stops when a successor is ready (and starts again from the
+    // kept copies if it fails after that).
+    let mut accepting = stop.child_token();
+    serve_listeners(
+        listeners,
+        admin_listener,
+        metrics_listener,
+        &shared,
+        &permits,
+        &tracker,
+        &accepting,
+    );
+    if let Some(p) = predecessor {
+        tokio::spawn(p.take_over(shared.clone(), tracker.clone()));
     }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // SIGHUP re-reads the agents file (and must not end the process, its default action).
     let mut hup = signal(SignalKind::hangup())?;
+    // SIGUSR2 hands over to a successor, as nginx's binary upgrade.
+    let mut usr2 = signal(SignalKind::user_defined2())?;
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => reread.notify_one(),
+            _ = usr2.recv() => { shared.handover.request(); }
+            _ = shared.handover.requested() => {
+                let successor = match crate::handover::start(&shared).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "handover failed; serving on");
+                        eprintln!("handover failed; serving on: {e:#}");
+                        continue;
+                    }
+                };
+                // the successor accepts now
+                accepting.cancel();
+                let deadline = tokio::time::Instant::now() + shared.config.handover_timeout;
+                tracker.close();
+                if successor.pass(&shared, tracker.wait(), deadline).await {
+                    let left = tracker.len();
+                    if left > 0 {
+                        tracing::warn!(connections = left, "handover: connections not passed close now");
+                    }
+                    return Ok(());
+                }
+                // The successor failed once ready: accept again here.
+                tracker.reopen();
+                accepting = stop.child_token();
+                match shared.handover.relisten() {
+                    Ok((l, a, m)) => serve_listeners(l, a, m, &shared, &permits, &tracker, &accepting),
+                    Err(e) => {
+                        tracing::error!(error = %e, "handover: cannot accept again");
+                        return Err(e.into());
+                    }
+                }
+            }
         }
     }
     stop.cancel();
@@ -161,6 +224,41 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     // Relayed connections carry on until their ends close, for a bounded time.
     let _ = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
     Ok(())
+}
+
+/// Accepts clients on `listeners`, and serves the admin endpoint and metrics, until
+/// `accepting` is cancelled.
+fn serve_listeners(
+    listeners: Vec<TcpListener>,
+    admin: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+    shared: &Arc<Shared>,
+    permits: &Arc<Semaphore>,
+    tracker: &TaskTracker,
+    accepting: &CancellationToken,
+) {
+    if let Some(l) = admin {
+        tokio::spawn(crate::admin::serve(l, shared.clone(), accepting.clone()));
+    }
+    if let Some(l) = metrics {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Collected(shared.clone())));
+        registry.register_collector(Box::new(baton_ops::metrics::ProcessCollector));
+        tokio::spawn(baton_ops::serve_metrics(
+            l,
+            Arc::new(registry),
+            accepting.clone(),
+        ));
+    }
+    for l in listeners {
+        tokio::spawn(accept_loop(
+            l,
+            shared.clone(),
+            permits.clone(),
+            tracker.clone(),
+            accepting.clone(),
+        ));
+    }
 }
 
 async fn accept_loop(
@@ -401,6 +499,9 @@ async fn confirm(stream: &mut LinkStream, head: &[u8], answer_due: bool, shared:
 }
 
 /// A stream to an agent: a TCP connection, or a stream of its link.
+// Lives only while a connection is routed; boxing the link stream would cost every
+// connection an allocation.
+#[allow(clippy::large_enum_variant)]
 enum AgentStream {
     Tcp(TcpStream),
     Link(LinkStream),
@@ -424,6 +525,7 @@ async fn connect(
             shed: None,
             // `linked`, `at_home` and `handoff` follow every link stream's records
             follows: true,
+            reattach: None,
         };
         let link = agent.links.as_ref()?.pick()?;
         let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));

@@ -77,17 +77,22 @@ pub(crate) enum Watched {
     ///
     /// [`Action::ChooseHome`]: baton_wire::handoff::Action::ChooseHome
     Left { client_ended: bool },
+    /// `stop` resolved (a dispatcher handover): both directions stopped between two chunks,
+    /// every byte read has been forwarded. `client_ended`: the client had ended its half.
+    Stopped { client_ended: bool },
 }
 
 /// [`splice`] for a client on an agent's link stream: the same copy both ways under the same
 /// bounds, but every byte is followed by `relay` (record boundaries, without copying), so that
-/// an agent that drains can ask, in-band, to move the live connection elsewhere. Returns the
-/// bytes client -> agent and agent -> client, and why it stopped.
+/// an agent that drains can ask, in-band, to move the live connection elsewhere. When `stop`
+/// resolves, both directions stop at their next chunk boundary. Returns the bytes client ->
+/// agent and agent -> client, and why it stopped.
 pub(crate) async fn splice_watched<C, S>(
     client: &mut C,
     agent: &mut S,
     relay: &mut Relay,
     limits: Limits,
+    stop: impl std::future::Future<Output = ()>,
 ) -> io::Result<(u64, u64, Watched)>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -105,6 +110,8 @@ where
     // The agent's Leave stops the client's direction, but only between two chunks: a write
     // to the agent is never cut short (cancelling it would lose count of what went).
     let left = tokio_util::sync::CancellationToken::new();
+    // `stop` stops both directions, each between two chunks.
+    let halt = tokio_util::sync::CancellationToken::new();
     let up = async {
         let mut buf = vec![0u8; BUF];
         let mut side = Side::new(&mut client_rd, &clock, true);
@@ -113,6 +120,7 @@ where
             let n = tokio::select! {
                 biased;
                 _ = left.cancelled() => return Ok::<_, io::Error>((n_up, false)),
+                _ = halt.cancelled() => return Ok((n_up, false)),
                 r = side.read(&mut buf) => r?,
             };
             if n == 0 {
@@ -130,7 +138,11 @@ where
         let mut side = Side::new(&mut agent_rd, &clock, false);
         let mut n_down = 0u64;
         loop {
-            let n = side.read(&mut buf).await?;
+            let n = tokio::select! {
+                biased;
+                _ = halt.cancelled() => return Ok((n_down, false)),
+                r = side.read(&mut buf) => r?,
+            };
             if n == 0 {
                 let _ = client_wr.shutdown().await;
                 return Ok::<_, io::Error>((n_down, false));
@@ -157,14 +169,22 @@ where
     };
     let both = async { tokio::try_join!(up, down) };
     tokio::pin!(both);
+    tokio::pin!(stop);
     loop {
         let deadline = clock.deadline(limits);
         tokio::select! {
             r = &mut both => {
                 let ((n_up, client_ended), (n_down, leave)) = r?;
-                let how = if leave { Watched::Left { client_ended } } else { Watched::Ended };
+                let how = if leave {
+                    Watched::Left { client_ended }
+                } else if halt.is_cancelled() {
+                    Watched::Stopped { client_ended }
+                } else {
+                    Watched::Ended
+                };
                 return Ok((n_up, n_down, how));
             }
+            _ = &mut stop, if !halt.is_cancelled() => halt.cancel(),
             _ = clock.ended.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {
                 if clock.deadline(limits) <= Instant::now() {

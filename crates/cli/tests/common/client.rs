@@ -222,3 +222,22 @@ pub fn read_http_response(s: &mut impl Read) -> String {
     s.read_exact(&mut body).unwrap();
     head + &String::from_utf8_lossy(&body)
 }
+
+/// One request to an admin endpoint (plain HTTP) with curl: (status, body).
+pub fn admin_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    let mut args = vec!["-s", "-m", "5", "-X", method, "-w", "\n%{http_code}"];
+    if let Some(b) = body {
+        args.extend(["-H", "content-type: application/json", "--data", b]);
+    }
+    args.push(&url);
+    let out = Command::new("curl").args(&args).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}

@@ -114,3 +114,13 @@ pub fn key_file(dir: &TempDir, name: &str) -> String {
         .success());
     path
 }
+
+/// A cluster key file in `dir` with the keys `lines` ("ID HEX" each), private as the servers
+/// require; its path.
+pub fn cluster_key_file(dir: &TempDir, name: &str, lines: &[&str]) -> String {
+    let path = dir.arg(name);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}

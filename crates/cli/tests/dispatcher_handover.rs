@@ -1,0 +1,409 @@
+//! The dispatcher hands over to a successor (issue 18): a new `baton dispatch` process takes
+//! the listening sockets and every live client connection, and the old one exits at once.
+//! Clients keep their TCP connection, their TLS session and their agent. Real processes:
+//! two agents with links, a dispatcher started from a copy of the binary (so a test can
+//! replace it, as an upgrade does), rustls keep-alive clients (TLS 1.2 and 1.3, a KeyUpdate
+//! after the handover), curl.
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const KEY: &str = "00000011 1111111111111111111111111111111111111111111111111111111111111111";
+
+struct Cluster {
+    agents: Vec<Agent>,
+    dir: TempDir,
+    pki: Pki,
+    key: String,
+    /// The binary the dispatcher runs (a copy: a test may replace it).
+    bin: String,
+}
+
+fn cluster() -> Cluster {
+    let pki = Pki::new();
+    let dir = TempDir::new("dispatcher-handover");
+    let key = cluster_key_file(&dir, "cluster.key", &[KEY]);
+    let agents = (0..2)
+        .map(|i| {
+            let id = i.to_string();
+            Agent::serving(
+                &pki,
+                &[
+                    "--agent-id",
+                    &id,
+                    "--handoff",
+                    "true",
+                    "--link-listen",
+                    "127.0.0.1:0",
+                    "--cluster-key-file",
+                    &key,
+                ],
+            )
+        })
+        .collect();
+    let bin = dir.arg("baton");
+    std::fs::copy(BATON, &bin).unwrap();
+    Cluster {
+        agents,
+        dir,
+        pki,
+        key,
+        bin,
+    }
+}
+
+/// A dispatcher process that may hand over: follows its successors by pid, and kills
+/// whichever is the current one at the end.
+struct Dispatch {
+    pid: u32,
+    addr: SocketAddr,
+    metrics: SocketAddr,
+    admin: SocketAddr,
+    /// The first process's handle (reaped when it exits).
+    first: std::process::Child,
+}
+
+impl Dispatch {
+    fn start(c: &Cluster) -> Dispatch {
+        let mut args: Vec<String> = Vec::new();
+        for a in &c.agents {
+            args.extend([
+                "--agent".into(),
+                a.addr.to_string(),
+                "--agent-link".into(),
+                a.link.unwrap().to_string(),
+            ]);
+        }
+        args.extend(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--policy",
+                "round-robin",
+                "--cluster-key-file",
+                &c.key,
+                "--handover-timeout",
+                "10",
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (child, addrs) = spawn_ready_with(&c.bin, "dispatch", &[], &args);
+        let d = Dispatch {
+            pid: child.id(),
+            addr: addrs["dispatch"],
+            metrics: addrs["metrics"],
+            admin: addrs["admin"],
+            first: child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c
+            .agents
+            .iter()
+            .any(|a| a.metric("baton_link_connections_active") < 1.0)
+        {
+            assert!(Instant::now() < deadline, "links did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn metric(&self, prefix: &str, filter: &str) -> f64 {
+        series_sum(&metrics_page(self.metrics), prefix, filter)
+    }
+
+    fn usr2(&self) {
+        signal(self.pid, "-USR2");
+    }
+
+    /// Waits for the current process to exit and for its successor (same command line) to
+    /// serve; follows it.
+    fn follow_successor(&mut self) {
+        let old = self.pid;
+        let cmdline = std::fs::read(format!("/proc/{old}/cmdline")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut successor = None;
+        while Instant::now() < deadline {
+            if successor.is_none() {
+                successor = same_command(&cmdline, old);
+            }
+            if successor.is_some() && !alive(old) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(old), "the old dispatcher {old} is still running");
+        self.pid = successor.expect("no successor process");
+        let _ = self.first.try_wait();
+    }
+}
+
+impl Drop for Dispatch {
+    fn drop(&mut self) {
+        signal(self.pid, "-KILL");
+        let _ = self.first.kill();
+        let _ = self.first.wait();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z ") && !s.contains(") X "))
+        .unwrap_or(false)
+}
+
+/// Another live process with exactly this command line.
+fn same_command(cmdline: &[u8], not: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        (pid != not && alive(pid) && std::fs::read(format!("/proc/{pid}/cmdline")).ok()? == cmdline)
+            .then_some(pid)
+    })
+}
+
+/// A keep-alive client on one TLS connection through the dispatcher.
+struct KeepAlive {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl KeepAlive {
+    fn open(to: SocketAddr, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
+        let tcp = TcpStream::connect(to).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let conn =
+            rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+        KeepAlive {
+            tls: rustls::StreamOwned::new(conn, tcp),
+        }
+    }
+
+    fn get(&mut self, path: &str) -> String {
+        write!(self.tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        self.tls.flush().unwrap();
+        read_http_response(&mut self.tls)
+    }
+
+    fn local(&self) -> SocketAddr {
+        self.tls.sock.local_addr().unwrap()
+    }
+}
+
+fn reattached(c: &Cluster) -> f64 {
+    c.agents
+        .iter()
+        .map(|a| {
+            series_sum(
+                &a.metrics_text(),
+                "baton_link_streams_reattached_total",
+                "outcome=\"reattached\"",
+            )
+        })
+        .sum()
+}
+
+#[test]
+fn a_successor_takes_every_live_connection_and_the_old_dispatcher_exits() {
+    let c = cluster();
+    let mut d = Dispatch::start(&c);
+    let v12 = Arc::new(c.pki.client(&[&rustls::version::TLS12], None));
+    let v13 = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut clients: Vec<(bool, KeepAlive)> = (0..8)
+        .map(|i| {
+            let tls13 = i % 2 == 1;
+            (
+                tls13,
+                KeepAlive::open(d.addr, if tls13 { &v13 } else { &v12 }),
+            )
+        })
+        .collect();
+    for (_, k) in clients.iter_mut() {
+        // a body larger than one record, so positions inside records are exercised later
+        let r = k.get("/bytes/40000");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    let ports: Vec<SocketAddr> = clients.iter().map(|(_, k)| k.local()).collect();
+    let full_before: f64 = c
+        .agents
+        .iter()
+        .map(|a| series_sum(&a.metrics_text(), "baton_handshakes_total", "kind=\"full\""))
+        .sum();
+    let old = d.pid;
+    d.usr2();
+    d.follow_successor();
+    assert_ne!(d.pid, old);
+    for (i, (tls13, k)) in clients.iter_mut().enumerate() {
+        let r = k.get("/bytes/100");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i}: {r}");
+        if *tls13 {
+            k.tls.conn.refresh_traffic_keys().unwrap();
+        }
+        let r = k.get("/bytes/40000");
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i} after: {r}");
+        assert_eq!(
+            k.tls.conn.handshake_kind(),
+            Some(rustls::HandshakeKind::Full),
+            "the same session, never a second handshake"
+        );
+        assert_eq!(k.local(), ports[i], "the same TCP connection");
+    }
+    let full_after: f64 = c
+        .agents
+        .iter()
+        .map(|a| series_sum(&a.metrics_text(), "baton_handshakes_total", "kind=\"full\""))
+        .sum();
+    assert_eq!(full_after, full_before, "no handshake was needed");
+    // the successor's own counters, on the metrics socket it inherited
+    assert_eq!(
+        d.metric(
+            "baton_dispatch_handover_connections_total",
+            "outcome=\"taken\""
+        ),
+        8.0
+    );
+    assert_eq!(
+        d.metric(
+            "baton_dispatch_handover_connections_total",
+            "outcome=\"lost\""
+        ),
+        0.0
+    );
+    assert_eq!(reattached(&c), 8.0);
+    // new clients are served by the successor on the same address, with curl too
+    let out = curl(&[
+        "-s",
+        "--cacert",
+        &c.pki.arg("ca.pem"),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", d.addr.port()),
+        &format!("https://localhost:{}/bytes/10", d.addr.port()),
+    ]);
+    assert!(out.status.success(), "{}", text_of(&out));
+    // and it can hand over again, through the admin endpoint this time
+    let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+    assert_eq!(status, 202);
+    d.follow_successor();
+    for (i, (_, k)) in clients.iter_mut().enumerate() {
+        let r = k.get("/bytes/100");
+        assert!(
+            r.starts_with("HTTP/1.1 200"),
+            "client {i} after the second: {r}"
+        );
+    }
+    assert_eq!(reattached(&c), 16.0);
+    drop(c.dir);
+}
+
+#[test]
+fn a_handover_under_load_loses_no_request() {
+    let c = cluster();
+    let mut d = Dispatch::start(&c);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let config = Arc::new(c.pki.client(
+                &[if i % 2 == 0 {
+                    &rustls::version::TLS12
+                } else {
+                    &rustls::version::TLS13
+                }],
+                None,
+            ));
+            let (addr, stop, ok, failed) = (d.addr, stop.clone(), ok.clone(), failed.clone());
+            std::thread::spawn(move || {
+                let mut k = KeepAlive::open(addr, &config);
+                // bounded: at most 1,500 requests, 20 ms apart, per client
+                for _ in 0..1500 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        k.get("/bytes/3000")
+                    }));
+                    match r {
+                        Ok(r) if r.starts_with("HTTP/1.1 200") => {
+                            ok.fetch_add(1, Ordering::Relaxed)
+                        }
+                        _ => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            k = KeepAlive::open(addr, &config);
+                            0
+                        }
+                    };
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(600));
+    d.usr2();
+    d.follow_successor();
+    std::thread::sleep(Duration::from_millis(600));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ok = ok.load(Ordering::Relaxed);
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "{ok} requests answered");
+    assert!(ok > 60, "only {ok} requests");
+    assert_eq!(reattached(&c), 6.0);
+}
+
+#[test]
+fn a_successor_that_fails_to_start_leaves_the_old_dispatcher_serving() {
+    let c = cluster();
+    let mut d = Dispatch::start(&c);
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut k = KeepAlive::open(d.addr, &config);
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    // a broken upgrade: the binary at the dispatcher's path now fails at once
+    let real = c.dir.arg("baton.real");
+    std::fs::rename(&c.bin, &real).unwrap();
+    std::fs::write(&c.bin, "#!/bin/sh\necho broken >&2\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&c.bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+    assert_eq!(status, 202);
+    // the old process serves on: the same connection, new connections, its admin endpoint
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(d.pid));
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    let mut fresh = KeepAlive::open(d.addr, &config);
+    assert!(fresh.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    assert_eq!(reattached(&c), 0.0);
+    // the binary mended, the next handover goes through
+    std::fs::rename(&real, &c.bin).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+        if status == 202 {
+            break;
+        }
+        // 409 while the failed attempt is still being cleaned up
+        assert!(Instant::now() < deadline, "handover refused: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    d.follow_successor();
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    assert!(fresh.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    assert_eq!(reattached(&c), 2.0);
+}
