@@ -407,3 +407,45 @@ fn a_successor_that_fails_to_start_leaves_the_old_dispatcher_serving() {
     assert!(fresh.get("/bytes/10").starts_with("HTTP/1.1 200"));
     assert_eq!(reattached(&c), 2.0);
 }
+
+/// A client that does not read a large response does not hold the old dispatcher: what the
+/// agent and the old process had for it travels to the successor, which delivers it.
+#[test]
+fn a_client_that_does_not_read_does_not_hold_the_old_dispatcher() {
+    let c = cluster();
+    let mut d = Dispatch::start(&c);
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut k = KeepAlive::open(d.addr, &config);
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    // 4 MB the client leaves unread: its socket, the dispatcher's and the link stream fill
+    write!(
+        k.tls,
+        "GET /bytes/4000000 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    k.tls.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+    assert_eq!(status, 202);
+    d.follow_successor();
+    // the old process did not wait for the client (its handover deadline is 10 s)
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "the old dispatcher took {took:?}"
+    );
+    // every byte arrives, in order (rustls authenticates each record: a lost or repeated
+    // byte is an error), then the connection serves on
+    let r = read_http_response(&mut k.tls);
+    assert!(r.starts_with("HTTP/1.1 200"), "{}", &r[..r.len().min(200)]);
+    assert!(r.len() > 4_000_000);
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    assert_eq!(
+        d.metric(
+            "baton_dispatch_handover_connections_total",
+            "outcome=\"taken\""
+        ),
+        1.0
+    );
+}

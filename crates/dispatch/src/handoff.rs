@@ -139,17 +139,21 @@ async fn drive(
 ) -> std::io::Result<(usize, u64, u64)> {
     // A connection that cannot be handed over (its client ended its half) is not asked again.
     let mut may_hand_over = true;
+    // what a stopped splice read but did not deliver, for the handover that stopped it
+    let mut owed = crate::splice::Owed::default();
     loop {
         if relay.is_serving() {
             if let Some(h) = handshaking.as_mut() {
                 h.finish();
             }
             if may_hand_over && shared.handover.is_on() {
+                let owed = std::mem::take(&mut owed);
                 let handed = crate::handover::hand_over(
                     client,
                     &mut agent,
                     &mut relay,
                     conn.agent_idx,
+                    owed,
                     shared,
                 )
                 .await;
@@ -169,6 +173,21 @@ async fn drive(
                         shared.metrics.handover("lost");
                         return Ok((conn.agent_idx, conn.up, conn.down));
                     }
+                }
+            }
+            // Stopped, but no handover took the connection after all (the successor failed,
+            // or the client had ended its half): what the splice held goes first.
+            let o = std::mem::take(&mut owed);
+            if !o.to_agent.is_empty() || !o.to_client.is_empty() {
+                conn.up += o.to_agent.len() as u64;
+                conn.down += o.to_client.len() as u64;
+                let deliver = async {
+                    agent.write_all(&o.to_agent).await?;
+                    client.write_all(&o.to_client).await
+                };
+                let limit = shared.config.idle_timeout;
+                if !matches!(tokio::time::timeout(limit, deliver).await, Ok(Ok(()))) {
+                    return Ok((conn.agent_idx, conn.up, conn.down));
                 }
             }
             let stop = async {
@@ -194,8 +213,13 @@ async fn drive(
             conn.down += d;
             match how {
                 Watched::Ended => return Ok((conn.agent_idx, conn.up, conn.down)),
-                Watched::Stopped { client_ended } => {
+                Watched::Stopped {
+                    client_ended,
+                    owed: o,
+                } => {
+                    // a client that ended its half is not handed over: it splices on
                     may_hand_over &= !client_ended;
+                    owed = o;
                     continue;
                 }
                 // A client that has ended its side will send nothing more to move for.

@@ -77,9 +77,39 @@ pub(crate) enum Watched {
     ///
     /// [`Action::ChooseHome`]: baton_wire::handoff::Action::ChooseHome
     Left { client_ended: bool },
-    /// `stop` resolved (a dispatcher handover): both directions stopped between two chunks,
-    /// every byte read has been forwarded. `client_ended`: the client had ended its half.
-    Stopped { client_ended: bool },
+    /// `stop` resolved (a dispatcher handover): both directions stopped, each between two
+    /// chunks or inside a write its reader was not taking; what was read and followed but not
+    /// written is `owed`. `client_ended`: the client had ended its half.
+    Stopped { client_ended: bool, owed: Owed },
+}
+
+/// Bytes a stopped splice read and followed but did not deliver, each way.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Owed {
+    pub to_client: Vec<u8>,
+    pub to_agent: Vec<u8>,
+}
+
+/// Writes `data` unless `halt` fires first; returns how much went (all of it unless halted).
+/// Each `write` either takes bytes or takes none, so stopping between them loses no count.
+async fn write_unless<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    data: &[u8],
+    halt: &tokio_util::sync::CancellationToken,
+) -> io::Result<usize> {
+    let mut off = 0;
+    while off < data.len() {
+        let n = tokio::select! {
+            biased;
+            _ = halt.cancelled() => return Ok(off),
+            r = w.write(&data[off..]) => r?,
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        off += n;
+    }
+    Ok(off)
 }
 
 /// [`splice`] for a client on an agent's link stream: the same copy both ways under the same
@@ -119,50 +149,70 @@ where
         loop {
             let n = tokio::select! {
                 biased;
-                _ = left.cancelled() => return Ok::<_, io::Error>((n_up, false)),
-                _ = halt.cancelled() => return Ok((n_up, false)),
+                _ = left.cancelled() => return Ok::<_, io::Error>((n_up, false, Vec::new())),
+                _ = halt.cancelled() => return Ok((n_up, false, Vec::new())),
                 r = side.read(&mut buf) => r?,
             };
             if n == 0 {
                 // the client's FIN: the agent's stream ends its half too
                 let _ = agent_wr.shutdown().await;
-                return Ok((n_up, true));
+                return Ok((n_up, true, Vec::new()));
             }
             watch(&mut |r| r.watch_client(&buf[..n]).map(|()| Passed::default()))?;
-            agent_wr.write_all(&buf[..n]).await?;
-            n_up += n as u64;
+            let wrote = write_unless(&mut agent_wr, &buf[..n], &halt).await?;
+            n_up += wrote as u64;
+            if wrote < n {
+                // an agent that does not read must not hold the handover: the rest is owed
+                return Ok((n_up, false, buf[wrote..n].to_vec()));
+            }
         }
     };
     let down = async {
         let mut buf = vec![0u8; BUF];
         let mut side = Side::new(&mut agent_rd, &clock, false);
         let mut n_down = 0u64;
+        let after_leave =
+            || io::Error::new(io::ErrorKind::InvalidData, "bytes after the agent's Leave");
         loop {
             let n = tokio::select! {
                 biased;
-                _ = halt.cancelled() => return Ok((n_down, false)),
+                _ = halt.cancelled() => return Ok((n_down, false, Vec::new())),
                 r = side.read(&mut buf) => r?,
             };
             if n == 0 {
                 let _ = client_wr.shutdown().await;
-                return Ok::<_, io::Error>((n_down, false));
+                return Ok::<_, io::Error>((n_down, false, Vec::new()));
             }
             let mut data = &buf[..n];
             while !data.is_empty() {
                 let passed = watch(&mut |r| r.watch_agent(data))?;
-                client_wr.write_all(&data[..passed.tls]).await?;
-                n_down += passed.tls as u64;
+                let tls = &data[..passed.tls];
+                let wrote = write_unless(&mut client_wr, tls, &halt).await?;
+                n_down += wrote as u64;
                 data = &data[passed.consumed..];
+                if wrote < tls.len() {
+                    // A client that does not read must not hold the handover: the rest of
+                    // this read is followed and owed to it.
+                    let mut owed = tls[wrote..].to_vec();
+                    let mut frame = passed.frame.is_some();
+                    while !data.is_empty() && !frame {
+                        let p = watch(&mut |r| r.watch_agent(data))?;
+                        owed.extend_from_slice(&data[..p.tls]);
+                        data = &data[p.consumed..];
+                        frame = p.frame.is_some();
+                    }
+                    if !data.is_empty() {
+                        return Err(after_leave());
+                    }
+                    return Ok((n_down, false, owed));
+                }
                 if passed.frame.is_some() {
                     // An agent that leaves sends nothing after it until it is answered.
                     if !data.is_empty() {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "bytes after the agent's Leave",
-                        ));
+                        return Err(after_leave());
                     }
                     left.cancel();
-                    return Ok((n_down, true));
+                    return Ok((n_down, true, Vec::new()));
                 }
             }
         }
@@ -174,11 +224,11 @@ where
         let deadline = clock.deadline(limits);
         tokio::select! {
             r = &mut both => {
-                let ((n_up, client_ended), (n_down, leave)) = r?;
+                let ((n_up, client_ended, to_agent), (n_down, leave, to_client)) = r?;
                 let how = if leave {
                     Watched::Left { client_ended }
                 } else if halt.is_cancelled() {
-                    Watched::Stopped { client_ended }
+                    Watched::Stopped { client_ended, owed: Owed { to_client, to_agent } }
                 } else {
                     Watched::Ended
                 };

@@ -20,8 +20,8 @@
 //! ```
 //!
 //! Nothing is lost or sent twice: the client's bytes not read by the old process are still in
-//! the socket's receive queue, the agent's bytes after its `ack` go to the successor's
-//! stream, and the record positions ([`Position`]) let the successor go on following both
+//! the socket's receive queue, the agent's bytes before its `ack` travel in the message and
+//! those after it come on the successor's stream, and the record positions ([`Position`]) let the successor go on following both
 //! directions (a later move cuts at a record boundary). No TLS state is in a dispatcher, so no
 //! key changes hands here.
 
@@ -30,8 +30,15 @@ use std::net::{IpAddr, SocketAddr};
 use crate::codec::{Codec, Reader};
 use crate::handoff::{HandoffError, Position};
 
-/// The largest message: a position holds at most two record headers and a frame.
-pub const MAX_MESSAGE: usize = 160 * 1024;
+/// The most bytes a connection may carry to the successor each way. Owed to the client: what
+/// the agent had queued on its stream when it saw the handover (a stream window, 256 KiB, one
+/// write, and what the old process had read but the client had not taken), with room to
+/// spare; owed to the agent: one read.
+pub const MAX_PENDING: usize = 1024 * 1024;
+
+/// The largest message: the owed bytes, and a position (at most two record headers and a
+/// frame), with room to spare.
+pub const MAX_MESSAGE: usize = 2 * MAX_PENDING + 160 * 1024;
 
 /// What a passed listening socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +62,14 @@ pub struct Handed {
     pub agent: u16,
     /// The token the agent waits for on a re-attach stream.
     pub token: [u8; 16],
-    /// Where both directions stand.
+    /// Where both directions stand (after the owed bytes).
     pub position: Position,
-    /// Bytes client -> agent and agent -> client so far (for the counters).
-    pub up: u64,
-    pub down: u64,
+    /// What the agent sent that the client has not been given yet: the successor writes it
+    /// first (the old process does not wait for a slow client to read it).
+    pub to_client: Vec<u8>,
+    /// What the client sent that the agent has not taken yet (at most one read): the
+    /// successor writes it first on the re-attach stream.
+    pub to_agent: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,8 +129,8 @@ impl Message {
                 c.agent.encode(&mut body);
                 body.extend_from_slice(&c.token);
                 c.position.encode(&mut body);
-                c.up.encode(&mut body);
-                c.down.encode(&mut body);
+                crate::codec::encode_bytes(&mut body, PENDING_LEN, &c.to_client);
+                crate::codec::encode_bytes(&mut body, PENDING_LEN, &c.to_agent);
             }
             Message::Done => body.push(4),
         }
@@ -169,16 +179,20 @@ impl Message {
                 let agent = u16::read(&mut r).map_err(bad("agent"))?;
                 let token = r.take_array::<16>("token").map_err(bad("token"))?;
                 let position = Position::decode(&mut r)?;
-                let up = u64::read(&mut r).map_err(bad("counts"))?;
-                let down = u64::read(&mut r).map_err(bad("counts"))?;
+                let mut owed = || {
+                    crate::codec::read_vec(&mut r, PENDING_LEN, "owed bytes")
+                        .map(<[u8]>::to_vec)
+                        .map_err(bad("owed bytes"))
+                };
+                let (to_client, to_agent) = (owed()?, owed()?);
                 Message::Conn(Box::new(Handed {
                     source,
                     destination,
                     agent,
                     token,
                     position,
-                    up,
-                    down,
+                    to_client,
+                    to_agent,
                 }))
             }
             4 => Message::Done,
@@ -189,6 +203,8 @@ impl Message {
         Ok((m, 4 + len))
     }
 }
+
+const PENDING_LEN: crate::codec::Len = crate::codec::Len::U32.at_most(MAX_PENDING);
 
 fn encode_addr(a: SocketAddr, out: &mut Vec<u8>) {
     match a.ip() {
@@ -248,7 +264,7 @@ mod tests {
         #[test]
         fn a_conn_round_trips_wherever_its_streams_were_cut(
             c_cut in 0usize..40, a_cut in 0usize..40, left in any::<bool>(),
-            v6 in any::<bool>(), agent in any::<u16>(), up in any::<u64>(), down in any::<u64>(),
+            v6 in any::<bool>(), agent in any::<u16>(), to_client in proptest::collection::vec(any::<u8>(), 0..64), to_agent in proptest::collection::vec(any::<u8>(), 0..8),
         ) {
             let stream = [record(20), record(3)].concat();
             let client = &stream[..c_cut.min(stream.len())];
@@ -263,8 +279,8 @@ mod tests {
                 agent,
                 token: [7; 16],
                 position: position(client, agent_bytes, left),
-                up,
-                down,
+                to_client,
+                to_agent,
             }));
             let bytes = m.to_bytes();
             prop_assert_eq!(Message::needs(&bytes), Ok(0));

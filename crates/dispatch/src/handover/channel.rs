@@ -195,8 +195,8 @@ mod tests {
             agent: 1,
             token: [0; 16],
             position: baton_wire::handoff::Relay::serving().position().unwrap(),
-            up: 0,
-            down: 0,
+            to_client: Vec::new(),
+            to_agent: Vec::new(),
         }));
         a.try_write(&conn.to_bytes()).unwrap();
         assert_eq!(

@@ -28,13 +28,14 @@ use std::time::Duration;
 
 use baton_link::{LinkStream, StreamMeta};
 use baton_wire::handoff::Relay;
-use baton_wire::handover::{Handed, ListenerKind, Message};
+use baton_wire::handover::{Handed, ListenerKind, Message, MAX_PENDING};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::server::Shared;
+use crate::splice::Owed;
 use channel::Channel;
 
 /// Set in a successor's environment: the path of its predecessor's handover socket.
@@ -43,12 +44,12 @@ pub const SOCKET_ENV: &str = "BATON_HANDOVER_SOCKET";
 /// Connections on their way to the successor at once.
 const QUEUE: usize = 1024;
 
-/// A connection's socket and state on its way to the successor; `taken` says whether it
-/// arrived.
+/// A connection's socket and state on its way to the successor; `taken` says it arrived, or
+/// gives the state back.
 pub(crate) struct Outgoing {
     fd: OwnedFd,
     handed: Handed,
-    taken: oneshot::Sender<bool>,
+    taken: oneshot::Sender<Result<(), Handed>>,
 }
 
 /// The handover's state in a running dispatcher.
@@ -158,22 +159,27 @@ pub(crate) enum HandedOver {
     Ended,
 }
 
-/// Hands a served connection over: `agent` stops getting client bytes (the caller stopped
-/// reading the client between two chunks), is told with the handover trailers, and what it
-/// still sends goes to the client, followed by `relay`. Returns the outcome and the bytes
-/// forwarded to the client.
+/// Hands a served connection over: `agent` stops getting client bytes (the caller stopped the
+/// splice: `owed` is what it had read and followed but not delivered), is told with the
+/// handover trailers, and what it still sends up to its ack is collected, followed by
+/// `relay`, for whoever serves on (a slow client does not hold the old process). Returns
+/// the outcome and the bytes given to the client here.
 pub(crate) async fn hand_over(
     client: &mut TcpStream,
     agent: &mut LinkStream,
     relay: &mut Relay,
     agent_idx: usize,
+    owed: Owed,
     shared: &Shared,
 ) -> io::Result<(HandedOver, u64)> {
     let token = baton_link::token();
     agent.hand_over(token)?;
     let deadline = Instant::now() + shared.config.handover_timeout;
     let invalid = |e| io::Error::new(io::ErrorKind::InvalidData, e);
-    let mut down = 0u64;
+    let Owed {
+        to_client: mut pending,
+        to_agent,
+    } = owed;
     let mut buf = vec![0u8; 8 * 1024];
     loop {
         let n = match tokio::time::timeout_at(deadline, agent.read(&mut buf)).await {
@@ -187,14 +193,21 @@ pub(crate) async fn hand_over(
         while !data.is_empty() {
             // (an agent that left sends nothing more until answered: watch_agent refuses it)
             let passed = relay.watch_agent(data).map_err(invalid)?;
-            client.write_all(&data[..passed.tls]).await?;
-            down += passed.tls as u64;
+            pending.extend_from_slice(&data[..passed.tls]);
             data = &data[passed.consumed..];
+        }
+        if pending.len() > MAX_PENDING {
+            return Err(invalid(baton_wire::handoff::HandoffError::Unexpected(
+                "more than a stream window",
+                "handover",
+            )));
         }
     }
     if !agent.handed_over() {
+        // the agent ended the connection instead: the client gets the rest and the end
+        client.write_all(&pending).await?;
         let _ = client.shutdown().await;
-        return Ok((HandedOver::Ended, down));
+        return Ok((HandedOver::Ended, pending.len() as u64));
     }
     let meta = *agent.meta();
     let position = relay.position().ok_or_else(|| {
@@ -208,26 +221,58 @@ pub(crate) async fn hand_over(
         agent: shared.router().id_of(agent_idx).unwrap_or(0),
         token,
         position,
-        up: 0,
-        down: 0,
+        to_client: pending,
+        to_agent,
     };
     let to = shared.handover.to.borrow().clone();
-    if let Some(to) = to {
-        let (taken, answer) = oneshot::channel();
-        let out = Outgoing {
-            fd: client.as_fd().try_clone_to_owned()?,
-            handed,
-            taken,
-        };
-        if to.send(out).await.is_ok() && answer.await == Ok(true) {
-            shared.metrics.handover("passed");
-            return Ok((HandedOver::Passed, down));
+    let handed = match to {
+        Some(to) => {
+            let (taken, answer) = oneshot::channel();
+            let out = Outgoing {
+                fd: client.as_fd().try_clone_to_owned()?,
+                handed,
+                taken,
+            };
+            match to.send(out).await {
+                Ok(()) => match answer.await {
+                    Ok(Ok(())) => {
+                        shared.metrics.handover("passed");
+                        return Ok((HandedOver::Passed, 0));
+                    }
+                    Ok(Err(handed)) => handed,
+                    // the pass loop is gone with the connection's state
+                    Err(_) => return Err(io::ErrorKind::BrokenPipe.into()),
+                },
+                Err(mpsc::error::SendError(out)) => out.handed,
+            }
         }
-    }
+        None => handed,
+    };
     // The successor is gone: the agent waits for a re-attach all the same, from here.
-    let stream = attach(shared, agent_idx, meta.source, meta.destination, token).await?;
+    let mut stream = attach(shared, agent_idx, meta.source, meta.destination, token).await?;
+    owe(client, &mut stream, &handed, shared).await?;
     shared.metrics.handover("kept");
-    Ok((HandedOver::Kept(Box::new(stream)), down))
+    Ok((
+        HandedOver::Kept(Box::new(stream)),
+        handed.to_client.len() as u64,
+    ))
+}
+
+/// Delivers what a handed-over connection owes each way, before anything else on it (a
+/// stalled peer has the idle bound).
+async fn owe(
+    client: &mut TcpStream,
+    agent: &mut LinkStream,
+    handed: &Handed,
+    shared: &Shared,
+) -> io::Result<()> {
+    let both = async {
+        agent.write_all(&handed.to_agent).await?;
+        client.write_all(&handed.to_client).await
+    };
+    tokio::time::timeout(shared.config.idle_timeout, both)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "owed bytes not taken"))?
 }
 
 /// Opens the re-attach stream for `token` on a link to agent `idx`, and waits for the agent
@@ -286,7 +331,7 @@ async fn adopt(handed: Handed, fd: OwnedFd, shared: Arc<Shared>) {
         .map(|s| (idx, s)),
         None => Err(io::Error::new(io::ErrorKind::NotFound, "no such agent")),
     };
-    let (idx, stream) = match attached {
+    let (idx, mut stream) = match attached {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(agent = handed.agent, error = %e, "handover: re-attach failed; connection closed");
@@ -294,10 +339,18 @@ async fn adopt(handed: Handed, fd: OwnedFd, shared: Arc<Shared>) {
             return;
         }
     };
+    if owe(&mut client, &mut stream, &handed, &shared)
+        .await
+        .is_err()
+    {
+        shared.metrics.handover("lost");
+        return;
+    }
     shared.metrics.handover("taken");
     shared.router().adopted(idx);
     let relay = Relay::resume(handed.position);
-    let r = crate::handoff::serve(&mut client, stream, idx, relay, (0, 0), &shared).await;
+    let down = handed.to_client.len() as u64;
+    let r = crate::handoff::serve(&mut client, stream, idx, relay, (0, down), &shared).await;
     match r {
         Ok((idx, up, down)) => {
             shared.metrics.bytes(up, down);
@@ -409,23 +462,23 @@ impl Successor {
                 }
             };
             let Some(out) = out else { break };
-            let sent = alive
-                && self
-                    .channel
-                    .send(&Message::Conn(Box::new(out.handed)), &[out.fd.as_fd()])
-                    .await
-                    .is_ok();
+            let message = Message::Conn(Box::new(out.handed));
+            let sent = alive && self.channel.send(&message, &[out.fd.as_fd()]).await.is_ok();
             if !sent && alive {
                 alive = false;
                 shared.handover.to.send_replace(None);
             }
-            let _ = out.taken.send(sent);
+            let back = match message {
+                Message::Conn(handed) if !sent => Err(*handed),
+                _ => Ok(()),
+            };
+            let _ = out.taken.send(back);
         }
         // Connections that asked meanwhile are kept here.
         shared.handover.to.send_replace(None);
         rx.close();
         while let Ok(out) = rx.try_recv() {
-            let _ = out.taken.send(false);
+            let _ = out.taken.send(Err(out.handed));
         }
         if alive {
             let _ = self.channel.send(&Message::Done, &[]).await;
