@@ -1,6 +1,7 @@
 //! `baton up --admin` and `baton rollout`: the agents restarted one at a time under keep-alive
-//! load (issue 18). Real processes on 127.0.0.1: the cluster, `baton bench` with think time,
-//! `baton rollout`, curl.
+//! load, and the dispatchers handed over to successor processes (`POST /handover`, `baton
+//! rollout --handover`; issue 18). Real processes on 127.0.0.1: the cluster, `baton bench` with
+//! think time, `baton rollout`, curl.
 
 mod common;
 
@@ -23,6 +24,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
+            .stderr(Stdio::null())
             .status();
         let until = Instant::now() + Duration::from_secs(10);
         while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
@@ -35,8 +37,13 @@ impl Drop for Cluster {
 
 impl Cluster {
     fn start(args: &[&str]) -> Cluster {
-        let dir = TempDir::new("rollout");
-        let (child, addrs) = spawn_ready(
+        Self::start_with(BATON, TempDir::new("rollout"), args)
+    }
+
+    /// `bin up ARGS`, its files in `dir`.
+    fn start_with(bin: &str, dir: TempDir, args: &[&str]) -> Cluster {
+        let (child, addrs) = spawn_ready_with(
+            bin,
             "up",
             &[
                 "--listen",
@@ -57,10 +64,6 @@ impl Cluster {
         self.addrs["admin"]
     }
 
-    fn url(&self) -> String {
-        format!("https://localhost:{}/", self.addrs["dispatch"].port())
-    }
-
     fn ca(&self) -> String {
         self.dir.arg("cluster/ca.pem")
     }
@@ -74,17 +77,39 @@ impl Cluster {
     }
 
     fn agent_pids(&self) -> Vec<u64> {
-        self.status()["agents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a["pid"].as_u64().unwrap())
+        pids(&self.status(), "agents")
+    }
+
+    fn dispatcher_pids(&self) -> Vec<u32> {
+        pids(&self.status(), "dispatchers")
+            .into_iter()
+            .map(|p| p as u32)
             .collect()
+    }
+
+    /// `baton rollout --handover --json`: the answer, once it succeeded.
+    fn handover(&self) -> Value {
+        let out = Command::new(BATON)
+            .args([
+                "rollout",
+                "--admin",
+                &self.admin().to_string(),
+                "--handover",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text_of(&out));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text_of(&out)))
     }
 
     /// curl through the dispatcher (the certificate names localhost).
     fn curl(&self) -> std::process::Output {
-        let port = self.addrs["dispatch"].port();
+        self.curl_at(self.addrs["dispatch"].port())
+    }
+
+    fn curl_at(&self, port: u16) -> std::process::Output {
+        let url = format!("https://localhost:{port}/");
         curl(&[
             "--cacert",
             &self.ca(),
@@ -94,9 +119,63 @@ impl Cluster {
             "/dev/null",
             "-w",
             "%{http_code}",
-            &self.url(),
+            &url,
         ])
     }
+}
+
+/// The `pid` of each entry of `status[list]`.
+fn pids(status: &Value, list: &str) -> Vec<u64> {
+    status[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status}"))
+        .iter()
+        .map(|a| a["pid"].as_u64().unwrap())
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    baton_lab::rollout::alive(pid)
+}
+
+fn signal(pid: u32, sig: &str) {
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+/// `baton bench` with keep-alive clients through `c`'s dispatcher for `secs`: 6 requests per
+/// connection, 250 ms apart, TLS 1.2 and 1.3 offered, an open-loop schedule of 15 connections
+/// a second (enough clients to keep it); its JSON report goes to `json`.
+fn keepalive_load(c: &Cluster, secs: u64, json: &str) -> std::process::Child {
+    let port = c.addrs["dispatch"].port();
+    Command::new(BATON)
+        .args([
+            "bench",
+            &format!("https://127.0.0.1:{port}/"),
+            "--sni",
+            "localhost",
+            "--ca",
+            &c.ca(),
+            "-d",
+            &format!("{secs}s"),
+            "--rate",
+            "15",
+            "-c",
+            "40",
+            "--requests-per-conn",
+            "6",
+            "--think-time",
+            "250ms",
+            "--json",
+            json,
+            "--quiet",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 #[test]
@@ -112,36 +191,9 @@ fn rollout_replaces_every_agent_under_keepalive_load_and_the_cluster_serves_afte
         text_of(&out)
     );
 
-    // keep-alive clients: 6 requests per connection, 250 ms apart, TLS 1.2 and 1.3 offered;
-    // an open-loop schedule of 15 connections a second for 12 s (enough clients to keep it)
+    // keep-alive clients for 12 s
     let json = c.dir.arg("bench.json");
-    let port = c.addrs["dispatch"].port();
-    let bench = Command::new(BATON)
-        .args([
-            "bench",
-            &format!("https://127.0.0.1:{port}/"),
-            "--sni",
-            "localhost",
-            "--ca",
-            &c.ca(),
-            "-d",
-            "12s",
-            "--rate",
-            "15",
-            "-c",
-            "40",
-            "--requests-per-conn",
-            "6",
-            "--think-time",
-            "250ms",
-            "--json",
-            &json,
-            "--quiet",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bench = keepalive_load(&c, 12, &json);
     std::thread::sleep(Duration::from_secs(3));
     // the agents one at a time, a second apart, while the clients hold their connections
     let rollout = Command::new(BATON)
@@ -225,6 +277,8 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     assert_eq!(ask("POST", "/rollout", "{\"pause\": 1}").0, 400);
     assert_eq!(ask("POST", "/rollout", "{\"drain_timeout_ms\": 0}").0, 400);
     assert_eq!(ask("POST", "/rollout", &"x".repeat(10_000)).0, 413);
+    assert_eq!(ask("POST", "/handover", "{\"timeout_ms\": 0}").0, 400);
+    assert_eq!(ask("POST", "/handover", "{\"pause_ms\": 1}").0, 400);
     assert_eq!(ask("GET", "/nothing", "").0, 404);
     // an admin endpoint on another address than loopback is refused at start
     let out = Command::new(BATON)
@@ -244,6 +298,255 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     assert_eq!(code, 200, "{body}");
     let r: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(r["agents"][0]["killed"], false, "{r}");
+    let out = c.curl();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        text_of(&out)
+    );
+}
+
+#[test]
+fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_after() {
+    let c = Cluster::start(&["--agents", "2", "--policy", "handoff"]);
+    let first = c.dispatcher_pids()[0];
+    let json = c.dir.arg("bench.json");
+    let bench = keepalive_load(&c, 10, &json);
+    std::thread::sleep(Duration::from_secs(2));
+
+    // the dispatcher hands its listeners and live connections to a successor
+    let report = c.handover();
+    eprintln!("handover: {report}");
+    assert_eq!(report["ok"], true, "{report}");
+    let d = &report["dispatchers"][0];
+    assert_eq!(
+        report["dispatchers"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert_eq!(d["old_pid"].as_u64(), Some(first as u64), "{report}");
+    let second = d["new_pid"].as_u64().expect("a successor") as u32;
+    assert_ne!(second, first);
+    assert!(!alive(first), "the old dispatcher {first} still runs");
+    assert!(alive(second));
+    assert_eq!(
+        c.dispatcher_pids(),
+        [second],
+        "GET /status follows the successor"
+    );
+    assert_eq!(d["lost"].as_u64(), Some(0), "{report}");
+    let out = c.curl();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        text_of(&out)
+    );
+
+    // the agents restart as before: the successor answers the rollout on the admin socket it
+    // inherited, and its links come up to each new agent
+    let rollout = Command::new(BATON)
+        .args(["rollout", "--admin", &c.admin().to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(rollout.status.success(), "{}", text_of(&rollout));
+    let r: Value = serde_json::from_slice(&rollout.stdout).unwrap();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["agents"].as_array().unwrap().len(), 2, "{r}");
+
+    // and the successor hands over in turn (its successor is found under this `baton up`)
+    let (code, body) =
+        baton_lab::rollout::http(c.admin(), "POST", "/handover", "", Duration::from_secs(60))
+            .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let again: Value = serde_json::from_str(&body).unwrap();
+    let third = again["dispatchers"][0]["new_pid"].as_u64().unwrap() as u32;
+    assert_eq!(
+        again["dispatchers"][0]["old_pid"].as_u64(),
+        Some(second as u64)
+    );
+    assert!(!alive(second) && alive(third), "{again}");
+    let status = c.status();
+    assert_eq!(status["handover"]["last"]["ok"], true, "{status}");
+    assert_eq!(status["handover"]["running"], false, "{status}");
+
+    let done = bench.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("bench JSON: {e}: {}", text_of(&done)));
+    eprintln!(
+        "under two handovers and a rollout: {} connections, requests ok {} failed {} unsent {}, errors {}, handshakes full {} resumed {} resume_refused {}",
+        n(&v, "connections"),
+        n(&v, "requests.ok"),
+        n(&v, "requests.failed"),
+        n(&v, "requests.unsent"),
+        v["errors"],
+        n(&v, "handshakes.full"),
+        n(&v, "handshakes.resumed"),
+        n(&v, "handshakes.resume_refused"),
+    );
+    assert!(n(&v, "requests.ok") > 0, "{v}");
+    assert_eq!(n(&v, "requests.failed"), 0, "{v}");
+    let out = c.curl();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        text_of(&out)
+    );
+
+    // stopping `baton up` stops the successor it never started
+    drop(c);
+    let until = Instant::now() + Duration::from_secs(5);
+    while alive(third) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(third), "the dispatcher {third} outlived baton up");
+}
+
+#[test]
+fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
+    // two dispatchers with the same command line (ports 0): each successor is told apart
+    let mut c = Cluster::start(&["--agents", "1", "--dispatchers", "2"]);
+    let admin = c.admin();
+    let ask = |method: &str, path: &str| {
+        baton_lab::rollout::http(admin, method, path, "", Duration::from_secs(120)).unwrap()
+    };
+    let first = c.dispatcher_pids();
+    assert_eq!(first.len(), 2);
+
+    // one operation at a time: no handover while a rollout runs
+    let rollout = std::thread::spawn(move || {
+        baton_lab::rollout::http(admin, "POST", "/rollout", "", Duration::from_secs(120)).unwrap()
+    });
+    let until = Instant::now() + Duration::from_secs(10);
+    while c.status()["rollout"]["running"] != true {
+        assert!(Instant::now() < until, "the rollout did not start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (code, body) = ask("POST", "/handover");
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("rollout"), "{body}");
+    let (code, body) = rollout.join().unwrap();
+    assert_eq!(code, 200, "{body}");
+
+    // both, one after the other
+    let (code, body) = ask("POST", "/handover");
+    assert_eq!(code, 200, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    let second: Vec<u32> = r["dispatchers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["new_pid"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(second.len(), 2, "{r}");
+    for (i, pid) in second.iter().enumerate() {
+        assert!(!first.contains(pid), "{r}");
+        assert!(alive(*pid), "{r}");
+        assert!(!alive(first[i]), "{r}");
+    }
+    assert_ne!(second[0], second[1], "{r}");
+    assert_eq!(c.dispatcher_pids(), second);
+
+    // SIGUSR2 from elsewhere: `baton up` notices the exit and follows the successor
+    signal(second[1], "-USR2");
+    let until = Instant::now() + Duration::from_secs(20);
+    let third = loop {
+        let now = c.dispatcher_pids();
+        if now[1] != second[1] && alive(now[1]) {
+            break now[1];
+        }
+        assert!(
+            Instant::now() < until,
+            "baton up did not follow dispatcher 1: {now:?}"
+        );
+        assert!(matches!(c.child.try_wait(), Ok(None)), "baton up stopped");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(c.dispatcher_pids()[0], second[0]);
+    for d in c.status()["dispatchers"].as_array().unwrap() {
+        let port = d["addrs"]["dispatch"].as_str().unwrap();
+        let port: u16 = port.rsplit(':').next().unwrap().parse().unwrap();
+        let out = c.curl_at(port);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "200",
+            "{}",
+            text_of(&out)
+        );
+    }
+
+    // a dispatcher that dies without a successor still stops the cluster, successors too
+    let agent = c.agent_pids()[0] as u32;
+    signal(second[0], "-KILL");
+    let until = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = c.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < until,
+            "baton up runs on without dispatcher 0"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status}");
+    assert!(
+        !alive(third),
+        "dispatcher 1's successor {third} outlived baton up"
+    );
+    assert!(!alive(agent), "the agent {agent} outlived baton up");
+}
+
+#[test]
+fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
+    // `baton up` from a copy of the binary, which the test replaces as an upgrade would
+    let dir = TempDir::new("rollout-broken");
+    let bin = dir.arg("baton");
+    std::fs::copy(BATON, &bin).unwrap();
+    let c = Cluster::start_with(&bin, dir, &["--agents", "1"]);
+    let first = c.dispatcher_pids()[0];
+    let ask = || {
+        baton_lab::rollout::http(c.admin(), "POST", "/handover", "", Duration::from_secs(60))
+            .unwrap()
+    };
+    // a successor that cannot start: the old process says so and serves on
+    let good = c.dir.arg("baton.good");
+    std::fs::rename(&bin, &good).unwrap();
+    std::fs::write(c.dir.arg("broken"), "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(
+        c.dir.arg("broken"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::rename(c.dir.arg("broken"), &bin).unwrap();
+    let began = Instant::now();
+    let (code, body) = ask();
+    assert_eq!(code, 500, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["ok"], false, "{r}");
+    let error = r["error"].as_str().unwrap();
+    assert!(error.contains("handover failed; serving on"), "{r}");
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(alive(first));
+    assert_eq!(c.dispatcher_pids(), [first]);
+    let out = c.curl();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        text_of(&out)
+    );
+    // the binary back: the same dispatcher hands over
+    std::fs::rename(&good, &bin).unwrap();
+    let (code, body) = ask();
+    assert_eq!(code, 200, "{body}");
+    assert!(!alive(first));
     let out = c.curl();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),

@@ -422,7 +422,12 @@ impl Cluster {
             .chain(self.redis.iter_mut())
             .collect();
         for c in all.iter_mut() {
-            // SAFETY: kill(2) on a child pid we own; no memory is touched.
+            // a child reaped already (a dispatcher that handed over, an agent that died) may
+            // have its pid reused by now: never signalled
+            if !matches!(c.try_wait(), Ok(None)) {
+                continue;
+            }
+            // SAFETY: kill(2) on a child pid we own and have not reaped; no memory is touched.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         }
         let deadline = std::time::Instant::now() + grace;

@@ -1,12 +1,14 @@
 //! The lab: local clusters of real `baton` processes, and the documents' experiments run against
 //! them beside real baselines. `cluster.rs` starts a dispatcher and N agents as child processes
-//! with generated certificates and keys; `up.rs` is `baton up`; `demo.rs` is `baton demo`;
+//! with generated certificates and keys; `up.rs` is `baton up` (`rollout.rs` and
+//! `handover.rs`: what its admin endpoint does); `demo.rs` is `baton demo`;
 //! `rig/` holds the capped servers, nginx, HAProxy, Redis and the delay proxy; `experiments/` is
 //! `baton lab EXPERIMENT`, one file per experiment; `table.rs` prints their results.
 
 pub mod cluster;
 mod demo;
 pub mod experiments;
+pub mod handover;
 pub mod hosts;
 pub mod pki;
 pub mod profile;

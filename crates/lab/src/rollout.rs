@@ -9,6 +9,9 @@
 //! every dispatcher's links to it are up again, then the next agent. A failure stops the
 //! rollout where it is: the agents not yet restarted are left alone, so a bad binary takes out
 //! at most one agent.
+//!
+//! The same endpoint hands the dispatchers over to successor processes (`POST /handover`,
+//! `baton rollout --handover`; see `handover.rs`), one operation at a time.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -379,8 +382,11 @@ pub(crate) struct Control {
     /// Each agent's command line, taken at start (a dead agent's is no longer readable).
     pub argv: Mutex<Vec<Vec<String>>>,
     pub watch: Watch,
-    /// A rollout is running (one at a time).
-    pub rolling: AtomicBool,
+    /// Each dispatcher's current process (a successor after a handover).
+    pub dispatchers: Mutex<Vec<crate::handover::Dispatcher>>,
+    /// The operation running, if any (one rollout or handover at a time): why another is
+    /// refused.
+    pub busy: Mutex<Option<&'static str>>,
     /// The cluster is stopping: a rollout gives up at its next wait.
     pub abort: AtomicBool,
     /// The processes as last seen, and the rollout's progress (`GET /status`), kept apart from
@@ -393,6 +399,7 @@ pub(crate) struct Status {
     pub dispatchers: Vec<ProcStatus>,
     pub agents: Vec<ProcStatus>,
     pub rollout: RolloutStatus,
+    pub handover: HandoverStatus,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -412,16 +419,35 @@ pub(crate) struct RolloutStatus {
     pub last: Option<RolloutReport>,
 }
 
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct HandoverStatus {
+    pub running: bool,
+    /// The dispatcher handing over, while running.
+    pub dispatcher: Option<usize>,
+    pub last: Option<crate::handover::HandoverReport>,
+}
+
+/// Holds [`Control::busy`] while an operation runs.
+pub(crate) struct Busy<'a>(&'a Mutex<Option<&'static str>>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
 impl Control {
     pub fn new(cluster: Cluster, watch: Watch) -> anyhow::Result<Arc<Control>> {
         let argv = (0..cluster.agents.len())
             .map(|i| cluster.agent_command_line(i))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let dispatchers = crate::handover::dispatchers_of(&cluster)?;
         let c = Arc::new(Control {
             cluster: Mutex::new(cluster),
             argv: Mutex::new(argv),
             watch,
-            rolling: AtomicBool::new(false),
+            dispatchers: Mutex::new(dispatchers),
+            busy: Mutex::new(None),
             abort: AtomicBool::new(false),
             status: Mutex::new(Status::default()),
         });
@@ -429,6 +455,16 @@ impl Control {
         c.refresh(&mut cluster);
         drop(cluster);
         Ok(c)
+    }
+
+    /// Starts an operation, or says which one runs.
+    pub(crate) fn begin(&self, what: &'static str) -> Result<Busy<'_>, &'static str> {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(running) = *busy {
+            return Err(running);
+        }
+        *busy = Some(what);
+        Ok(Busy(&self.busy))
     }
 
     /// Records the processes as they are now.
@@ -439,10 +475,23 @@ impl Control {
             alive: matches!(p.child.try_wait(), Ok(None)),
             addrs: p.addrs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         };
+        let current = self
+            .dispatchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let dispatchers = std::iter::once(&mut cluster.dispatcher)
             .chain(cluster.more_dispatchers.iter_mut())
             .enumerate()
-            .map(|(i, p)| proc_status(i, p))
+            .map(|(i, p)| {
+                let mut s = proc_status(i, p);
+                // a successor after a handover: same addresses, another process
+                if let Some(d) = current.get(i).filter(|d| d.followed) {
+                    s.pid = d.pid;
+                    s.alive = alive(d.pid);
+                }
+                s
+            })
             .collect();
         let agents = cluster
             .agents
@@ -456,11 +505,9 @@ impl Control {
     }
 
     /// Restarts every agent in turn (blocking: run it off the async runtime). Refused while
-    /// another runs.
+    /// another rollout or a handover runs.
     pub fn rollout(&self, opts: RolloutOptions) -> Result<RolloutReport, &'static str> {
-        if self.rolling.swap(true, Ordering::SeqCst) {
-            return Err("a rollout is already running");
-        }
+        let _busy = self.begin("a rollout is running")?;
         self.set_progress(true, None);
         let began = Instant::now();
         let n = self
@@ -517,7 +564,6 @@ impl Control {
             s.rollout.last = Some(report.clone());
         }
         self.set_progress(false, None);
-        self.rolling.store(false, Ordering::SeqCst);
         Ok(report)
     }
 
@@ -535,7 +581,8 @@ fn sleep_unless(abort: &AtomicBool, d: Duration) {
     }
 }
 
-/// The admin endpoint of `baton up` (loopback only): `POST /rollout`, `GET /status`.
+/// The admin endpoint of `baton up` (loopback only): `POST /rollout`, `POST /handover`, `GET
+/// /status`.
 pub(crate) mod admin {
     use std::convert::Infallible;
     use std::sync::Arc;
@@ -554,6 +601,7 @@ pub(crate) mod admin {
     use baton_ops::reply::{json, text};
 
     use super::{Control, RolloutRequest};
+    use crate::handover::HandoverRequest;
 
     /// Connections served at once (operators and scripts).
     const CONNECTIONS: usize = 8;
@@ -600,28 +648,9 @@ pub(crate) mod admin {
                 json(StatusCode::OK, &s)
             }
             (Method::POST, "/rollout") => {
-                let body = match tokio::time::timeout(
-                    Duration::from_secs(10),
-                    Limited::new(req.into_body(), BODY_LIMIT).collect(),
-                )
-                .await
-                {
-                    Ok(Ok(b)) => b.to_bytes(),
-                    Ok(Err(_)) => return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n"),
-                    Err(_) => return text(StatusCode::REQUEST_TIMEOUT, "body too slow\n"),
-                };
-                let asked: RolloutRequest = if body.iter().all(u8::is_ascii_whitespace) {
-                    RolloutRequest::default()
-                } else {
-                    match serde_json::from_slice(&body) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            return text(
-                                StatusCode::BAD_REQUEST,
-                                &format!("expected {{\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}} (all optional): {e}\n"),
-                            )
-                        }
-                    }
+                let asked: RolloutRequest = match body(req, "{\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}").await {
+                    Ok(r) => r,
+                    Err(answer) => return answer,
                 };
                 let opts = match asked.options() {
                     Ok(o) => o,
@@ -644,11 +673,63 @@ pub(crate) mod admin {
                     ),
                 }
             }
+            (Method::POST, "/handover") => {
+                let asked: HandoverRequest = match body(req, "{\"timeout_ms\": N}").await {
+                    Ok(r) => r,
+                    Err(answer) => return answer,
+                };
+                let deadline = match asked.deadline() {
+                    Ok(d) => d,
+                    Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+                };
+                let c = control.clone();
+                match tokio::task::spawn_blocking(move || c.handover(deadline)).await {
+                    Ok(Ok(report)) => {
+                        let status = if report.ok {
+                            StatusCode::OK
+                        } else {
+                            StatusCode::INTERNAL_SERVER_ERROR
+                        };
+                        json(status, &report)
+                    }
+                    Ok(Err(busy)) => text(StatusCode::CONFLICT, &format!("{busy}\n")),
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("the handover failed: {e}\n"),
+                    ),
+                }
+            }
             _ => text(
                 StatusCode::NOT_FOUND,
-                "GET /status, POST /rollout (body optional: {\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N})\n",
+                "GET /status, POST /rollout (body optional: {\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}), POST /handover (body optional: {\"timeout_ms\": N})\n",
             ),
         }
+    }
+
+    /// A request's JSON body (empty: the defaults), or the answer that refuses it.
+    async fn body<T: serde::de::DeserializeOwned + Default>(
+        req: Request<Incoming>,
+        expected: &str,
+    ) -> Result<T, Response<Full<Bytes>>> {
+        let body = match tokio::time::timeout(
+            Duration::from_secs(10),
+            Limited::new(req.into_body(), BODY_LIMIT).collect(),
+        )
+        .await
+        {
+            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(_)) => return Err(text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n")),
+            Err(_) => return Err(text(StatusCode::REQUEST_TIMEOUT, "body too slow\n")),
+        };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(&body).map_err(|e| {
+            text(
+                StatusCode::BAD_REQUEST,
+                &format!("expected {expected} (all optional): {e}\n"),
+            )
+        })
     }
 }
 
@@ -671,6 +752,11 @@ pub struct RolloutArgs {
     /// Print the JSON answer instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Hand every dispatcher over to a successor process instead (`POST /handover`: one at a
+    /// time, SIGUSR2, until the old process is gone and the successor serves). With it,
+    /// --ready-timeout bounds each dispatcher's handover (default 40s).
+    #[arg(long, conflicts_with_all = ["pause", "drain_timeout"])]
+    pub handover: bool,
 }
 
 /// `baton rollout`: asks `baton up --admin` for a rolling restart and prints its summary; an
@@ -681,6 +767,9 @@ pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
             .map(|s| baton_bench::parse_duration(s).map(|d| d.as_millis() as u64))
             .transpose()
     };
+    if args.handover {
+        return crate::handover::handover_cli(args.admin, ms(&args.ready_timeout)?, args.json);
+    }
     let body = serde_json::json!({
         "pause_ms": ms(&args.pause)?,
         "drain_timeout_ms": ms(&args.drain_timeout)?,

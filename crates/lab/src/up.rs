@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::cluster::{Cluster, ClusterSpec, Store};
+use crate::handover::Seen;
 
 /// `baton up`: start a dispatcher and N agents on this machine.
 #[derive(clap::Args, Debug, Clone)]
@@ -57,9 +58,10 @@ pub struct UpArgs {
     pub client_hosts: usize,
     /// An admin endpoint (plain HTTP, loopback addresses only; off by default): `POST
     /// /rollout` restarts the agents one at a time (body optional: `{"pause_ms": N,
-    /// "drain_timeout_ms": N, "ready_timeout_ms": N}`), `GET /status` lists the processes.
-    /// Each agent is back once every dispatcher's links to it are up again. See `baton
-    /// rollout`.
+    /// "drain_timeout_ms": N, "ready_timeout_ms": N}`), `POST /handover` hands each
+    /// dispatcher over to a successor process (body optional: `{"timeout_ms": N}`), `GET
+    /// /status` lists the processes. Each agent is back once every dispatcher's links to it
+    /// are up again. See `baton rollout` (and `--handover`).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
 }
@@ -70,6 +72,9 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             anyhow::bail!("--admin {a}: the admin endpoint listens on loopback addresses only");
         }
     }
+    // a dispatcher that hands over leaves its successor to us when it exits: watched and
+    // stopped here like the processes we start
+    crate::handover::become_subreaper();
     let baton = std::env::current_exe().context("locating the baton binary")?;
     let owns_dir = args.dir.is_none();
     let dir = match args.dir {
@@ -168,7 +173,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         let mut int = signal(SignalKind::interrupt())?;
         if let Some(listener) = admin {
             eprintln!(
-                "baton up: admin endpoint on http://{} (POST /rollout, GET /status)",
+                "baton up: admin endpoint on http://{} (POST /rollout, POST /handover, GET /status)",
                 listener.local_addr()?
             );
             tokio::spawn(crate::rollout::admin::serve(
@@ -186,9 +191,18 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
                 _ = int.recv() => return Ok(None),
                 _ = tick.tick() => {
                     let Ok(mut cluster) = control.cluster.try_lock() else { continue };
-                    let (dispatcher, agents) = cluster.exited();
-                    if let Some(status) = dispatcher {
-                        return Ok(Some(status));
+                    // a dispatcher that exited: followed to its successor (a handover), or
+                    // the end of the cluster
+                    let (_, agents) = cluster.exited();
+                    for seen in control.check_dispatchers(&mut cluster) {
+                        match seen {
+                            Seen::HandedOver { i, old, new } => eprintln!(
+                                "baton up: dispatcher {i} handed over: pid {old} exited, pid {new} serves"
+                            ),
+                            Seen::Exited { i, pid, status } => {
+                                return Ok(Some(format!("dispatcher {i}, pid {pid}: {status}")));
+                            }
+                        }
                     }
                     for a in agents {
                         let pid = cluster.agents[a].child.id();
@@ -208,7 +222,12 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         .store(true, std::sync::atomic::Ordering::Relaxed);
     stop.cancel();
     let mut cluster = control.cluster.lock().unwrap_or_else(|p| p.into_inner());
-    cluster.stop(Duration::from_secs(5));
+    // successors after a handover are no children of the cluster's: stopped beside them
+    let grace = Duration::from_secs(5);
+    let successors = control.stop_successors();
+    let deadline = std::time::Instant::now() + grace;
+    cluster.stop(grace);
+    successors.finish(deadline);
     if owns_dir {
         let _ = std::fs::remove_dir_all(&dir);
     }

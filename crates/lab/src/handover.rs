@@ -1,0 +1,706 @@
+//! `baton up` and dispatcher handovers: a dispatcher that hands over (SIGUSR2 from anyone, or
+//! `POST /handover` on `baton up --admin`) is replaced by a successor process with the same
+//! command line that `baton up` did not start and has no `Child` handle for. `baton up` makes
+//! itself a child subreaper, so that a successor orphaned by its predecessor's exit becomes
+//! its child (reaped here, never a stray process); it then watches the successor by pid
+//! (`/proc/PID`, its command line checked against pid reuse) and stops it with the cluster.
+//! A dispatcher that exits without a successor still stops the cluster.
+//!
+//! `POST /handover` asks each dispatcher in turn: SIGUSR2, then wait until the old process is
+//! gone, its successor (a child of the old one with the same command line) runs and the
+//! metrics socket they share answers again, then the next dispatcher. A successor that fails
+//! leaves the old process serving (its log says "handover failed; serving on"): the
+//! operation stops there and says so.
+
+use std::io::{Read as _, Seek as _};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, Proc};
+use crate::rollout::{alive, http, Control};
+
+/// How long one dispatcher may take to hand over: its own `--handover-timeout` (30 s by
+/// default) and a little more for the successor to start and the old process to exit.
+const DEADLINE: Duration = Duration::from_secs(40);
+const MAX_DEADLINE_MS: u64 = 600_000;
+
+/// `POST /handover`'s optional body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoverRequest {
+    /// How long each dispatcher may take (SIGUSR2 to its successor serving); 40 s by default.
+    pub timeout_ms: Option<u64>,
+}
+
+impl HandoverRequest {
+    pub fn deadline(&self) -> Result<Duration, String> {
+        match self.timeout_ms {
+            None => Ok(DEADLINE),
+            Some(0) => Err("timeout_ms must be positive".into()),
+            Some(v) if v > MAX_DEADLINE_MS => {
+                Err(format!("timeout_ms {v}: at most {MAX_DEADLINE_MS}"))
+            }
+            Some(v) => Ok(Duration::from_millis(v)),
+        }
+    }
+}
+
+/// What happened to one dispatcher.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DispatcherHandover {
+    pub id: usize,
+    pub old_pid: u32,
+    /// The successor (absent when none was seen).
+    pub new_pid: Option<u32>,
+    /// Client connections the old process had when asked (`baton_dispatch_connections_active`).
+    pub connections: Option<u64>,
+    /// SIGUSR2 to the old process gone.
+    pub gone_ms: u64,
+    /// SIGUSR2 to the successor answering on the metrics socket, the old process gone.
+    pub serving_ms: u64,
+    /// How the old process ended, as the OS says (when it was ours to reap).
+    pub exit: String,
+    /// Connections the successor took over and lost, from its own counters
+    /// (`baton_dispatch_handover_connections_total`; the old process's went with it).
+    pub taken: Option<u64>,
+    pub lost: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /handover`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HandoverReport {
+    /// Every dispatcher handed over and its successor serves.
+    pub ok: bool,
+    pub dispatchers: Vec<DispatcherHandover>,
+    pub total_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One dispatcher as `baton up` knows it now.
+#[derive(Debug, Clone)]
+pub(crate) struct Dispatcher {
+    /// The current process: the one the cluster started, or a successor.
+    pub pid: u32,
+    /// Its command line after argv[0] (`/proc/PID/cmdline`), the same for its successors.
+    args: Vec<u8>,
+    /// `pid` is a successor (watched by pid), not the cluster's child.
+    pub followed: bool,
+}
+
+impl Dispatcher {
+    pub(crate) fn of(p: &Proc) -> anyhow::Result<Dispatcher> {
+        let pid = p.child.id();
+        let args = args_of(pid)
+            .ok_or_else(|| anyhow!("reading the dispatcher's command line (pid {pid})"))?;
+        Ok(Dispatcher {
+            pid,
+            args,
+            followed: false,
+        })
+    }
+}
+
+/// What a look at a dispatcher found.
+#[derive(Debug)]
+pub(crate) enum Seen {
+    /// Dispatcher `i` (`old`) exited and `new` serves in its place.
+    HandedOver { i: usize, old: u32, new: u32 },
+    /// Dispatcher `i` (`pid`) exited without a successor.
+    Exited { i: usize, pid: u32, status: String },
+}
+
+/// The cluster's dispatcher `i` (0 is `cluster.dispatcher`).
+pub(crate) fn proc_of(cluster: &mut Cluster, i: usize) -> &mut Proc {
+    match i {
+        0 => &mut cluster.dispatcher,
+        _ => &mut cluster.more_dispatchers[i - 1],
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants (a successor whose predecessor
+/// exited), so that they stay visible as its children.
+pub(crate) fn become_subreaper() {
+    // SAFETY: prctl(2) with integer arguments; no memory is passed.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if r != 0 {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "not a child subreaper: a dispatcher handed over outside `POST /handover` may go unseen"
+        );
+    }
+}
+
+/// Argv after argv[0] of `pid`, NUL-separated as the kernel has it.
+fn args_of(pid: u32) -> Option<Vec<u8>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let start = raw.iter().position(|b| *b == 0)? + 1;
+    Some(raw[start..].to_vec())
+}
+
+/// The parent of `pid`, if it runs (not a zombie).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    rest.next()?.parse().ok()
+}
+
+/// A running process with command line `args`, a child of one of `parents` (the first
+/// parent's children first), not in `except`.
+fn find_successor(args: &[u8], parents: &[u32], except: &[u32]) -> Option<u32> {
+    let mut best: Option<(usize, u32)> = None;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if except.contains(&pid) {
+            continue;
+        }
+        let Some(rank) = parent_of(pid).and_then(|pp| parents.iter().position(|p| *p == pp)) else {
+            continue;
+        };
+        if best.is_some_and(|(r, _)| r <= rank) {
+            continue;
+        }
+        if args_of(pid).as_deref() == Some(args) {
+            best = Some((rank, pid));
+        }
+    }
+    best.map(|(_, pid)| pid)
+}
+
+/// Reaps `pid` if it is an exited child of this process: how it ended.
+fn reap(pid: u32) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut status = 0;
+    // SAFETY: waitpid(2) on one pid with a pointer to a local int.
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    (r == pid as i32).then(|| std::process::ExitStatus::from_raw(status).to_string())
+}
+
+/// Whether `pid` still runs as dispatcher `d` (a reused pid has another command line).
+fn runs_as(pid: u32, d: &Dispatcher) -> bool {
+    alive(pid) && args_of(pid).as_deref() == Some(&d.args[..])
+}
+
+/// How dispatcher `i`'s current process ended, or `None` while it runs.
+fn exit_of(cluster: &mut Cluster, i: usize, d: &Dispatcher) -> Option<String> {
+    if d.followed {
+        if runs_as(d.pid, d) {
+            return None;
+        }
+        Some(reap(d.pid).unwrap_or_else(|| "gone".into()))
+    } else {
+        match proc_of(cluster, i).child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(s)) => Some(s.to_string()),
+            Err(e) => Some(format!("unknown ({e})")),
+        }
+    }
+}
+
+/// Dispatcher `i`'s stderr (its successors inherit it).
+fn log_of(cluster: &Cluster, i: usize) -> PathBuf {
+    cluster.dir.join(match i {
+        0 => "dispatch.log".to_string(),
+        _ => format!("dispatch{i}.log"),
+    })
+}
+
+/// The `outcome` counts of `baton_dispatch_handover_connections_total` and the active
+/// connections on a dispatcher's metrics page.
+fn counters(metrics: std::net::SocketAddr) -> anyhow::Result<(u64, u64, u64)> {
+    let page = baton_bench::scrape::page_blocking(metrics)?;
+    let s = baton_bench::scrape::samples(&page);
+    let name = "baton_dispatch_handover_connections_total";
+    let n = |o: &str| baton_bench::scrape::sum(&s, name, &[("outcome", o)]) as u64;
+    let active = baton_bench::scrape::sum(&s, "baton_dispatch_connections_active", &[]) as u64;
+    Ok((n("taken"), n("lost"), active))
+}
+
+impl Control {
+    /// Looks at every dispatcher: one that exited with a successor is followed (the
+    /// successor is its process from now on), one without is reported.
+    pub(crate) fn check_dispatchers(&self, cluster: &mut Cluster) -> Vec<Seen> {
+        let mut ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = Vec::new();
+        for i in 0..ds.len() {
+            let Some(status) = exit_of(cluster, i, &ds[i]) else {
+                continue;
+            };
+            let old = ds[i].pid;
+            let except: Vec<u32> = ds.iter().map(|d| d.pid).collect();
+            let me = std::process::id();
+            match find_successor(&ds[i].args, &[old, me], &except) {
+                Some(new) => {
+                    ds[i].pid = new;
+                    ds[i].followed = true;
+                    seen.push(Seen::HandedOver { i, old, new });
+                }
+                None => seen.push(Seen::Exited {
+                    i,
+                    pid: old,
+                    status,
+                }),
+            }
+        }
+        seen
+    }
+
+    /// Hands every dispatcher over in turn (blocking: run it off the async runtime). Refused
+    /// while a rollout or another handover runs.
+    pub fn handover(&self, deadline: Duration) -> Result<HandoverReport, &'static str> {
+        let _busy = self.begin("a handover is running")?;
+        self.set_handover_progress(true, None);
+        let began = Instant::now();
+        let n = self
+            .dispatchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let mut report = HandoverReport {
+            ok: true,
+            dispatchers: Vec::new(),
+            total_ms: 0,
+            error: None,
+        };
+        for i in 0..n {
+            if self.abort.load(Ordering::Relaxed) {
+                report.ok = false;
+                report.error = Some("stopped: the cluster is shutting down".into());
+                break;
+            }
+            self.set_handover_progress(true, Some(i));
+            let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            tracing::info!(dispatcher = i, "handover: asking the dispatcher (SIGUSR2)");
+            let r = self.hand_over(&mut cluster, i, deadline);
+            self.refresh(&mut cluster);
+            drop(cluster);
+            match &r.error {
+                None => tracing::info!(
+                    dispatcher = i,
+                    old_pid = r.old_pid,
+                    new_pid = r.new_pid,
+                    gone_ms = r.gone_ms,
+                    taken = r.taken,
+                    lost = r.lost,
+                    "handover: the successor serves"
+                ),
+                Some(e) => tracing::error!(dispatcher = i, error = %e, "handover: stopped"),
+            }
+            let failed = r.error.clone();
+            report.dispatchers.push(r);
+            if let Some(e) = failed {
+                report.ok = false;
+                report.error = Some(e);
+                break;
+            }
+        }
+        report.total_ms = began.elapsed().as_millis() as u64;
+        {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.handover.last = Some(report.clone());
+        }
+        self.set_handover_progress(false, None);
+        Ok(report)
+    }
+
+    fn set_handover_progress(&self, running: bool, dispatcher: Option<usize>) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.handover.running = running;
+        s.handover.dispatcher = dispatcher;
+    }
+
+    /// One dispatcher: SIGUSR2, then until the old process is gone and its successor serves.
+    fn hand_over(&self, cluster: &mut Cluster, i: usize, deadline: Duration) -> DispatcherHandover {
+        let began = Instant::now();
+        let d = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner())[i].clone();
+        let old = d.pid;
+        let metrics = proc_of(cluster, i).addr("metrics");
+        let mut r = DispatcherHandover {
+            id: i,
+            old_pid: old,
+            new_pid: None,
+            connections: None,
+            gone_ms: 0,
+            serving_ms: 0,
+            exit: String::new(),
+            taken: None,
+            lost: None,
+            error: None,
+        };
+        if let Some(status) = exit_of(cluster, i, &d) {
+            r.error = Some(format!(
+                "dispatcher {i} (pid {old}) is not running: {status}"
+            ));
+            return r;
+        }
+        r.connections = metrics.and_then(|m| counters(m).ok()).map(|c| c.2);
+        // what the dispatcher logs from now on: a failed successor says so there
+        let mut log = Tail::new(log_of(cluster, i));
+        // SAFETY: kill(2) on a pid that runs as this dispatcher (checked just above); no
+        // memory is touched.
+        unsafe { libc::kill(old as i32, libc::SIGUSR2) };
+        let until = began + deadline;
+        let me = std::process::id();
+        let mut successor = None;
+        let mut gone = false;
+        let result: anyhow::Result<()> = loop {
+            let except: Vec<u32> = self
+                .dispatchers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|d| d.pid)
+                .collect();
+            if successor.is_none() {
+                successor = find_successor(&d.args, &[old, me], &except);
+            }
+            if !gone {
+                if let Some(status) = exit_of(cluster, i, &d) {
+                    gone = true;
+                    r.gone_ms = began.elapsed().as_millis() as u64;
+                    r.exit = status;
+                    // orphaned by the exit: a child of this process now
+                    if successor.is_none() {
+                        successor = find_successor(&d.args, &[old, me], &except);
+                    }
+                    let Some(new) = successor else {
+                        break Err(anyhow!(
+                            "dispatcher {i} (pid {old}) exited ({}) without a successor",
+                            r.exit
+                        ));
+                    };
+                    let mut ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
+                    ds[i].pid = new;
+                    ds[i].followed = true;
+                }
+            }
+            r.new_pid = successor;
+            match (gone, successor) {
+                (true, Some(new)) => {
+                    if !runs_as(new, &d) {
+                        break Err(anyhow!(
+                            "dispatcher {i}'s successor (pid {new}) exited after pid {old} did"
+                        ));
+                    }
+                    let serving = match metrics {
+                        Some(m) => baton_bench::scrape::page_blocking(m).is_ok(),
+                        None => true,
+                    };
+                    if serving {
+                        r.serving_ms = began.elapsed().as_millis() as u64;
+                        break Ok(());
+                    }
+                }
+                (false, Some(new)) if !alive(new) => {
+                    break Err(anyhow!(
+                        "dispatcher {i}'s successor (pid {new}) exited before it took over; pid {old} serves on{}",
+                        log.failure().map(|l| format!(": {l}")).unwrap_or_default()
+                    ));
+                }
+                (false, _) => {
+                    if let Some(line) = log.failure() {
+                        break Err(anyhow!("dispatcher {i} (pid {old}): {line}"));
+                    }
+                }
+                (true, None) => unreachable!("a dispatcher gone without a successor breaks above"),
+            }
+            if Instant::now() >= until {
+                break Err(match gone {
+                    true => anyhow!(
+                        "dispatcher {i}'s successor (pid {}) did not serve its metrics within {deadline:?}",
+                        successor.unwrap_or(0)
+                    ),
+                    false => anyhow!(
+                        "dispatcher {i} (pid {old}) did not hand over within {deadline:?}; it serves on"
+                    ),
+                });
+            }
+            if self.abort.load(Ordering::Relaxed) {
+                break Err(anyhow!("stopped: the cluster is shutting down"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Err(e) = result {
+            r.error = Some(format!("{e:#}"));
+            return r;
+        }
+        // the successor counts a connection once it is re-attached: until the counts settle
+        if let Some(m) = metrics {
+            let settle = Instant::now() + Duration::from_secs(1);
+            let mut last = None;
+            while Instant::now() < settle {
+                let Ok((taken, lost, _)) = counters(m) else {
+                    break;
+                };
+                if last == Some((taken, lost)) {
+                    break;
+                }
+                last = Some((taken, lost));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if let Some((taken, lost)) = last {
+                r.taken = Some(taken);
+                r.lost = Some(lost);
+            }
+        }
+        r
+    }
+
+    /// Stops the dispatchers' processes that are not the cluster's children: successors
+    /// followed, and any on their way (a handover under way as the cluster stops). SIGTERM
+    /// now, and `finish` (after the cluster's own stop) waits and kills what is left.
+    pub(crate) fn stop_successors(&self) -> Successors {
+        let ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
+        let pids = successors_of(&ds);
+        for pid in &pids {
+            // SAFETY: kill(2) on a pid just seen running with a dispatcher's command line.
+            unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+        }
+        Successors {
+            pids,
+            ds: ds.clone(),
+        }
+    }
+}
+
+/// Processes that run as one of `ds` beyond the cluster's children: the followed ones, and
+/// children of any of them (or orphans of this process) with a dispatcher's command line.
+fn successors_of(ds: &[Dispatcher]) -> Vec<u32> {
+    let mut pids: Vec<u32> = ds
+        .iter()
+        .filter(|d| d.followed && runs_as(d.pid, d))
+        .map(|d| d.pid)
+        .collect();
+    let mut parents: Vec<u32> = ds.iter().map(|d| d.pid).collect();
+    parents.push(std::process::id());
+    for d in ds {
+        // a successor's successor too, until there is none
+        loop {
+            let mut except: Vec<u32> = ds.iter().filter(|d| !d.followed).map(|d| d.pid).collect();
+            except.extend(&pids);
+            match find_successor(&d.args, &parents, &except) {
+                Some(pid) => {
+                    pids.push(pid);
+                    parents.push(pid);
+                }
+                None => break,
+            }
+        }
+    }
+    pids
+}
+
+/// The successors [`Control::stop_successors`] asked to stop.
+pub(crate) struct Successors {
+    pids: Vec<u32>,
+    ds: Vec<Dispatcher>,
+}
+
+impl Successors {
+    /// Waits until `deadline` for them to exit, kills what is left (and any successor that
+    /// appeared meanwhile), and reaps them.
+    pub(crate) fn finish(mut self, deadline: Instant) {
+        let running = |pids: &[u32]| pids.iter().any(|p| alive(*p));
+        while running(&self.pids) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // the cluster's dispatchers are gone now: whatever runs as one of them is left over
+        for pid in successors_of(&self.ds) {
+            if !self.pids.contains(&pid) {
+                self.pids.push(pid);
+            }
+        }
+        for pid in &self.pids {
+            if alive(*pid) && self.ds.iter().any(|d| runs_as(*pid, d)) {
+                // SAFETY: kill(2) on a pid running with a dispatcher's command line.
+                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            }
+        }
+        let until = Instant::now() + Duration::from_secs(2);
+        for pid in &self.pids {
+            while reap(*pid).is_none() && alive(*pid) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// New lines of a log file since it was opened here.
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl Tail {
+    fn new(path: PathBuf) -> Tail {
+        let offset = std::fs::metadata(&path).map_or(0, |m| m.len());
+        Tail { path, offset }
+    }
+
+    /// The dispatcher's "handover failed; serving on" line, if written since.
+    fn failure(&mut self) -> Option<String> {
+        let mut f = std::fs::File::open(&self.path).ok()?;
+        f.seek(std::io::SeekFrom::Start(self.offset)).ok()?;
+        let mut new = Vec::new();
+        // bounded: a log that grows fast is read a little at a time
+        f.take(1 << 20).read_to_end(&mut new).ok()?;
+        // whole lines only: the rest is read again next time
+        let end = new.iter().rposition(|b| *b == b'\n').map_or(0, |n| n + 1);
+        self.offset += end as u64;
+        // its own line, else the log record (whichever format the log has)
+        let text = String::from_utf8_lossy(&new[..end]);
+        let mut lines = text
+            .lines()
+            .filter(|l| l.contains("handover failed; serving on"));
+        let first = lines.next()?;
+        let plain = std::iter::once(first)
+            .chain(lines)
+            .find(|l| l.starts_with("handover failed"));
+        Some(plain.unwrap_or(first).trim().to_string())
+    }
+}
+
+/// `baton rollout --handover`: asks `baton up --admin` for a handover of every dispatcher and
+/// prints the summary; an error when one did not hand over.
+pub(crate) fn handover_cli(
+    admin: std::net::SocketAddr,
+    timeout_ms: Option<u64>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "timeout_ms": timeout_ms });
+    let (status, answer) = http(
+        admin,
+        "POST",
+        "/handover",
+        &body.to_string(),
+        Duration::from_secs(3600),
+    )?;
+    let report: HandoverReport = match serde_json::from_str(&answer) {
+        Ok(r) => r,
+        Err(_) => bail!("baton up at {admin} answered {status}: {}", answer.trim()),
+    };
+    if as_json {
+        println!("{answer}");
+    } else {
+        print!("{}", table(&report));
+    }
+    if !report.ok {
+        bail!(
+            "handover stopped: {}",
+            report.error.as_deref().unwrap_or("see above")
+        );
+    }
+    Ok(())
+}
+
+/// The summary a person reads.
+pub fn table(r: &HandoverReport) -> String {
+    use std::fmt::Write as _;
+    let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:>10} {:>9} {:>9} {:>6} {:>8} {:>10} {:>6} {:>5}  exit",
+        "dispatcher", "old pid", "new pid", "conns", "gone ms", "serving ms", "taken", "lost"
+    );
+    for d in &r.dispatchers {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>9} {:>9} {:>6} {:>8} {:>10} {:>6} {:>5}  {}",
+            d.id,
+            d.old_pid,
+            opt(d.new_pid.map(u64::from)),
+            opt(d.connections),
+            d.gone_ms,
+            d.serving_ms,
+            opt(d.taken),
+            opt(d.lost),
+            d.exit
+        );
+        if let Some(e) = &d.error {
+            let _ = writeln!(o, "           error: {e}");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "{} in {:.1} s",
+        if r.ok {
+            format!("{} dispatchers handed over", r.dispatchers.len())
+        } else {
+            "handover stopped".into()
+        },
+        r.total_ms as f64 / 1000.0
+    );
+    o
+}
+
+/// The dispatchers' command lines at start (each must be readable).
+pub(crate) fn dispatchers_of(cluster: &Cluster) -> anyhow::Result<Vec<Dispatcher>> {
+    std::iter::once(&cluster.dispatcher)
+        .chain(&cluster.more_dispatchers)
+        .map(Dispatcher::of)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .context("watching the dispatchers")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::*;
+
+    #[test]
+    fn request_bodies_are_checked() {
+        assert_eq!(HandoverRequest::default().deadline().unwrap(), DEADLINE);
+        let r: HandoverRequest = serde_json::from_str(r#"{"timeout_ms": 5000}"#).unwrap();
+        assert_eq!(r.deadline().unwrap(), Duration::from_secs(5));
+        assert!(serde_json::from_str::<HandoverRequest>(r#"{"timeout": 1}"#).is_err());
+        let zero = HandoverRequest {
+            timeout_ms: Some(0),
+        };
+        assert!(zero.deadline().is_err());
+        let long = HandoverRequest {
+            timeout_ms: Some(MAX_DEADLINE_MS + 1),
+        };
+        assert!(long.deadline().is_err());
+    }
+
+    #[test]
+    fn a_child_with_the_same_command_line_is_found_by_its_parent() {
+        // `sh -c 'sleep 30 & wait'`: the sleep is a child of the shell, with its own argv
+        let mut sh = Command::new("sh")
+            .args(["-c", "sleep 30.5 & wait"])
+            .spawn()
+            .unwrap();
+        let shell = sh.id();
+        let args = b"30.5\0".to_vec();
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut found = None;
+        while found.is_none() && Instant::now() < until {
+            found = find_successor(&args, &[shell], &[]);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let sleep = found.expect("the shell's sleep");
+        assert_eq!(parent_of(sleep), Some(shell));
+        assert_eq!(args_of(sleep).as_deref(), Some(&args[..]));
+        // not found under another parent, nor when excluded
+        assert_eq!(find_successor(&args, &[std::process::id()], &[]), None);
+        assert_eq!(find_successor(&args, &[shell], &[sleep]), None);
+        // SAFETY: kill(2) on the sleep found as the shell's child; no memory is touched.
+        unsafe { libc::kill(sleep as i32, libc::SIGKILL) };
+        let _ = sh.kill();
+        let _ = sh.wait();
+    }
+}
