@@ -511,9 +511,10 @@ fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
         baton_lab::rollout::http(c.admin(), "POST", "/handover", "", Duration::from_secs(60))
             .unwrap()
     };
-    // a successor that cannot start: the old process says so and serves on
+    // a successor that cannot start: the old process says so and serves on (the running
+    // file stays where it is, replaced as an upgrade replaces it: a new file renamed over it)
     let good = c.dir.arg("baton.good");
-    std::fs::rename(&bin, &good).unwrap();
+    std::fs::copy(BATON, &good).unwrap();
     std::fs::write(c.dir.arg("broken"), "#!/bin/sh\nexit 3\n").unwrap();
     std::fs::set_permissions(
         c.dir.arg("broken"),
