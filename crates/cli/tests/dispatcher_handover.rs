@@ -28,25 +28,29 @@ struct Cluster {
 }
 
 fn cluster() -> Cluster {
+    cluster_with(&[])
+}
+
+/// Two agents with links (and `extra` flags), and a copy of the binary for the dispatcher.
+fn cluster_with(extra: &[&str]) -> Cluster {
     let pki = Pki::new();
     let dir = TempDir::new("dispatcher-handover");
     let key = cluster_key_file(&dir, "cluster.key", &[KEY]);
     let agents = (0..2)
         .map(|i| {
             let id = i.to_string();
-            Agent::serving(
-                &pki,
-                &[
-                    "--agent-id",
-                    &id,
-                    "--handoff",
-                    "true",
-                    "--link-listen",
-                    "127.0.0.1:0",
-                    "--cluster-key-file",
-                    &key,
-                ],
-            )
+            let mut args = vec![
+                "--agent-id",
+                &id,
+                "--handoff",
+                "true",
+                "--link-listen",
+                "127.0.0.1:0",
+                "--cluster-key-file",
+                &key,
+            ];
+            args.extend_from_slice(extra);
+            Agent::serving(&pki, &args)
         })
         .collect();
     let bin = dir.arg("baton");
@@ -73,6 +77,10 @@ struct Dispatch {
 
 impl Dispatch {
     fn start(c: &Cluster) -> Dispatch {
+        Dispatch::start_with(c, &["--policy", "round-robin"])
+    }
+
+    fn start_with(c: &Cluster, extra: &[&str]) -> Dispatch {
         let mut args: Vec<String> = Vec::new();
         for a in &c.agents {
             args.extend([
@@ -90,8 +98,6 @@ impl Dispatch {
                 "127.0.0.1:0",
                 "--admin",
                 "127.0.0.1:0",
-                "--policy",
-                "round-robin",
                 "--cluster-key-file",
                 &c.key,
                 "--handover-timeout",
@@ -99,6 +105,7 @@ impl Dispatch {
             ]
             .map(String::from),
         );
+        args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (child, addrs) = spawn_ready_with(&c.bin, "dispatch", &[], &args);
         let d = Dispatch {
@@ -152,6 +159,17 @@ impl Dispatch {
 
 impl Drop for Dispatch {
     fn drop(&mut self) {
+        // a successor a failed test did not follow is not left behind
+        // (empty for a process that has exited: `same_command` refuses that)
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", self.first.id())) {
+            for _ in 0..10 {
+                let Some(pid) = same_command(&cmdline, self.first.id()) else {
+                    break;
+                };
+                signal(pid, "-KILL");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         signal(self.pid, "-KILL");
         let _ = self.first.kill();
         let _ = self.first.wait();
@@ -173,6 +191,9 @@ fn alive(pid: u32) -> bool {
 
 /// Another live process with exactly this command line.
 fn same_command(cmdline: &[u8], not: u32) -> Option<u32> {
+    if cmdline.is_empty() {
+        return None;
+    }
     std::fs::read_dir("/proc").ok()?.find_map(|e| {
         let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         (pid != not && alive(pid) && std::fs::read(format!("/proc/{pid}/cmdline")).ok()? == cmdline)
@@ -448,4 +469,76 @@ fn a_client_that_does_not_read_does_not_hold_the_old_dispatcher() {
         ),
         1.0
     );
+}
+
+/// A successor that dies once it is ready: the connections it took die with it, and the old
+/// process, which a client stalled in its handshake still kept (a connection is handed over
+/// once it is served), accepts again and serves that client to the end.
+#[test]
+fn a_successor_that_dies_once_ready_leaves_the_old_dispatcher_serving_again() {
+    let c = cluster();
+    let d = Dispatch::start_with(&c, &["--policy", "handoff", "--hello-timeout", "8"]);
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut idle: Vec<KeepAlive> = (0..4).map(|_| KeepAlive::open(d.addr, &config)).collect();
+    for k in idle.iter_mut() {
+        assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    }
+    // a client that sends its ClientHello and waits before it reads the answer
+    let mut tcp = TcpStream::connect(d.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut stalled =
+        rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+    stalled.write_tls(&mut tcp).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let old = d.pid;
+    let cmdline = std::fs::read(format!("/proc/{old}/cmdline")).unwrap();
+    let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+    assert_eq!(status, 202);
+    // the successor takes the 4 idle connections (its metrics: the socket is its now)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let successor = loop {
+        if let Some(pid) = same_command(&cmdline, old) {
+            let page = std::panic::catch_unwind(|| metrics_page(d.metrics)).unwrap_or_default();
+            let taken = series_sum(
+                &page,
+                "baton_dispatch_handover_connections_total",
+                "outcome=\"taken\"",
+            );
+            if taken == 4.0 {
+                break pid;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the successor did not take the 4 idle connections"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(successor, "-KILL");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(old), "the old dispatcher exited");
+    // the stalled client finishes its handshake and is served by the old process
+    while stalled.is_handshaking() {
+        stalled.complete_io(&mut tcp).unwrap();
+    }
+    let mut k = KeepAlive {
+        tls: rustls::StreamOwned::new(stalled, tcp),
+    };
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    // it accepts again: new clients, its metrics and its admin endpoint
+    let mut fresh = KeepAlive::open(d.addr, &config);
+    assert!(fresh.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    assert_eq!(
+        d.metric(
+            "baton_dispatch_handover_connections_total",
+            "outcome=\"passed\""
+        ),
+        4.0
+    );
+    let (status, body) = admin_request(d.admin, "GET", "/agents", None);
+    assert_eq!(status, 200, "{body}");
+    // and a later handover can be asked for again
+    let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+    assert_eq!(status, 202);
 }

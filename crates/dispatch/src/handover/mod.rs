@@ -437,8 +437,9 @@ async fn start_inner(shared: &Shared) -> anyhow::Result<Successor> {
 
 impl Successor {
     /// Passes every connection that hands itself over, until `deadline` or until no
-    /// connection is left (`all_done` resolves). Returns `true` when every passed connection
-    /// arrived (`false`: the successor failed; the rest were kept here).
+    /// connection is left (`all_done` resolves). Returns `true` when the successor took
+    /// them; `false` at once when it failed (exited, or its socket broke): connections not
+    /// passed are kept here, and the caller accepts again.
     pub(crate) async fn pass(
         mut self,
         shared: &Shared,
@@ -454,25 +455,25 @@ impl Successor {
                 o = rx.recv() => o,
                 _ = &mut all_done => break,
                 _ = tokio::time::sleep_until(deadline) => break,
-                s = self.child.wait(), if alive => {
+                s = self.child.wait() => {
                     tracing::warn!(status = ?s, "handover: the successor exited; keeping the rest here");
                     alive = false;
-                    shared.handover.to.send_replace(None);
-                    continue;
+                    break;
                 }
             };
             let Some(out) = out else { break };
             let message = Message::Conn(Box::new(out.handed));
-            let sent = alive && self.channel.send(&message, &[out.fd.as_fd()]).await.is_ok();
-            if !sent && alive {
-                alive = false;
-                shared.handover.to.send_replace(None);
-            }
+            let sent = self.channel.send(&message, &[out.fd.as_fd()]).await.is_ok();
             let back = match message {
                 Message::Conn(handed) if !sent => Err(*handed),
                 _ => Ok(()),
             };
             let _ = out.taken.send(back);
+            if !sent {
+                tracing::warn!("handover: the successor's socket failed; keeping the rest here");
+                alive = false;
+                break;
+            }
         }
         // Connections that asked meanwhile are kept here.
         shared.handover.to.send_replace(None);
@@ -484,9 +485,9 @@ impl Successor {
             let _ = self.channel.send(&Message::Done, &[]).await;
             // the successor runs on: it is no longer ours to kill
             self.child.0 = None;
-            shared.handover.busy.store(false, Ordering::Release);
         }
         drop(self.dir);
+        shared.handover.busy.store(false, Ordering::Release);
         alive
     }
 }
