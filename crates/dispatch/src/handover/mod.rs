@@ -205,8 +205,10 @@ pub(crate) async fn hand_over(
     }
     if !agent.handed_over() {
         // the agent ended the connection instead: the client gets the rest and the end
-        client.write_all(&pending).await?;
-        let _ = client.shutdown().await;
+        let rest = tokio::time::timeout(shared.config.idle_timeout, client.write_all(&pending));
+        if matches!(rest.await, Ok(Ok(()))) {
+            let _ = client.shutdown().await;
+        }
         return Ok((HandedOver::Ended, pending.len() as u64));
     }
     let meta = *agent.meta();
@@ -463,7 +465,10 @@ impl Successor {
             };
             let Some(out) = out else { break };
             let message = Message::Conn(Box::new(out.handed));
-            let sent = self.channel.send(&message, &[out.fd.as_fd()]).await.is_ok();
+            // a successor that stops reading is a failed one
+            let fds = [out.fd.as_fd()];
+            let send = self.channel.send(&message, &fds);
+            let sent = matches!(tokio::time::timeout_at(deadline, send).await, Ok(Ok(())));
             let back = match message {
                 Message::Conn(handed) if !sent => Err(*handed),
                 _ => Ok(()),
