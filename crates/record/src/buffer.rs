@@ -39,6 +39,16 @@ impl ByteQueue {
         }
     }
 
+    /// Gives the allocation back if nothing is unread (a connection that idles keeps no
+    /// buffer); returns whether the queue is empty.
+    pub(crate) fn release_if_empty(&mut self) -> bool {
+        if self.is_empty() {
+            self.buf = Vec::new();
+            self.start = 0;
+        }
+        self.is_empty()
+    }
+
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
         self.buf.clear();
@@ -77,5 +87,20 @@ mod tests {
         assert!(q.is_empty());
         q.consume(1);
         assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn release_only_when_empty() {
+        let mut q = ByteQueue::default();
+        q.extend(&[7; 4096]);
+        q.consume(4095);
+        assert!(!q.release_if_empty(), "a byte is unread");
+        assert_eq!(q.as_slice(), [7]);
+        q.consume(1);
+        assert!(q.buf.capacity() >= 4096, "consuming keeps the allocation");
+        assert!(q.release_if_empty());
+        assert_eq!(q.buf.capacity(), 0);
+        q.extend(b"again");
+        assert_eq!(q.as_slice(), b"again");
     }
 }

@@ -54,6 +54,11 @@ impl Deframer {
         self.buf.len()
     }
 
+    /// Gives the buffer's allocation back if it holds nothing; returns whether it was empty.
+    pub(crate) fn release_if_empty(&mut self) -> bool {
+        self.buf.release_if_empty()
+    }
+
     /// Drops everything buffered (after close_notify or a fatal error).
     pub(crate) fn clear(&mut self) {
         self.buf.clear();

@@ -47,6 +47,15 @@ impl HandshakeJoiner {
         self.header_fill == 0 && self.current.is_none()
     }
 
+    /// Gives the body buffer's allocation back if no message is in progress; returns whether
+    /// none was.
+    pub(crate) fn release_if_idle(&mut self) -> bool {
+        if self.is_idle() {
+            self.body = Vec::new();
+        }
+        self.is_idle()
+    }
+
     /// Feeds one record's handshake plaintext.
     pub(crate) fn push(
         &mut self,

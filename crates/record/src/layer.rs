@@ -301,6 +301,18 @@ impl RecordLayer {
         self.input.as_slice()
     }
 
+    /// Gives back the allocations of the buffers that hold nothing (ciphertext in, plaintext
+    /// out, ciphertext out, a handshake message), so that a connection idling between requests
+    /// holds its keys and little else; returns whether every buffer was empty. The buffers
+    /// grow again as they are used.
+    pub fn release_buffers(&mut self) -> bool {
+        let input = self.input.release_if_empty();
+        let joiner = self.joiner.release_if_idle();
+        let plaintext = self.conn.plaintext.release_if_empty();
+        let outgoing = self.conn.outgoing.release_if_empty();
+        input && joiner && plaintext && outgoing
+    }
+
     /// The session's keys as they stand, to carry the connection on elsewhere (an agent that
     /// drains moves it): per direction the current key, IV, next sequence number and (TLS 1.3)
     /// traffic secret, ready for [`RecordLayer::new`] there. `None` unless the layer is at

@@ -753,3 +753,57 @@ fn an_exported_session_carries_on_in_a_new_layer_and_this_one_must_be_at_rest() 
         }
     }
 }
+
+#[test]
+fn released_buffers_come_back_and_the_session_goes_on() {
+    for (version, suite) in ALL {
+        let (mut server, mut client) = pair(version, suite);
+        client.write_plaintext(&[b'q'; 20_000]).unwrap();
+        pump(&mut client, &mut server).unwrap();
+        assert!(!server.release_buffers(), "plaintext unread");
+        assert_eq!(take_plaintext(&mut server).len(), 20_000);
+        server.write_plaintext(&[b'r'; 30_000]).unwrap();
+        assert!(!server.release_buffers(), "ciphertext to send");
+        pump(&mut server, &mut client).unwrap();
+        assert_eq!(take_plaintext(&mut client).len(), 30_000);
+        // half a record in: kept
+        client.write_plaintext(b"partial").unwrap();
+        let record = client.pending_tls().to_vec();
+        client.consume_tls(record.len());
+        server.read_tls(&record[..4]);
+        server.process().unwrap();
+        assert!(!server.release_buffers(), "half a record held");
+        assert_eq!(server.undecrypted(), &record[..4]);
+        server.read_tls(&record[4..]);
+        server.process().unwrap();
+        assert_eq!(take_plaintext(&mut server), b"partial");
+        assert!(server.release_buffers(), "at rest");
+        if version == Version::Tls13 {
+            // a fragmented KeyUpdate: the message in progress is kept over a release
+            let (mut fresh, _) = pair(version, suite);
+            let first = client_record(version, suite, 1, ContentType::HANDSHAKE, &[24, 0]);
+            fresh.read_tls(&first);
+            fresh.process().unwrap();
+            assert!(!fresh.release_buffers(), "a handshake message in progress");
+            let rest = client_record(version, suite, 2, ContentType::HANDSHAKE, &[0, 1, 0]);
+            fresh.read_tls(&rest);
+            fresh.process().unwrap();
+            assert_eq!(fresh.rx_seq(), 0, "new generation");
+            assert!(fresh.release_buffers());
+            // and a KeyUpdate both ways on the released pair
+            client.send_key_update(true).unwrap();
+        }
+        pump(&mut client, &mut server).unwrap();
+        pump(&mut server, &mut client).unwrap();
+        client.write_plaintext(b"next request").unwrap();
+        pump(&mut client, &mut server).unwrap();
+        assert_eq!(take_plaintext(&mut server), b"next request");
+        server.write_plaintext(b"next answer").unwrap();
+        pump(&mut server, &mut client).unwrap();
+        assert_eq!(take_plaintext(&mut client), b"next answer");
+        server.send_close_notify();
+        assert!(!server.release_buffers(), "close_notify to send");
+        pump(&mut server, &mut client).unwrap();
+        assert!(client.peer_closed());
+    }
+}
