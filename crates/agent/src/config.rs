@@ -259,6 +259,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION")]
     pub drain_timeout: Option<HumanDuration>,
 
+    /// An HTTP/1.1 connection that waits this long for its next request (or its first) is
+    /// parked: it gives back everything but its socket, keys and sequence numbers (rustls'
+    /// buffers, the connection's task state) until the client sends again. 0 parks at once.
+    /// Default 50ms.
+    #[arg(long, value_name = "DURATION")]
+    pub park_after: Option<HumanDuration>,
+
     /// Largest HTTP request head, in bytes. Default 16384.
     #[arg(long, value_name = "N")]
     pub max_header_bytes: Option<usize>,
@@ -493,6 +500,8 @@ pub struct AgentConfig {
     /// Bytes per second; 0: no minimum.
     pub min_header_rate: u64,
     pub drain_timeout: Duration,
+    /// `--park-after`: how long an HTTP/1.1 connection waits for a request before it parks.
+    pub park_after: Duration,
     pub max_header_bytes: usize,
     pub max_headers: usize,
 }
@@ -531,7 +540,7 @@ impl AgentArgs {
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, early_data, handoff, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
-            idle_timeout, header_timeout, request_timeout, min_header_rate, drain_timeout, max_header_bytes,
+            idle_timeout, header_timeout, request_timeout, min_header_rate, drain_timeout, park_after, max_header_bytes,
             max_headers)
     }
 
@@ -693,6 +702,7 @@ impl AgentArgs {
             request_timeout: dur(self.request_timeout, 30),
             min_header_rate: self.min_header_rate.unwrap_or(512),
             drain_timeout: dur(self.drain_timeout, 30),
+            park_after: self.park_after.map_or(Duration::from_millis(50), |d| d.0),
             max_header_bytes: self.max_header_bytes.unwrap_or(16 * 1024),
             max_headers: self.max_headers.unwrap_or(100),
         };
@@ -744,6 +754,12 @@ impl AgentConfig {
     }
 }
 
+/// The configuration `baton agent FLAGS...` would run with (tests).
+#[cfg(test)]
+pub(crate) fn from_flags(flags: &[&str]) -> AgentConfig {
+    tests::parse(flags).resolve().expect("flags")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -755,10 +771,18 @@ mod tests {
         args: AgentArgs,
     }
 
-    fn parse(flags: &[&str]) -> AgentArgs {
+    pub(super) fn parse(flags: &[&str]) -> AgentArgs {
         Cli::try_parse_from(std::iter::once("agent").chain(flags.iter().copied()))
             .unwrap()
             .args
+    }
+
+    #[test]
+    fn park_after() {
+        let c = from_flags(&["--self-signed", "ecdsa-p256"]);
+        assert_eq!(c.park_after, Duration::from_millis(50));
+        let c = from_flags(&["--self-signed", "ecdsa-p256", "--park-after", "0"]);
+        assert_eq!(c.park_after, Duration::ZERO);
     }
 
     #[test]

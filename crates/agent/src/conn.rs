@@ -26,6 +26,7 @@ use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::metrics::{FailureReason, Version};
 use crate::pace::{self, HeadPace, RequestState, TooSlow};
+use crate::park::{Parked, Parking};
 use crate::server::Shared;
 use crate::transport::AgentIo;
 use baton_link::LinkStream;
@@ -33,6 +34,17 @@ use baton_link::LinkStream;
 /// A client connection on the public port: TLS at once (after a PROXY v2 header, if
 /// configured). Handoff frames are never read here: one gets rustls' alert, never an import.
 pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    // Boxed: the work (handshake, requests) needs a large future, and a connection parked
+    // between requests only a small one (`park`), in this same task.
+    let parked = Box::pin(serve_tcp_working(tcp, peer, shared)).await;
+    crate::park::idle(parked).await
+}
+
+async fn serve_tcp_working(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+) -> Option<Parked> {
     let cfg = &shared.config;
     let metrics = &shared.metrics;
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
@@ -42,21 +54,21 @@ pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     if cfg.proxy_protocol && !Cidr::any_contains(&cfg.proxy_protocol_from, peer.ip()) {
         metrics.failure(FailureReason::Untrusted);
         tracing::debug!(%peer, "PROXY protocol expected, but not from this address: refused");
-        return;
+        return None;
     }
     if cfg.proxy_protocol {
         match tokio::time::timeout_at(deadline, baton_ops::proxy_header::read(&mut tcp)).await {
             Ok(Ok(Some(ProxyHeader::Proxy { source, .. }))) => peer = source,
             Ok(Ok(Some(ProxyHeader::Local))) => {}
-            Ok(Ok(None)) => return, // closed before sending anything (a health check)
+            Ok(Ok(None)) => return None, // closed before sending anything (a health check)
             Ok(Err(e)) => {
                 metrics.failure(FailureReason::Malformed);
                 tracing::debug!(%peer, error = %e, "bad PROXY protocol header");
-                return;
+                return None;
             }
             Err(_) => {
                 metrics.failure(FailureReason::Timeout);
-                return;
+                return None;
             }
         }
     }
@@ -67,6 +79,12 @@ pub async fn serve_tcp(tcp: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
 /// it may start with a handoff frame: an Offer asks this agent to hand the session on after
 /// the handshake; an Import carries a session to continue here instead of a handshake.
 pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
+    // boxed for the same reason as `serve_tcp`'s
+    let parked = Box::pin(serve_link_working(stream, shared)).await;
+    crate::park::idle(parked).await
+}
+
+async fn serve_link_working(stream: LinkStream, shared: Arc<Shared>) -> Option<Parked> {
     let cfg = &shared.config;
     let metrics = &shared.metrics;
     let deadline = tokio::time::Instant::now() + cfg.handshake_timeout;
@@ -83,7 +101,7 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
             false => tracing::info!("enabled again at a dispatcher: connections stay"),
         }
         shared.shedding.send_replace(shed);
-        return;
+        return None;
     }
     let mut binding = [0u8; handoff_wire::BINDING_LEN];
     binding[..16].copy_from_slice(&stream.link_id());
@@ -103,21 +121,18 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
                     true => handoff::metrics::Why::Drain,
                     false => handoff::metrics::Why::Handshake,
                 };
-                if let Some((stream, info)) =
-                    handoff::import::import(io, peer, &binding, why, &shared).await
-                {
-                    let first_by = tokio::time::Instant::now() + cfg.request_timeout;
-                    serve_migrated(stream, info, first_by, movable, &shared).await;
-                }
-                return;
+                let (stream, info) =
+                    handoff::import::import(io, peer, &binding, why, &shared).await?;
+                let first_by = tokio::time::Instant::now() + cfg.request_timeout;
+                return serve_migrated(stream, info, first_by, movable, &shared).await;
             }
             Ok(Err(_)) => {
                 metrics.failure(FailureReason::Malformed);
-                return;
+                return None;
             }
             Err(_) => {
                 metrics.failure(FailureReason::Timeout);
-                return;
+                return None;
             }
         }
     }
@@ -126,6 +141,8 @@ pub async fn serve_link(stream: LinkStream, shared: Arc<Shared>) {
 
 /// `movable`: a link stream the dispatcher can move to another agent while it lives (its
 /// TLS 1.3 traffic secrets are kept and its client records followed, for an export later).
+/// Every connection's secrets are asked for and its records followed, so that an idle HTTP/1.1
+/// connection can park on the record layer (`park`).
 async fn serve(
     mut io: AgentIo,
     peer: SocketAddr,
@@ -133,50 +150,51 @@ async fn serve(
     movable: bool,
     deadline: tokio::time::Instant,
     shared: Arc<Shared>,
-) {
+) -> Option<Parked> {
     let cfg = &shared.config;
     let metrics = &shared.metrics;
     // The first request's head is due this long after accept, handshake included.
     let first_by = deadline - cfg.handshake_timeout + cfg.request_timeout;
-    match tokio::time::timeout_at(deadline, refuse_legacy_client(&mut io)).await {
-        Ok(Ok(false)) => {}
-        Ok(Ok(true)) => {
-            metrics.failure(FailureReason::Incompatible);
-            return;
-        }
-        // Closed before sending a byte: a port probe or health check, not a failed handshake.
-        Ok(Err(_)) => return,
-        Err(_) => {
-            metrics.failure(FailureReason::Timeout);
-            return;
-        }
+    // A socket's peek returns what has come; a link stream's waits for all it asks for (the
+    // hello's client random only once the first bytes look like a ClientHello).
+    let mut head = [0u8; 43];
+    let want = if io.is_tcp() { head.len() } else { 11 };
+    let mut n =
+        match tokio::time::timeout_at(deadline, refuse_legacy_client(&mut io, &mut head[..want]))
+            .await
+        {
+            Ok(Ok(Some(n))) => n,
+            Ok(Ok(None)) => {
+                metrics.failure(FailureReason::Incompatible);
+                return None;
+            }
+            // Closed before sending a byte: a port probe or health check, not a failed handshake.
+            Ok(Err(_)) => return None,
+            Err(_) => {
+                metrics.failure(FailureReason::Timeout);
+                return None;
+            }
+        };
+    if n < head.len() && handoff::secrets::client_random_may_follow(&head[..n]) {
+        n = tokio::time::timeout_at(deadline, io.peek(&mut head))
+            .await
+            .map_or(0, |r| r.unwrap_or(0));
     }
-    // A connection that may migrate wants its TLS 1.3 traffic secrets kept (for KeyUpdate
-    // after the move); the key log finds them by the ClientHello's random.
-    let keep = offer.is_some() || movable;
-    let expected = match keep {
-        true => {
-            let mut head = [0u8; 64];
-            let n = tokio::time::timeout_at(deadline, io.peek(&mut head[..43]))
-                .await
-                .map_or(0, |r| r.unwrap_or(0));
-            handoff::secrets::client_random(&head[..n])
-                .and_then(|random| shared.tls.secret_log().expect(random))
-        }
-        false => None,
-    };
+    // The TLS 1.3 traffic secrets (for KeyUpdate after a move, or on the record layer once
+    // parked): the key log finds them by the ClientHello's random.
+    let expected = handoff::secrets::client_random(&head[..n])
+        .and_then(|random| shared.tls.secret_log().expect(random));
     let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
-    if keep {
-        io.track_records();
-    }
+    io.track_records();
     let accept = if cfg.early_data > 0 {
         // `--early-data`: the hello is read first, to decide about its early data
         match crate::early_tls::start(io, offer.is_some(), deadline, &shared).await {
             crate::early_tls::Start::Plain(accept) => accept,
             crate::early_tls::Start::Early(conn) => {
-                return crate::early_tls::serve(*conn, peer, first_by, deadline, shared).await
+                crate::early_tls::serve(*conn, peer, first_by, deadline, shared).await;
+                return None;
             }
-            crate::early_tls::Start::Done => return,
+            crate::early_tls::Start::Done => return None,
         }
     } else {
         // The built-in responder waits on nothing but the client: its flight, tickets,
@@ -192,12 +210,12 @@ async fn serve(
             let reason = FailureReason::of(&e);
             metrics.failure(reason);
             tracing::debug!(%peer, reason = reason.label(), error = %e, "handshake failed");
-            return;
+            return None;
         }
         Err(_) => {
             metrics.failure(FailureReason::Timeout);
             tracing::debug!(%peer, "handshake timed out");
-            return;
+            return None;
         }
     };
 
@@ -219,15 +237,13 @@ async fn serve(
     let mut stream = stream;
     let mut ahead = bytes::Bytes::new();
     // Taken now: the log keeps them only during handshakes, the connection for its life.
-    let secrets = expected.map(|e| e.take()).unwrap_or_default();
-    // A connection kept after an offer is not followed any more: it cannot move later.
-    let (mover, offered) = match offer {
-        Some(offer) => (None, Some((offer, secrets))),
-        None => (movable.then_some(secrets), None),
-    };
-    if let Some((offer, secrets)) = offered {
-        match handoff::export::hand_off(stream, offer, secrets, &info, &shared).await {
-            Exported::Migrated | Exported::Closed => return,
+    let mut secrets = expected.map(|e| e.take()).unwrap_or_default();
+    // A connection kept after an offer is not followed for a move any more: it cannot move
+    // later (one served from the record layer can: the layer knows where its records stand).
+    let moves_later = movable && offer.is_none();
+    if let Some(offer) = offer {
+        match handoff::export::hand_off(stream, offer, &mut secrets, &info, &shared).await {
+            Exported::Migrated | Exported::Closed => return None,
             Exported::ServeHere(migrated) => {
                 return serve_migrated(*migrated, info, first_by, movable, &shared).await
             }
@@ -238,22 +254,28 @@ async fn serve(
         }
     }
 
-    // hyper allocates ~16 KiB of buffers per connection as soon as it starts, so it starts only
-    // once the client has sent something: connections that idle after the handshake (browser
-    // preconnects, pools warmed ahead of need) then hold only their TLS state. Nothing is read
-    // here: either rustls already holds request bytes, or the socket becomes readable.
-    let mut engine = Engine::Rustls(stream);
-    if ahead.is_empty()
-        && engine.wait_request(&shared, first_by, false, false).await != Waited::Request
-    {
-        return;
-    }
-    let Engine::Rustls(mut stream) = engine else {
-        unreachable!("a rustls connection stays one until it moves")
-    };
     if h2 {
+        // hyper allocates ~16 KiB of buffers per connection as soon as it starts, so it starts
+        // only once the client has sent something: connections that idle after the handshake
+        // (browser preconnects, pools warmed ahead of need) then hold only their TLS state.
+        // Nothing is read here: either rustls already holds request bytes, or the socket
+        // becomes readable. (HTTP/1.1 waits the same way in `serve_http1`.)
+        let mut engine = Engine::Rustls(stream);
+        if ahead.is_empty()
+            && engine
+                .wait_request(&shared, first_by, false, false, None)
+                .await
+                != Waited::Request
+        {
+            return None;
+        }
+        let Engine::Rustls(mut stream) = engine else {
+            unreachable!("a rustls connection stays one until it moves")
+        };
         // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
-        stream.get_mut().0.stop_coalescing();
+        let io = stream.get_mut().0;
+        io.stop_coalescing();
+        io.take_records();
         serve_h2(
             Prefixed {
                 ahead,
@@ -265,20 +287,18 @@ async fn serve(
             first_by,
             &shared,
         )
-        .await
+        .await;
+        None
     } else {
-        // Not boxed: this future lives as long as the connection, so a box would only add to
-        // what every idle keep-alive connection holds.
-        serve_http1(
-            Engine::Rustls(stream),
-            ahead,
-            info,
-            first_by,
+        let conn = Http1 {
+            stream: Engine::Rustls(stream),
+            info: Arc::new(info),
             shared,
-            peer,
-            mover,
-        )
-        .await
+            secrets,
+            movable: moves_later,
+            first: Some(first_by),
+        };
+        serve_http1(conn, ahead, None).await
     }
 }
 
@@ -291,24 +311,43 @@ async fn serve_migrated(
     first_by: Instant,
     movable: bool,
     shared: &Arc<Shared>,
-) {
+) -> Option<Parked> {
     if info.alpn.as_deref() == Some("h2") {
-        return serve_h2(stream, info, first_by, shared).await;
+        serve_h2(stream, info, first_by, shared).await;
+        return None;
     }
-    let peer = info.peer;
-    // its traffic secrets are the layer's own
-    let mover = movable.then(TrafficSecrets::default);
-    let engine = Engine::Layer(Box::new(stream));
-    serve_http1(
-        engine,
-        bytes::Bytes::new(),
+    let conn = Http1 {
+        stream: Engine::Layer(Box::new(stream)),
+        info: Arc::new(info),
+        shared: shared.clone(),
+        // its traffic secrets are the layer's own
+        secrets: TrafficSecrets::default(),
+        movable,
+        first: Some(first_by),
+    };
+    serve_http1(conn, bytes::Bytes::new(), None).await
+}
+
+/// A parked connection's client sent something, or the agent drains: its full state again,
+/// from the record layer, with the wait it parked in.
+pub(crate) async fn resume(parked: Parked, woken: Waited) -> Option<Parked> {
+    let Parked {
+        stream,
         info,
-        first_by,
-        shared.clone(),
-        peer,
-        mover,
-    )
-    .await
+        shared,
+        movable,
+        first,
+        until,
+    } = parked;
+    let conn = Http1 {
+        stream: Engine::Layer(stream),
+        info,
+        shared,
+        secrets: TrafficSecrets::default(),
+        movable,
+        first,
+    };
+    serve_http1(conn, bytes::Bytes::new(), Some((until, woken))).await
 }
 
 /// HTTP/2 over any established TLS stream; the first request must be in by `first_by`.
@@ -367,9 +406,9 @@ where
     }
 }
 
-/// HTTP/1.1 (keep-alive, pipelining) or HTTP/2 by ALPN over a migrated connection. Unlike
-/// rustls streams, these are not parked between requests: a migrated connection is one that
-/// carries bulk traffic, and its record layer has no buffers to give back.
+/// HTTP/1.1 (keep-alive, pipelining) or HTTP/2 by ALPN over any other stream (a connection
+/// that took early data: `early_tls`). One hyper connection for its life: it neither waits
+/// between requests as `serve_http1` does nor parks.
 pub(crate) async fn serve_stream<S>(
     stream: S,
     info: ConnInfo,
@@ -450,20 +489,20 @@ const PROTOCOL_VERSION_ALERT: [u8; 7] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x4
 /// Refuses a client whose best version is below TLS 1.2 with the alert RFC 5246 (E.1) names,
 /// `protocol_version`. rustls would refuse it too, but with `handshake_failure`: such a
 /// ClientHello lacks the signature_algorithms extension and rustls checks that first.
-/// Returns whether the client was refused. Peeks, so rustls still sees every byte.
-async fn refuse_legacy_client(io: &mut AgentIo) -> std::io::Result<bool> {
-    let mut head = [0u8; 11];
-    let n = io.peek(&mut head).await?;
+/// Peeks (at least 11 bytes of `head`), so rustls still sees every byte; returns how many
+/// bytes it peeked into `head`, `None` if the client was refused.
+async fn refuse_legacy_client(io: &mut AgentIo, head: &mut [u8]) -> std::io::Result<Option<usize>> {
+    let n = io.peek(head).await?;
     if n == 0 {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
     if !is_legacy_client_hello(&head[..n]) {
-        return Ok(false);
+        return Ok(Some(n));
     }
     // Seven bytes into a fresh socket's send buffer: one try is enough, and a failure only
     // means the client goes without its alert.
     io.write_best_effort(&PROTOCOL_VERSION_ALERT).await;
-    Ok(true)
+    Ok(None)
 }
 
 /// Whether these first bytes of a connection are a ClientHello whose client_version is below
@@ -481,21 +520,41 @@ pub(crate) fn is_legacy_client_hello(head: &[u8]) -> bool {
 
 pub(crate) type Tls = TlsStream<ConnIo<AgentIo>>;
 
-/// HTTP/1.1, one hyper connection per request: after each keep-alive response the hyper
-/// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream parked until the
-/// next request arrives, so an idle keep-alive connection holds only its TLS state. Bytes hyper
-/// read ahead (pipelined requests) are handed to the next one.
-async fn serve_http1(
-    mut stream: Engine,
-    mut ahead: bytes::Bytes,
-    info: ConnInfo,
-    first_by: Instant,
+/// What an HTTP/1.1 connection carries from request to request.
+struct Http1 {
+    stream: Engine,
+    info: Arc<ConnInfo>,
     shared: Arc<Shared>,
-    peer: SocketAddr,
-    mut mover: Option<TrafficSecrets>,
-) {
+    /// A rustls connection's TLS 1.3 traffic secrets, for parking it or moving it (the record
+    /// layer has its own).
+    secrets: TrafficSecrets,
+    /// Whether the dispatcher can move it to another agent while it idles (a drain's Leave).
+    movable: bool,
+    /// The first request's deadline, until it has come.
+    first: Option<Instant>,
+}
+
+/// HTTP/1.1, one hyper connection per request: after each keep-alive response the hyper
+/// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream waits for the
+/// next request; a wait that lasts `--park-after` parks the connection (returned: see `park`),
+/// so an idle keep-alive connection holds only its socket and keys. Bytes hyper read ahead
+/// (pipelined requests) are handed to the next one. `resume`: the wait a parked connection
+/// was in (its deadline) and what woke it.
+async fn serve_http1(
+    conn: Http1,
+    mut ahead: bytes::Bytes,
+    mut resume: Option<(Instant, Waited)>,
+) -> Option<Parked> {
+    let Http1 {
+        mut stream,
+        info,
+        shared,
+        mut secrets,
+        mut movable,
+        mut first,
+    } = conn;
     let cfg = &shared.config;
-    let info = Arc::new(info);
+    let peer = info.peer;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -504,31 +563,79 @@ async fn serve_http1(
         .max_header_size(cfg.max_header_bytes)
         // Bounds what one connection may buffer (pipelined requests, body reads).
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
-    // The first request is due by `first_by`; each later one within the idle timeout of the
-    // wait's start, however its bytes trickle in.
-    let mut first = Some(first_by);
+    // Cleared for a connection that rustls must keep: it waits without a park time.
+    let mut parkable = true;
     loop {
-        let until = first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
-        let later = first.is_none();
         if ahead.is_empty() {
-            match stream
-                .wait_request(&shared, until, later, mover.is_some())
-                .await
-            {
+            // The first request is due by `first_by`; each later one within the idle timeout
+            // of the wait's start, however its bytes trickle in (a park keeps the deadline).
+            let later = first.is_none();
+            let (until, mut woken) = match resume.take() {
+                Some((until, woken)) => (until, Some(woken)),
+                None => (
+                    first.unwrap_or_else(|| Instant::now() + cfg.idle_timeout),
+                    None,
+                ),
+            };
+            let mut park_at = parkable.then(|| Instant::now() + cfg.park_after);
+            let waited = loop {
+                let waited = match woken.take() {
+                    // a parked connection woken by its client reads what came
+                    Some(Waited::Request) | None => {
+                        stream
+                            .wait_request(&shared, until, later, movable, park_at)
+                            .await
+                    }
+                    Some(woken) => woken,
+                };
+                if waited != Waited::Park {
+                    break waited;
+                }
+                park_at = None;
+                match crate::park::park(stream, &secrets).await {
+                    Parking::Parked(layered) => {
+                        return Some(Parked {
+                            stream: layered,
+                            info,
+                            shared,
+                            movable,
+                            first,
+                            until,
+                        })
+                    }
+                    Parking::Later(engine) => stream = engine,
+                    Parking::Never(engine) => {
+                        stream = engine;
+                        parkable = false;
+                    }
+                    Parking::Lost => {
+                        tracing::debug!(%peer, "idle connection lost on its way to the record layer");
+                        return None;
+                    }
+                }
+            };
+            match waited {
                 Waited::Request => {}
-                Waited::End => return,
+                Waited::End | Waited::Park => return None,
                 // Idle between requests while the agent drains (or is drained at a dispatcher):
                 // the dispatcher moves the live connection to another agent (its client
                 // notices nothing). Else a drain ends it here; a dispatcher's drain lets it be.
                 Waited::Drain => {
                     let draining = shared.draining.is_cancelled();
-                    let Some(secrets) = mover.take() else {
+                    if !movable {
                         shared.metrics.handoff.drain_closed();
-                        return close(stream, cfg.idle_timeout).await;
-                    };
+                        close(stream, cfg.idle_timeout).await;
+                        return None;
+                    }
+                    // one move: a connection that stays is not offered again
+                    movable = false;
+                    let secrets = std::mem::take(&mut secrets);
                     match handoff::export::leave(stream, secrets, &info, &shared).await {
-                        Exported::Migrated => return,
-                        Exported::Closed => return shared.metrics.handoff.drain_closed(),
+                        Exported::Migrated => return None,
+                        Exported::Closed => {
+                            shared.metrics.handoff.drain_closed();
+                            return None;
+                        }
                         // It stays (served from the record layer if it was extracted): what
                         // came meanwhile is served, then the drain ends it.
                         Exported::ServeHere(migrated) => {
@@ -540,7 +647,8 @@ async fn serve_http1(
                             ahead = plain.into();
                             if ahead.is_empty() && draining {
                                 shared.metrics.handoff.drain_closed();
-                                return close(stream, cfg.idle_timeout).await;
+                                close(stream, cfg.idle_timeout).await;
+                                return None;
                             }
                             if ahead.is_empty() {
                                 continue;
@@ -557,10 +665,10 @@ async fn serve_http1(
             min_rate: cfg.min_header_rate,
         };
         // Set by the service when a keep-alive response has been handed to hyper whole.
-        let parked = Arc::new(tokio::sync::Notify::new());
-        let park = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let whole = Arc::new(tokio::sync::Notify::new());
+        let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let http = shared.http.clone();
-        let (i, n, p, seen) = (info.clone(), parked.clone(), park.clone(), state.clone());
+        let (i, n, p, seen) = (info.clone(), whole.clone(), gate.clone(), state.clone());
         let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
             seen.saw_head();
             let keep_alive = wants_keep_alive(&req);
@@ -581,11 +689,11 @@ async fn serve_http1(
             })
         });
         // Once the response is whole, hyper reads no more: the next request must wait for the
-        // parked stream, not start in this hyper connection that is about to shut down.
+        // stream, not start in this hyper connection that is about to shut down.
         let io = TokioIo::new(Prefixed {
             ahead,
             inner: stream,
-            gate: Some(park.clone()),
+            gate: Some(gate.clone()),
             state: Some(state.clone()),
         });
         let mut conn = Box::pin(builder.serve_connection(io, service));
@@ -596,10 +704,10 @@ async fn serve_http1(
                 // (A drain needs no branch: this hyper connection serves one request, whose
                 // bytes are here, and `again` below ends the loop. Shutting hyper down before
                 // it has read them would close the connection unanswered.)
-                _ = parked.notified() => conn.as_mut().graceful_shutdown(),
+                _ = whole.notified() => conn.as_mut().graceful_shutdown(),
                 why = pace::overdue(pace, &state) => {
                     shared.metrics.slow_request(why == TooSlow::Rate);
-                    return;
+                    return None;
                 }
             }
         };
@@ -611,12 +719,13 @@ async fn serve_http1(
         // what hyper read ahead comes first, then anything still unread in the prefix
         ahead = [parts.read_buf, left].concat().into();
         // A drain is met at the next wait: a connection that can move moves then.
-        let again = result.is_ok() && park.load(std::sync::atomic::Ordering::Relaxed);
+        let again = result.is_ok() && gate.load(std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = &result {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
         if !again {
-            return close(stream, cfg.idle_timeout).await;
+            close(stream, cfg.idle_timeout).await;
+            return None;
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The TLS engine under an HTTP/1.1 connection: rustls (the handshake was done here) or the
-//! record layer (the session moved here from another agent). Both park between requests the
-//! same way, and both can move on again when this agent drains, so the HTTP/1.1 loop
-//! (`conn::serve_http1`) and the move (`handoff::export`) see one type.
+//! record layer (the session moved here from another agent, or the connection parked on it
+//! while it idled: `crate::park`). Both wait for requests the same way, and both can move on
+//! again when this agent drains, so the HTTP/1.1 loop (`conn::serve_http1`) and the move
+//! (`handoff::export`) see one type.
 
 use std::io;
 use std::pin::Pin;
@@ -39,6 +40,9 @@ pub(crate) enum Waited {
     Drain,
     /// The connection should end: idle timeout, I/O error, or `until` passed.
     End,
+    /// Nothing came by the wait's park time (and `until` is later): the connection may park
+    /// (`crate::park`) and wait on from there.
+    Park,
 }
 
 impl Engine {
@@ -61,24 +65,31 @@ impl Engine {
     /// closed. Bytes that decrypt to nothing (a record trickled in) do not extend the wait past
     /// `until`. A drain ends only a `later` wait (for a keep-alive connection's next request):
     /// a new connection's client connected while we served, and gets its answer. So does an
-    /// operator's drain at a dispatcher (shedding), for a connection that can move.
+    /// operator's drain at a dispatcher (shedding), for a connection that can move. With
+    /// `park_at` before `until`, a wait still without a request then ends as `Park`.
     pub(crate) async fn wait_request(
         &mut self,
         shared: &Shared,
         until: Instant,
         later: bool,
         movable: bool,
+        park_at: Option<Instant>,
     ) -> Waited {
         let mut shedding = shared.shedding.subscribe();
+        let park_at = park_at.filter(|&p| p < until);
         loop {
             if self.request_here() {
                 return Waited::Request;
             }
+            // one timer for both: the park time comes first, if there is one
             tokio::select! {
                 r = self.io().readable() => if r.is_err() { return Waited::End },
                 _ = shared.draining.cancelled(), if later => return Waited::Drain,
                 _ = shedding.wait_for(|shed| *shed), if later && movable => return Waited::Drain,
-                _ = tokio::time::sleep_until(until) => {
+                _ = tokio::time::sleep_until(park_at.unwrap_or(until)) => {
+                    if park_at.is_some() {
+                        return Waited::Park;
+                    }
                     shared.metrics.slow_request(false);
                     return Waited::End;
                 }

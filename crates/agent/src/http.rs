@@ -299,7 +299,7 @@ impl http_body::Body for OnEnd {
         // The end is the last byte of a known length, as it is handed out: a proxied body may
         // report its end only later (when the upstream connection says so), by which time
         // the client, whose response is complete, may have sent its next request and hyper
-        // would serve it in this connection, which is about to be parked.
+        // would serve it in this hyper connection, which is about to be dissolved.
         if matches!(r, Poll::Ready(None)) || self.left == Some(0) || self.body.is_end_stream() {
             self.fire();
         }

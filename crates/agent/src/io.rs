@@ -60,6 +60,21 @@ impl<T> ConnIo<T> {
         self.records.take().and_then(Result::ok)
     }
 
+    /// Follows records again from where `records` stood (what [`ConnIo::take_records`] gave,
+    /// with nothing read since).
+    pub fn continue_records(&mut self, records: Splitter) {
+        self.records = Some(Ok(records));
+    }
+
+    /// Whether everything read so far ends at a record boundary (no record is half read);
+    /// `None` if records are not followed, or something other than records came.
+    pub fn records_at_boundary(&self) -> Option<bool> {
+        match &self.records {
+            Some(Ok(records)) => Some(records.at_boundary()),
+            _ => None,
+        }
+    }
+
     /// Follows the records in bytes just read, if asked to.
     fn follow(&mut self, read: &[u8]) {
         if let Some(Ok(records)) = &mut self.records {

@@ -5,8 +5,8 @@
 //! Layout: `config` (flags + TOML), `policy` (versions, suites, groups), `certs` + `resolver`
 //! (which certificate for which hello), `sessions` (rustls' session seams over
 //! `baton-session`), `metering` (crypto CPU-seconds), `tls` (the `ServerConfig`), `io` (idle
-//! timeout, byte counts), `conn` (one connection), `handoff` (session migration: export,
-//! import, the migrated stream), `http` + `proxy` (what is served), `server`
+//! timeout, byte counts), `conn` (one connection), `park` (idle HTTP/1.1 connections parked on
+//! the record layer), `handoff` (session migration: export, import, the migrated stream), `http` + `proxy` (what is served), `server`
 //! (listeners, signals), `metrics`.
 
 #![forbid(unsafe_code)]
@@ -24,6 +24,7 @@ mod keysigner;
 pub mod metering;
 pub mod metrics;
 mod pace;
+mod park;
 mod policy;
 mod proxy;
 mod resolver;

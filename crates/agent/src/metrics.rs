@@ -123,6 +123,8 @@ pub struct Metrics {
     /// Connections cut for a slow request: [--request-timeout, --min-header-rate].
     slow_requests: [AtomicU64; 2],
     connections_active: AtomicI64,
+    /// HTTP/1.1 connections parked between requests (`crate::park`).
+    connections_parked: AtomicI64,
     connections_total: AtomicU64,
     connections_rejected: AtomicU64,
     bytes_in: AtomicU64,
@@ -172,6 +174,16 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.connections_active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A connection parked (`true`) or woke up again (`false`).
+    pub fn parked(&self, parked: bool) {
+        let d = if parked { 1 } else { -1 };
+        self.connections_parked.fetch_add(d, Ordering::Relaxed);
+    }
+
+    pub fn parked_connections(&self) -> i64 {
+        self.connections_parked.load(Ordering::Relaxed)
     }
 
     pub fn connection_rejected(&self) {
@@ -276,6 +288,12 @@ impl Metrics {
             "baton_connections_active",
             "TCP connections being served.",
             self.active_connections(),
+        )?;
+        gauge(
+            e,
+            "baton_connections_parked",
+            "HTTP/1.1 connections idle between requests and parked: on the record layer, their TLS buffers and working state given back.",
+            self.parked_connections(),
         )?;
         counter(
             e,

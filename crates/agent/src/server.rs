@@ -171,6 +171,34 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `run` builds for its connections, without listeners or signals (tests that drive
+/// `conn` over sockets of their own); with the PEM of any self-signed certificates.
+#[cfg(test)]
+pub(crate) async fn shared_for_test(config: AgentConfig) -> (Arc<Shared>, String) {
+    let metrics = Arc::new(Metrics::default());
+    let opened = crate::store::open(&config).await.expect("store");
+    let (tls, pem) = Tls::new(&config, metrics.clone(), opened).expect("TLS configuration");
+    let draining = CancellationToken::new();
+    let http = Arc::new(HttpService {
+        metrics: metrics.clone(),
+        proxy: None,
+        root_body: fixed_body(config.body_size),
+        max_bytes: config.max_bytes,
+        draining: draining.clone(),
+    });
+    let shared = Arc::new(Shared {
+        config,
+        tls,
+        metrics,
+        importer: Default::default(),
+        http,
+        draining,
+        link_stats: Default::default(),
+        shedding: tokio::sync::watch::Sender::new(false),
+    });
+    (shared, pem)
+}
+
 fn reload(shared: &Shared) {
     match shared.tls.reload(&shared.config) {
         Ok(()) => {

@@ -41,7 +41,7 @@ struct Parts {
     store: Option<Arc<dyn SessionStore>>,
     sealer: Option<Arc<TicketSealer>>,
     metrics: Arc<Metrics>,
-    /// TLS 1.3 traffic secrets of connections that may migrate (`--handoff`).
+    /// TLS 1.3 traffic secrets of connections that may park or migrate.
     secret_log: Arc<SecretLog>,
     /// `--early-data`: the bytes accepted, or why this configuration accepts none.
     early_data: Result<u32, &'static str>,
@@ -132,7 +132,7 @@ impl Tls {
         self.parts.cluster_ring.as_ref()
     }
 
-    /// Where TLS 1.3 traffic secrets of migrating connections are captured.
+    /// Where TLS 1.3 traffic secrets of connections that may park or migrate are captured.
     pub fn secret_log(&self) -> &Arc<SecretLog> {
         &self.parts.secret_log
     }
@@ -223,12 +223,11 @@ impl Parts {
                 metrics: self.metrics.clone(),
             });
         }
-        if cfg.handoff {
-            // Migration exports key, IV and sequence numbers (rustls' extraction) and the TLS
-            // 1.3 traffic secrets (the key log, in memory only) of connections offered for it.
-            config.enable_secret_extraction = true;
-            config.key_log = self.secret_log.clone();
-        }
+        // Parking an idle HTTP/1.1 connection (`crate::park`) and migration both take key, IV
+        // and sequence numbers out of rustls (its extraction) and the TLS 1.3 traffic secrets
+        // (the key log, in memory only, and only for connections that asked for them).
+        config.enable_secret_extraction = true;
+        config.key_log = self.secret_log.clone();
         // Advertised in the tickets (clients send early data only where a ticket says so);
         // each connection is then accepted or refused by `early_tls`.
         config.max_early_data_size = self.early_data.unwrap_or(0);

@@ -62,6 +62,11 @@ impl AgentIo {
         }
     }
 
+    /// Whether this is a TCP socket (a peek returns what has come, without waiting for more).
+    pub fn is_tcp(&self) -> bool {
+        matches!(self.kind, Kind::Tcp(_))
+    }
+
     /// Holds what is written until the connection waits for its client (see the module doc).
     /// Only for a connection whose task waits on nothing but this stream while bytes are held
     /// (the built-in HTTP/1.1 responder: an upstream or an HTTP/2 stream task could keep a

@@ -42,11 +42,13 @@ pub struct Offer {
 }
 
 /// Runs the handshake agent's side for a connection the dispatcher offered to hand on, right
-/// after the handshake (before any application data was read).
+/// after the handshake (before any application data was read). The traffic secrets are taken
+/// only if the session moves: one that stays here keeps them (and its records followed), so
+/// that it can park on the record layer later.
 pub async fn hand_off(
     mut stream: Tls,
     offer: Offer,
-    secrets: TrafficSecrets,
+    secrets: &mut TrafficSecrets,
     info: &ConnInfo,
     shared: &Shared,
 ) -> Exported {
@@ -65,6 +67,9 @@ pub async fn hand_off(
             m.failure(HandoffFailure::NoSecrets);
         }
         let (io, _) = stream.get_mut();
+        if let Some(read) = read {
+            io.continue_records(read);
+        }
         return match io.write_all(&Frame::Decline.to_bytes()).await {
             Ok(()) => Exported::Keep(Box::new(stream), Vec::new()),
             Err(_) => Exported::Closed,
@@ -87,7 +92,7 @@ pub async fn hand_off(
     }
     let how = Move {
         offer: Some(offer),
-        secrets,
+        secrets: std::mem::take(secrets),
         started,
         why: Why::Handshake,
     };

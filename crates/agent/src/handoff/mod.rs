@@ -96,3 +96,6 @@ mod harness;
 
 #[cfg(test)]
 mod leave_test;
+
+#[cfg(test)]
+mod into_layer_test;

@@ -114,6 +114,12 @@ pub fn client_random(head: &[u8]) -> Option<[u8; 32]> {
     head[11..43].try_into().ok()
 }
 
+/// Whether `head`, the first bytes of a connection, could be the start of a ClientHello (a
+/// handshake record whose first message is a client_hello), whose random is worth waiting for.
+pub fn client_random_may_follow(head: &[u8]) -> bool {
+    head.first() == Some(&0x16) && head.get(5).is_none_or(|&t| t == 0x01)
+}
+
 #[cfg(test)]
 mod tests {
     use rustls::KeyLog;
@@ -146,7 +152,12 @@ mod tests {
         hello.extend([7u8; 32]);
         assert_eq!(client_random(&hello), Some([7; 32]));
         assert_eq!(client_random(&hello[..42]), None);
+        assert!(client_random_may_follow(&hello[..5]));
+        assert!(client_random_may_follow(&hello[..11]));
         hello[5] = 2;
         assert_eq!(client_random(&hello), None);
+        assert!(!client_random_may_follow(&hello[..11]));
+        assert!(!client_random_may_follow(b"GET / HTTP/1.1"));
+        assert!(!client_random_may_follow(b""));
     }
 }

@@ -118,41 +118,110 @@ fn key_iv(s: ConnectionTrafficSecrets, seq: u64) -> Option<KeyIv> {
     ))
 }
 
+/// The traffic secret that `key` and `iv` come from. The key log gave the generation-0
+/// secret; KeyUpdates since (the client's, and the answers rustls sent) moved each direction on
+/// by one generation each: the secret is found by following the generations; none if no
+/// generation within reach derives the key (a wrong secret would derive wrong keys later).
+fn current_secret(
+    version: u16,
+    suite: u16,
+    secret: Option<&Zeroizing<Vec<u8>>>,
+    key: &[u8],
+    iv: &[u8; 12],
+) -> Option<Zeroizing<Vec<u8>>> {
+    let (_, s) = super::record_suite(version, suite)?;
+    let mut secret = baton_record::key_schedule::TrafficSecret::new(s, secret?).ok()?;
+    for _ in 0..MAX_GENERATIONS {
+        let derived = secret.keys().ok()?;
+        if derived.key[..] == key[..] && derived.iv[..] == iv[..] {
+            return Some(Zeroizing::new(secret.expose().to_vec()));
+        }
+        secret = secret.next().ok()?;
+    }
+    None
+}
+
 fn session_object(
     version: u16,
     suite: u16,
     (tx, rx): (KeyIv, KeyIv),
     extras: Extras<'_>,
 ) -> SessionObject {
-    // The key log gave the generation-0 secrets; KeyUpdates since (the client's, and the
-    // answers rustls sent) moved each direction on by one generation each. The secret kept is
-    // the one the extracted key comes from, found by following the generations; none if no
-    // generation within reach derives it (a wrong secret would derive wrong keys later).
-    let checked = |secret: Option<Zeroizing<Vec<u8>>>, key: &[u8], iv: &[u8; 12]| {
-        let (_, s) = super::record_suite(version, suite)?;
-        let mut secret = baton_record::key_schedule::TrafficSecret::new(s, &secret?).ok()?;
-        for _ in 0..MAX_GENERATIONS {
-            let derived = secret.keys().ok()?;
-            if derived.key[..] == key[..] && derived.iv[..] == iv[..] {
-                return Some(Zeroizing::new(secret.expose().to_vec()));
-            }
-            secret = secret.next().ok()?;
-        }
-        None
-    };
+    let secrets = &extras.secrets;
     let tx = DirectionState {
-        secret: checked(extras.secrets.server.clone(), &tx.1, &tx.2),
+        secret: current_secret(version, suite, secrets.server.as_ref(), &tx.1, &tx.2),
         seq: tx.0,
         key: tx.1,
         iv: tx.2,
     };
     let rx = DirectionState {
-        secret: checked(extras.secrets.client.clone(), &rx.1, &rx.2),
+        secret: current_secret(version, suite, secrets.client.as_ref(), &rx.1, &rx.2),
         seq: rx.0,
         key: rx.1,
         iv: rx.2,
     };
     object(version, suite, tx, rx, extras)
+}
+
+/// Whether a rustls connection can go on from the record layer here ([`into_layer`]): its
+/// suite is one the layer has and, in TLS 1.3, both traffic secrets were captured (a KeyUpdate
+/// needs them). Nothing about its buffers: see [`extractable`].
+pub fn layer_can_carry(conn: &ServerConnection, secrets: &TrafficSecrets) -> bool {
+    let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    let version = if tls13 { 0x0304 } else { 0x0303 };
+    let suite = conn
+        .negotiated_cipher_suite()
+        .map(|s| u16::from(s.suite()))
+        .unwrap_or(0);
+    super::record_suite(version, suite).is_some()
+        && (!tls13 || secrets.client.is_some() && secrets.server.is_some())
+}
+
+/// The record layer that carries a rustls connection on in this agent (an idle connection
+/// parks on it: `crate::park`), with the negotiated IANA version and suite; rustls and its
+/// buffers are dropped. Check [`layer_can_carry`] and [`extractable`] first, and that rustls
+/// holds no ciphertext it has not decrypted (extraction drops it). The connection is consumed
+/// either way.
+pub fn into_layer(
+    conn: ServerConnection,
+    secrets: &TrafficSecrets,
+) -> Result<(baton_record::RecordLayer, (u16, u16)), ExtractFailed> {
+    let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    let version = if tls13 { 0x0304 } else { 0x0303 };
+    let suite = conn
+        .negotiated_cipher_suite()
+        .map(|s| u16::from(s.suite()))
+        .unwrap_or(0);
+    let (v, s) = super::record_suite(version, suite).ok_or(ExtractFailed)?;
+    let extracted = conn
+        .dangerous_extract_secrets()
+        .map_err(|_| ExtractFailed)?;
+    let (Some(tx), Some(rx)) = (
+        key_iv(extracted.tx.1, extracted.tx.0),
+        key_iv(extracted.rx.1, extracted.rx.0),
+    ) else {
+        return Err(ExtractFailed);
+    };
+    let direction = |(seq, key, iv): KeyIv, secret: Option<&Zeroizing<Vec<u8>>>| {
+        let traffic_secret = match tls13 {
+            true => Some(current_secret(version, suite, secret, &key, &iv).ok_or(ExtractFailed)?),
+            false => None,
+        };
+        Ok(baton_record::DirectionSecrets {
+            seq,
+            key,
+            iv,
+            traffic_secret,
+        })
+    };
+    let keys = baton_record::SessionKeys {
+        version: v,
+        suite: s,
+        tx: direction(tx, secrets.server.as_ref())?,
+        rx: direction(rx, secrets.client.as_ref())?,
+    };
+    let layer = baton_record::RecordLayer::new(keys).map_err(|_| ExtractFailed)?;
+    Ok((layer, (version, suite)))
 }
 
 /// The session object of a connection served from the record layer (one that moved here

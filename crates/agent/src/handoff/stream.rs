@@ -92,6 +92,17 @@ impl<IO> MigratedStream<IO> {
         self.eof || self.layer.peer_closed() || self.failed.is_some()
     }
 
+    /// Gives back the allocations of empty buffers (the layer's, and ciphertext read ahead),
+    /// for a connection that parks between requests; returns whether all were empty: nothing
+    /// undecrypted or unread, nothing to send.
+    pub fn release_buffers(&mut self) -> bool {
+        if self.inbox.is_empty() {
+            self.inbox = Vec::new();
+        }
+        let layer = self.layer.release_buffers();
+        layer && self.inbox.is_empty() && self.ahead_pos >= self.ahead.len()
+    }
+
     pub fn io_mut(&mut self) -> &mut IO {
         &mut self.io
     }

@@ -1,0 +1,177 @@
+//! Parking idle HTTP/1.1 connections (issue 20): what a keep-alive connection holds while it
+//! waits for the client's next request (or its first), which is most of a connection's life.
+//!
+//! A connection works in a large future (the handshake, hyper, a move: about 17 KB) and rustls
+//! keeps buffers it never gives back (a 4 KiB read buffer, and more). Once a wait for a request
+//! has lasted `--park-after`, the connection parks: a rustls connection moves onto the record
+//! layer (`baton_record`, as a migrated session does: key, IV, sequence numbers and the TLS 1.3
+//! traffic secrets, so KeyUpdates go on), the layer's empty buffers are given back, and the
+//! large future ends. What stays is [`Parked`]: the socket, the record layer and the
+//! connection's facts, waited on by a small loop ([`idle`]) in the connection's own task. When
+//! the client sends, the agent drains, or it is drained at a dispatcher, the connection's full
+//! state is built again (boxed, so it is paid only while the connection works) and serves on
+//! from the record layer.
+//!
+//! A connection parks only with nothing in flight: rustls holds no ciphertext it has not
+//! decrypted (the stream's records are followed from the first byte, and the last one read is
+//! whole), no plaintext, nothing to send; the suite is one the record layer has; and a TLS 1.3
+//! connection's traffic secrets were captured (the key log). Otherwise it waits on as before.
+//! HTTP/2 connections and those that took early data never park.
+
+use std::sync::Arc;
+use std::task::Poll;
+
+use tokio::time::Instant;
+use zeroize::Zeroizing;
+
+use crate::engine::{Engine, Waited};
+use crate::handoff::secrets::TrafficSecrets;
+use crate::handoff::session;
+use crate::handoff::stream::MigratedStream;
+use crate::http::ConnInfo;
+use crate::io::ConnIo;
+use crate::server::Shared;
+use crate::transport::AgentIo;
+
+/// A connection served from the record layer.
+pub(crate) type Layered = Box<MigratedStream<ConnIo<AgentIo>>>;
+
+/// An HTTP/1.1 connection parked between requests: all it keeps.
+pub(crate) struct Parked {
+    /// The socket and the record layer, its buffers given back.
+    pub(crate) stream: Layered,
+    pub(crate) info: Arc<ConnInfo>,
+    pub(crate) shared: Arc<Shared>,
+    /// Whether the dispatcher can move it to another agent.
+    pub(crate) movable: bool,
+    /// The first request's deadline, until it has come.
+    pub(crate) first: Option<Instant>,
+    /// When the wait for the request ends: the first request's deadline, or the idle timeout
+    /// from when the wait began (parking does not move it).
+    pub(crate) until: Instant,
+}
+
+/// How an attempt to park went.
+pub(crate) enum Parking {
+    Parked(Layered),
+    /// Not now (something in flight): the engine waits on, and may park at its next wait.
+    Later(Engine),
+    /// Never: rustls must keep this connection (no traffic secrets, records not followed).
+    Never(Engine),
+    /// Taken out of rustls but refused by the record layer: the connection is lost.
+    Lost,
+}
+
+/// Takes an idle connection's engine down to the record layer and its keys. `secrets`: a
+/// rustls connection's TLS 1.3 traffic secrets (the record layer keeps its own).
+pub(crate) async fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parking {
+    if let Engine::Rustls(tls) = &mut engine {
+        let (io, conn) = tls.get_mut();
+        if !session::layer_can_carry(conn, secrets) || io.records_at_boundary().is_none() {
+            return Parking::Never(engine);
+        }
+    }
+    if !settled(&mut engine) {
+        // A KeyUpdate answer may be queued: it goes out now if the socket takes it.
+        let _ = std::future::poll_fn(|cx| {
+            Poll::Ready(tokio::io::AsyncWrite::poll_flush(
+                std::pin::Pin::new(&mut engine),
+                cx,
+            ))
+        })
+        .await;
+        if !settled(&mut engine) {
+            return Parking::Later(engine);
+        }
+    }
+    match engine {
+        Engine::Layer(s) => Parking::Parked(s),
+        Engine::Rustls(tls) => {
+            let (mut io, conn) = tls.into_inner();
+            // the layer knows where the records stand from here on
+            io.take_records();
+            match session::into_layer(conn, secrets) {
+                Ok((layer, (version, suite))) => {
+                    let s = MigratedStream::new(io, layer, Zeroizing::new(Vec::new()))
+                        .negotiated(version, suite);
+                    Parking::Parked(Box::new(s))
+                }
+                Err(session::ExtractFailed) => Parking::Lost,
+            }
+        }
+    }
+}
+
+/// Whether the engine holds nothing in flight: no ciphertext it has not decrypted, no
+/// plaintext, nothing to send, the peer not closed (nor the layer failed).
+fn settled(engine: &mut Engine) -> bool {
+    match engine {
+        Engine::Rustls(tls) => {
+            let (io, conn) = tls.get_mut();
+            io.records_at_boundary() == Some(true)
+                && session::extractable(conn)
+                && conn
+                    .process_new_packets()
+                    .is_ok_and(|s| s.plaintext_bytes_to_read() == 0)
+        }
+        // (the layer's empty buffers are given back on the way)
+        Engine::Layer(s) => !s.ended() && s.release_buffers(),
+    }
+}
+
+/// Serves a connection's parked stretches until it ends: each one a small wait, then the
+/// connection's full state again (boxed: it lives only while the connection works) until it
+/// parks again or ends.
+pub(crate) async fn idle(mut next: Option<Parked>) {
+    while let Some(mut parked) = next {
+        let counted = Counted::new(&parked.shared.metrics);
+        let woken = parked.wait().await;
+        drop(counted);
+        if woken == Waited::End {
+            return;
+        }
+        next = Box::pin(crate::conn::resume(parked, woken)).await;
+    }
+}
+
+/// A connection counted as parked (`baton_connections_parked`) while this lives.
+struct Counted(Arc<crate::metrics::Metrics>);
+
+impl Counted {
+    fn new(metrics: &Arc<crate::metrics::Metrics>) -> Self {
+        metrics.parked(true);
+        Counted(metrics.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.parked(false);
+    }
+}
+
+impl Parked {
+    /// Waits as `Engine::wait_request` does, reading nothing: `Request` once the socket is
+    /// readable (or closed), `Drain` as it would, `End` at the deadline or the idle timeout.
+    async fn wait(&mut self) -> Waited {
+        let later = self.first.is_none();
+        let shared = &*self.shared;
+        let mut shedding = shared.shedding.subscribe();
+        tokio::select! {
+            r = self.stream.io_mut().readable() => match r {
+                Ok(()) => Waited::Request,
+                Err(_) => Waited::End,
+            },
+            _ = shared.draining.cancelled(), if later => Waited::Drain,
+            _ = shedding.wait_for(|shed| *shed), if later && self.movable => Waited::Drain,
+            _ = tokio::time::sleep_until(self.until) => {
+                shared.metrics.slow_request(false);
+                Waited::End
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "park_test.rs"]
+mod tests;
