@@ -260,7 +260,7 @@ async fn serve(
         // (browser preconnects, pools warmed ahead of need) then hold only their TLS state.
         // Nothing is read here: either rustls already holds request bytes, or the socket
         // becomes readable. (HTTP/1.1 waits the same way in `serve_http1`.)
-        let mut engine = Engine::Rustls(stream);
+        let mut engine = Engine::Rustls(Box::new(stream));
         if ahead.is_empty()
             && engine
                 .wait_request(&shared, first_by, false, false, None)
@@ -291,7 +291,7 @@ async fn serve(
         None
     } else {
         let conn = Http1 {
-            stream: Engine::Rustls(stream),
+            stream: Engine::Rustls(Box::new(stream)),
             info: Arc::new(info),
             shared,
             secrets,
@@ -592,7 +592,11 @@ async fn serve_http1(
                     break waited;
                 }
                 park_at = None;
-                match crate::park::park(stream, &secrets).await {
+                if !crate::park::settled(&mut stream) {
+                    // a KeyUpdate answer may be queued: it goes out now if the socket takes it
+                    crate::park::flush_now(&mut stream).await;
+                }
+                match crate::park::park(stream, &secrets) {
                     Parking::Parked(layered) => {
                         return Some(Parked {
                             stream: layered,
@@ -624,13 +628,16 @@ async fn serve_http1(
                     let draining = shared.draining.is_cancelled();
                     if !movable {
                         shared.metrics.handoff.drain_closed();
-                        close(stream, cfg.idle_timeout).await;
+                        close(&mut stream, cfg.idle_timeout).await;
                         return None;
                     }
                     // one move: a connection that stays is not offered again
                     movable = false;
                     let secrets = std::mem::take(&mut secrets);
-                    match handoff::export::leave(stream, secrets, &info, &shared).await {
+                    // Boxed: a move is rare, and its future large; inline, every parked
+                    // connection's wake-up would allocate and copy it.
+                    let left = Box::pin(handoff::export::leave(stream, secrets, &info, &shared));
+                    match left.await {
                         Exported::Migrated => return None,
                         Exported::Closed => {
                             shared.metrics.handoff.drain_closed();
@@ -643,11 +650,11 @@ async fn serve_http1(
                             continue;
                         }
                         Exported::Keep(kept, plain) => {
-                            stream = Engine::Rustls(*kept);
+                            stream = Engine::Rustls(kept);
                             ahead = plain.into();
                             if ahead.is_empty() && draining {
                                 shared.metrics.handoff.drain_closed();
-                                close(stream, cfg.idle_timeout).await;
+                                close(&mut stream, cfg.idle_timeout).await;
                                 return None;
                             }
                             if ahead.is_empty() {
@@ -724,15 +731,16 @@ async fn serve_http1(
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
         if !again {
-            close(stream, cfg.idle_timeout).await;
+            close(&mut stream, cfg.idle_timeout).await;
             return None;
         }
     }
 }
 
-/// close_notify, then FIN.
-async fn close(mut stream: Engine, within: std::time::Duration) {
-    let _ = tokio::time::timeout(within, tokio::io::AsyncWriteExt::shutdown(&mut stream)).await;
+/// close_notify, then FIN. (By reference: the engine by value would make this future, and
+/// every one that awaits it, an engine larger.)
+async fn close(stream: &mut Engine, within: std::time::Duration) {
+    let _ = tokio::time::timeout(within, tokio::io::AsyncWriteExt::shutdown(stream)).await;
 }
 
 /// HTTP/1.1 keeps the connection unless the request says `Connection: close`; 1.0 only with

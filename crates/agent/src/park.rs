@@ -63,8 +63,10 @@ pub(crate) enum Parking {
 }
 
 /// Takes an idle connection's engine down to the record layer and its keys. `secrets`: a
-/// rustls connection's TLS 1.3 traffic secrets (the record layer keeps its own).
-pub(crate) async fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parking {
+/// rustls connection's TLS 1.3 traffic secrets (the record layer keeps its own). Not async (so
+/// that the future of whoever parks stays small): [`flush_now`] first, if the engine is not
+/// [`settled`].
+pub(crate) fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parking {
     if let Engine::Rustls(tls) = &mut engine {
         let (io, conn) = tls.get_mut();
         if !session::layer_can_carry(conn, secrets) || io.records_at_boundary().is_none() {
@@ -72,17 +74,7 @@ pub(crate) async fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parkin
         }
     }
     if !settled(&mut engine) {
-        // A KeyUpdate answer may be queued: it goes out now if the socket takes it.
-        let _ = std::future::poll_fn(|cx| {
-            Poll::Ready(tokio::io::AsyncWrite::poll_flush(
-                std::pin::Pin::new(&mut engine),
-                cx,
-            ))
-        })
-        .await;
-        if !settled(&mut engine) {
-            return Parking::Later(engine);
-        }
+        return Parking::Later(engine);
     }
     match engine {
         Engine::Layer(s) => Parking::Parked(s),
@@ -102,9 +94,20 @@ pub(crate) async fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parkin
     }
 }
 
+/// Sends what the engine has queued if the socket takes it now, without waiting.
+pub(crate) async fn flush_now(engine: &mut Engine) {
+    let _ = std::future::poll_fn(|cx| {
+        Poll::Ready(tokio::io::AsyncWrite::poll_flush(
+            std::pin::Pin::new(&mut *engine),
+            cx,
+        ))
+    })
+    .await;
+}
+
 /// Whether the engine holds nothing in flight: no ciphertext it has not decrypted, no
 /// plaintext, nothing to send, the peer not closed (nor the layer failed).
-fn settled(engine: &mut Engine) -> bool {
+pub(crate) fn settled(engine: &mut Engine) -> bool {
     match engine {
         Engine::Rustls(tls) => {
             let (io, conn) = tls.get_mut();

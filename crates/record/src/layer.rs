@@ -176,11 +176,13 @@ impl RecordLayer {
             {
                 break;
             }
-            self.conn.tx.cipher.seal(
-                ContentType::APPLICATION_DATA,
-                chunk,
-                self.conn.outgoing.tail(),
-            )?;
+            // the whole record at once, not grown by its header, body and tag in turn
+            let out = self.conn.outgoing.tail();
+            out.reserve(record_len);
+            self.conn
+                .tx
+                .cipher
+                .seal(ContentType::APPLICATION_DATA, chunk, out)?;
             taken += chunk.len();
         }
         Ok(taken)

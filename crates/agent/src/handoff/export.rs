@@ -96,7 +96,7 @@ pub async fn hand_off(
         started,
         why: Why::Handshake,
     };
-    migrate(Engine::Rustls(stream), x, how, info, shared).await
+    migrate(Engine::Rustls(Box::new(stream)), x, how, info, shared).await
 }
 
 /// Asks the dispatcher to move a connection this agent is idle on (between two HTTP/1.1

@@ -6,6 +6,7 @@
 //! already decrypted comes first. Buffers are the record layer's own, bounded.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -16,8 +17,13 @@ use crate::metering::{CryptoOp, METER};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use zeroize::Zeroizing;
 
-/// Ciphertext read from the socket per read call: one maximum-size record and a bit.
+/// Ciphertext read from the socket per read call: one maximum-size record and a bit. (Not
+/// zeroed first: the read fills what it reports.)
 const READ_CHUNK: usize = 17 * 1024;
+
+/// What a wait for a request reads at once ([`MigratedStream::read_available`]): a request
+/// head, or its first part (the rest is read with the request).
+const WAIT_CHUNK: usize = 4 * 1024;
 
 pub struct MigratedStream<IO> {
     io: IO,
@@ -152,6 +158,18 @@ impl<IO> MigratedStream<IO> {
         self.io
     }
 
+    /// Ciphertext just read: into the layer at once while nothing waits before it (the
+    /// rest, if the layer's input is full, waits in the inbox); then decrypts what is
+    /// complete.
+    fn take_in(&mut self, data: &[u8]) {
+        let taken = match self.inbox.is_empty() {
+            true => self.layer.read_tls(data),
+            false => 0,
+        };
+        self.inbox.extend_from_slice(&data[taken..]);
+        let _ = self.process();
+    }
+
     /// Moves buffered ciphertext into the layer and decrypts what is complete.
     fn process(&mut self) -> io::Result<()> {
         loop {
@@ -175,14 +193,13 @@ impl MigratedStream<crate::io::ConnIo<crate::transport::AgentIo>> {
     /// Reads what the socket holds without waiting and decrypts what is complete; `Ok(0)` at
     /// the client's EOF, `WouldBlock` if nothing came.
     pub fn read_available(&mut self) -> io::Result<usize> {
-        let mut chunk = [0u8; READ_CHUNK];
+        let mut chunk = [0u8; WAIT_CHUNK];
         let n = self.io.try_read(&mut chunk)?;
         if n == 0 {
             self.eof = true;
             return Ok(0);
         }
-        self.inbox.extend_from_slice(&chunk[..n]);
-        let _ = self.process();
+        self.take_in(&chunk[..n]);
         Ok(n)
     }
 }
@@ -248,15 +265,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for MigratedStream<IO> {
                     continue;
                 }
             }
-            let mut chunk = [0u8; READ_CHUNK];
-            let mut rb = ReadBuf::new(&mut chunk);
+            let mut chunk = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+            let mut rb = ReadBuf::uninit(&mut chunk);
             ready!(Pin::new(&mut this.io).poll_read(cx, &mut rb))?;
             if rb.filled().is_empty() {
                 this.eof = true;
                 continue;
             }
-            this.inbox.extend_from_slice(rb.filled());
-            let _ = this.process();
+            this.take_in(rb.filled());
         }
     }
 }
