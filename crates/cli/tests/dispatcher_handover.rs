@@ -55,6 +55,14 @@ fn cluster_with(extra: &[&str]) -> Cluster {
         .collect();
     let bin = dir.arg("baton");
     std::fs::copy(BATON, &bin).unwrap();
+    // A child another test thread forks while the copy is open for writing holds that file
+    // descriptor until it execs: executing the copy fails with ETXTBSY until then.
+    for _ in 0..100 {
+        match Command::new(&bin).arg("--version").output() {
+            Err(e) if e.raw_os_error() == Some(26) => std::thread::sleep(Duration::from_millis(20)),
+            _ => break,
+        }
+    }
     Cluster {
         agents,
         dir,

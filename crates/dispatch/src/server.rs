@@ -89,6 +89,9 @@ impl prometheus_client::collector::Collector for Collected {
 
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     use baton_wire::handover::ListenerKind;
+    // The path of this binary before anything else: one renamed away later (an upgrade moves
+    // the old file aside) must not be what a successor starts.
+    let handover = crate::handover::Handover::new();
     let router = Arc::new(Mutex::new(Router::new(config.policy, 0)));
     let (roster, initial) = Roster::start(&config)?;
     let roster = Arc::new(roster);
@@ -130,7 +133,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         router: router.clone(),
         config,
         roster: roster.clone(),
-        handover: crate::handover::Handover::new(),
+        handover,
     });
     for l in &listeners {
         shared.handover.keep(ListenerKind::Public, l)?;
