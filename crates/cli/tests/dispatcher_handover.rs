@@ -209,33 +209,6 @@ fn same_command(cmdline: &[u8], not: u32) -> Option<u32> {
     })
 }
 
-/// A keep-alive client on one TLS connection through the dispatcher.
-struct KeepAlive {
-    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-}
-
-impl KeepAlive {
-    fn open(to: SocketAddr, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
-        let tcp = TcpStream::connect(to).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let conn =
-            rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
-        KeepAlive {
-            tls: rustls::StreamOwned::new(conn, tcp),
-        }
-    }
-
-    fn get(&mut self, path: &str) -> String {
-        write!(self.tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-        self.tls.flush().unwrap();
-        read_http_response(&mut self.tls)
-    }
-
-    fn local(&self) -> SocketAddr {
-        self.tls.sock.local_addr().unwrap()
-    }
-}
-
 fn reattached(c: &Cluster) -> f64 {
     c.agents
         .iter()

@@ -7,36 +7,11 @@
 mod common;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// A keep-alive client on one TLS connection through the dispatcher.
-struct KeepAlive {
-    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-}
-
-impl KeepAlive {
-    fn open(to: SocketAddr, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
-        let tcp = TcpStream::connect(to).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let conn =
-            rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
-        KeepAlive {
-            tls: rustls::StreamOwned::new(conn, tcp),
-        }
-    }
-
-    /// One request on the connection; the response's text.
-    fn get(&mut self, path: &str) -> String {
-        write!(self.tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-        self.tls.flush().unwrap();
-        read_http_response(&mut self.tls)
-    }
-}
 
 fn pid_alive(pid: u64) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()

@@ -37,15 +37,11 @@ pub struct Ends {
 impl Ends {
     /// Opens the import stream on the home agent's link, by `deadline`.
     async fn open(&mut self, deadline: Instant) -> bool {
+        // the imported connection is followed on, as every link stream
         let meta = StreamMeta {
-            source: self.source,
-            destination: self.destination,
             token: Some(self.token),
             drain: self.drain,
-            shed: None,
-            // the imported connection is followed on, as every link stream
-            follows: true,
-            reattach: None,
+            ..StreamMeta::followed(self.source, self.destination)
         };
         self.stream = match &self.home {
             Some(link) => tokio::time::timeout_at(deadline, link.open(meta))

@@ -520,16 +520,8 @@ async fn connect(
     let cfg = &shared.config;
     let agent = shared.roster.agent(idx)?;
     if shared.roster.uses_links() {
-        let meta = StreamMeta {
-            source,
-            destination,
-            token: None,
-            drain: false,
-            shed: None,
-            // `linked`, `at_home` and `handoff` follow every link stream's records
-            follows: true,
-            reattach: None,
-        };
+        // `linked`, `at_home` and `handoff` follow every link stream's records
+        let meta = StreamMeta::followed(source, destination);
         let link = agent.links.as_ref()?.pick()?;
         let s = tokio::time::timeout(cfg.connect_timeout, link.open(meta));
         return s.await.ok()?.ok().map(AgentStream::Link);

@@ -40,6 +40,20 @@ pub struct StreamMeta {
 }
 
 impl StreamMeta {
+    /// A client's stream whose records the dispatcher follows for its whole life (every
+    /// stream today's dispatcher opens for a client); the rest is set per kind of stream.
+    pub fn followed(source: SocketAddr, destination: SocketAddr) -> Self {
+        Self {
+            source,
+            destination,
+            token: None,
+            drain: false,
+            shed: None,
+            follows: true,
+            reattach: None,
+        }
+    }
+
     pub fn write(&self, headers: &mut HeaderMap) {
         let v = |s: String| HeaderValue::from_str(&s).expect("addresses and hex are header-safe");
         headers.insert(SOURCE, v(self.source.to_string()));

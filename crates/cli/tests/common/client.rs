@@ -241,3 +241,32 @@ pub fn admin_request(
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
+
+/// A keep-alive client on one TLS connection (through a dispatcher, or to an agent).
+pub struct KeepAlive {
+    pub tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl KeepAlive {
+    pub fn open(to: SocketAddr, config: &Arc<rustls::ClientConfig>) -> KeepAlive {
+        let tcp = TcpStream::connect(to).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let conn =
+            rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+        KeepAlive {
+            tls: rustls::StreamOwned::new(conn, tcp),
+        }
+    }
+
+    /// One request on the connection; the response's text.
+    pub fn get(&mut self, path: &str) -> String {
+        write!(self.tls, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        self.tls.flush().unwrap();
+        read_http_response(&mut self.tls)
+    }
+
+    /// The client's end of the TCP connection (the same one before and after a move).
+    pub fn local(&self) -> SocketAddr {
+        self.tls.sock.local_addr().unwrap()
+    }
+}

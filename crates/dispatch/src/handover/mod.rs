@@ -291,13 +291,8 @@ async fn attach(
         .link(idx)
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no link to the agent"))?;
     let meta = StreamMeta {
-        source,
-        destination,
-        token: None,
-        drain: false,
-        shed: None,
-        follows: true,
         reattach: Some(token),
+        ..StreamMeta::followed(source, destination)
     };
     let timeout = shared.config.connect_timeout;
     let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "re-attach");
