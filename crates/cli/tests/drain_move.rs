@@ -406,3 +406,72 @@ fn under_the_handoff_policy_the_home_agent_drains_and_its_migrated_sessions_move
         "all six lived at the home agent, rustls or record layer, and moved"
     );
 }
+
+#[test]
+fn a_resumption_whose_agent_drains_before_its_finished_gets_its_first_response() {
+    // A resumption goes to its home agent and is only watched by the dispatcher, whose
+    // handshake phase ends at the agent's first bytes after the client's Finished. A client
+    // whose Finished carries its first request, at an agent that drains meanwhile: the agent
+    // writes its tickets, the response and at once a Leave (it is idle and draining), and on
+    // a busy (here: one-thread) agent they leave in one write, so the dispatcher reads them
+    // together while still in its handshake phase. That read was a protocol error, and the
+    // connection closed without its response or a close_notify (once in 20 rollouts under
+    // load).
+    let up = Up::start(&[
+        "--agents",
+        "2",
+        "--policy",
+        "handoff",
+        "--store",
+        "peers",
+        "--agent-arg=--workers=1",
+    ]);
+    const CLIENTS: usize = 6;
+    // each client a session of its own, from a first connection
+    let configs: Vec<Arc<rustls::ClientConfig>> = (0..CLIENTS)
+        .map(|_| {
+            let config = Arc::new(up.client(&rustls::version::TLS13));
+            let mut first = KeepAlive::open(up.addr(), &config);
+            assert!(first.get("/tls").starts_with("HTTP/1.1 200"));
+            config
+        })
+        .collect();
+    // the resumptions, each stopped with its Finished (and request) ready to go
+    let mut held: Vec<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> =
+        configs
+            .iter()
+            .map(|config| {
+                let mut c = KeepAlive::open(up.addr(), config).tls;
+                c.conn
+                    .writer()
+                    .write_all(b"GET /bytes/64 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    .unwrap();
+                while c.conn.wants_write() {
+                    c.conn.write_tls(&mut c.sock).unwrap();
+                }
+                while c.conn.is_handshaking() {
+                    c.conn.read_tls(&mut c.sock).unwrap();
+                    c.conn.process_new_packets().unwrap();
+                }
+                c
+            })
+            .collect();
+    // both agents drain: each waits for its connections' first requests
+    let pids = [up.agent_pid(0), up.agent_pid(1)];
+    for pid in pids {
+        term(pid);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for (i, c) in held.iter_mut().enumerate() {
+        assert!(
+            c.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+            "client {i} did not resume"
+        );
+        c.flush().unwrap();
+        let r = read_http_response(c);
+        assert!(r.starts_with("HTTP/1.1 200"), "client {i}: {r}");
+    }
+    for pid in pids {
+        assert!(wait_gone(pid, Duration::from_secs(20)), "agent {pid} did not finish");
+    }
+}

@@ -478,13 +478,25 @@ pub async fn at_home(
                     if n == 0 {
                         return Ok((agent_idx, up, down));
                     }
-                    // no frame comes from an agent during a handshake it keeps
-                    let passed = relay.watch_agent(&abuf[..n]).map_err(invalid)?;
-                    if passed.frame.is_some() || passed.tls < n {
-                        return Err(invalid(HandoffError::Unexpected("frame", "handshake")));
+                    // The one frame an agent may send here is a Leave: a draining agent asks
+                    // to move a connection as soon as it has answered the first request, which
+                    // can ride with the client's Finished, so its tickets, the response and the
+                    // Leave can come in one read before this phase has seen the handshake end.
+                    // `drive` answers it (the relay is leaving).
+                    let mut data = &abuf[..n];
+                    while !data.is_empty() {
+                        let passed = relay.watch_agent(data).map_err(invalid)?;
+                        client.write_all(&data[..passed.tls]).await?;
+                        down += passed.tls as u64;
+                        data = &data[passed.consumed..];
+                        if passed.frame.is_some() {
+                            if !data.is_empty() {
+                                let e = HandoffError::Unexpected("bytes after a Leave", "handshake");
+                                return Err(invalid(e));
+                            }
+                            handshaking.finish();
+                        }
                     }
-                    client.write_all(&abuf[..n]).await?;
-                    down += n as u64;
                     if client_answered {
                         handshaking.finish();
                     }

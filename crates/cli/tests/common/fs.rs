@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// A throwaway directory under the system temp dir, removed on drop.
+/// A throwaway directory under the system temp dir, removed on drop, or kept when the test
+/// failed and `BATON_TEST_KEEP` is set (its logs are what explains a rare failure).
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
@@ -25,6 +26,10 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("BATON_TEST_KEEP").is_some() {
+            eprintln!("kept {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
