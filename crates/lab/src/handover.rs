@@ -21,7 +21,7 @@ use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Proc};
-use crate::rollout::{alive, http, Control};
+use crate::rollout::{alive, http, Control, Status};
 
 /// How long one dispatcher may take to hand over: its own `--handover-timeout` (30 s by
 /// default) and a little more for the successor to start and the old process to exit.
@@ -261,31 +261,20 @@ impl Control {
     /// while a rollout or another handover runs.
     pub fn handover(&self, deadline: Duration) -> Result<HandoverReport, &'static str> {
         let _busy = self.begin("a handover is running")?;
-        self.set_handover_progress(true, None);
-        let began = Instant::now();
         let n = self
             .dispatchers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .len();
-        let mut report = HandoverReport {
-            ok: true,
-            dispatchers: Vec::new(),
-            total_ms: 0,
-            error: None,
+        let progress = |s: &mut Status, running, dispatcher| {
+            s.handover.running = running;
+            s.handover.dispatcher = dispatcher;
         };
-        for i in 0..n {
-            if self.abort.load(Ordering::Relaxed) {
-                report.ok = false;
-                report.error = Some("stopped: the cluster is shutting down".into());
-                break;
-            }
-            self.set_handover_progress(true, Some(i));
+        let turns = self.in_turn(n, Duration::ZERO, progress, |i| {
             let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
             tracing::info!(dispatcher = i, "handover: asking the dispatcher (SIGUSR2)");
             let r = self.hand_over(&mut cluster, i, deadline);
             self.refresh(&mut cluster);
-            drop(cluster);
             match &r.error {
                 None => tracing::info!(
                     dispatcher = i,
@@ -299,26 +288,18 @@ impl Control {
                 Some(e) => tracing::error!(dispatcher = i, error = %e, "handover: stopped"),
             }
             let failed = r.error.clone();
-            report.dispatchers.push(r);
-            if let Some(e) = failed {
-                report.ok = false;
-                report.error = Some(e);
-                break;
-            }
-        }
-        report.total_ms = began.elapsed().as_millis() as u64;
-        {
-            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.handover.last = Some(report.clone());
-        }
-        self.set_handover_progress(false, None);
-        Ok(report)
-    }
-
-    fn set_handover_progress(&self, running: bool, dispatcher: Option<usize>) {
+            (r, failed)
+        });
+        let report = HandoverReport {
+            ok: turns.ok,
+            dispatchers: turns.done,
+            total_ms: turns.total_ms,
+            error: turns.error,
+        };
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.handover.running = running;
-        s.handover.dispatcher = dispatcher;
+        s.handover.last = Some(report.clone());
+        progress(&mut s, false, None);
+        Ok(report)
     }
 
     /// One dispatcher: SIGUSR2, then until the old process is gone and its successor serves.

@@ -508,38 +508,23 @@ impl Control {
     /// another rollout or a handover runs.
     pub fn rollout(&self, opts: RolloutOptions) -> Result<RolloutReport, &'static str> {
         let _busy = self.begin("a rollout is running")?;
-        self.set_progress(true, None);
-        let began = Instant::now();
         let n = self
             .cluster
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .agents
             .len();
-        let mut report = RolloutReport {
-            ok: true,
-            agents: Vec::new(),
-            total_ms: 0,
-            error: None,
+        let progress = |s: &mut Status, running, agent| {
+            s.rollout.running = running;
+            s.rollout.agent = agent;
         };
-        for i in 0..n {
-            if i > 0 && !opts.pause.is_zero() {
-                sleep_unless(&self.abort, opts.pause);
-            }
-            if self.abort.load(Ordering::Relaxed) {
-                report.ok = false;
-                report.error = Some("stopped: the cluster is shutting down".into());
-                break;
-            }
-            self.set_progress(true, Some(i));
+        let turns = self.in_turn(n, opts.pause, progress, |i| {
             let argv = self.argv.lock().unwrap_or_else(|p| p.into_inner())[i].clone();
             let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
             tracing::info!(agent = i, "rollout: draining and restarting");
             let r = cluster.restart_agent(i, &argv, &opts, &self.watch, &self.abort);
             self.refresh(&mut cluster);
-            drop(cluster);
-            let failed = r.error.clone();
-            match &failed {
+            match &r.error {
                 None => tracing::info!(
                     agent = i,
                     old_pid = r.old_pid,
@@ -551,27 +536,73 @@ impl Control {
                 ),
                 Some(e) => tracing::error!(agent = i, error = %e, "rollout: stopped"),
             }
-            report.agents.push(r);
-            if let Some(e) = failed {
-                report.ok = false;
-                report.error = Some(e);
-                break;
-            }
-        }
-        report.total_ms = began.elapsed().as_millis() as u64;
-        {
-            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.rollout.last = Some(report.clone());
-        }
-        self.set_progress(false, None);
+            let failed = r.error.clone();
+            (r, failed)
+        });
+        let report = RolloutReport {
+            ok: turns.ok,
+            agents: turns.done,
+            total_ms: turns.total_ms,
+            error: turns.error,
+        };
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.rollout.last = Some(report.clone());
+        progress(&mut s, false, None);
         Ok(report)
     }
 
-    fn set_progress(&self, running: bool, agent: Option<usize>) {
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.rollout.running = running;
-        s.rollout.agent = agent;
+    /// What a rollout and a handover share: `step` for each of `n` processes in order,
+    /// `pause` apart, until one fails (its error) or the cluster stops; the progress in
+    /// [`Status`] as it goes. The caller records the outcome and clears the progress.
+    pub(crate) fn in_turn<T>(
+        &self,
+        n: usize,
+        pause: Duration,
+        progress: impl Fn(&mut Status, bool, Option<usize>),
+        mut step: impl FnMut(usize) -> (T, Option<String>),
+    ) -> Turns<T> {
+        let began = Instant::now();
+        let mut turns = Turns {
+            ok: true,
+            done: Vec::new(),
+            total_ms: 0,
+            error: None,
+        };
+        for i in 0..n {
+            if i > 0 && !pause.is_zero() {
+                sleep_unless(&self.abort, pause);
+            }
+            if self.abort.load(Ordering::Relaxed) {
+                turns.ok = false;
+                turns.error = Some("stopped: the cluster is shutting down".into());
+                break;
+            }
+            progress(
+                &mut self.status.lock().unwrap_or_else(|p| p.into_inner()),
+                true,
+                Some(i),
+            );
+            let (r, failed) = step(i);
+            turns.done.push(r);
+            if let Some(e) = failed {
+                turns.ok = false;
+                turns.error = Some(e);
+                break;
+            }
+        }
+        turns.total_ms = began.elapsed().as_millis() as u64;
+        turns
     }
+}
+
+/// The outcome of [`Control::in_turn`].
+pub(crate) struct Turns<T> {
+    /// Every step succeeded.
+    pub ok: bool,
+    /// Each step's report, the failed one last.
+    pub done: Vec<T>,
+    pub total_ms: u64,
+    pub error: Option<String>,
 }
 
 fn sleep_unless(abort: &AtomicBool, d: Duration) {
@@ -656,22 +687,7 @@ pub(crate) mod admin {
                     Ok(o) => o,
                     Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
                 };
-                let c = control.clone();
-                match tokio::task::spawn_blocking(move || c.rollout(opts)).await {
-                    Ok(Ok(report)) => {
-                        let status = if report.ok {
-                            StatusCode::OK
-                        } else {
-                            StatusCode::INTERNAL_SERVER_ERROR
-                        };
-                        json(status, &report)
-                    }
-                    Ok(Err(busy)) => text(StatusCode::CONFLICT, &format!("{busy}\n")),
-                    Err(e) => text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!("the rollout failed: {e}\n"),
-                    ),
-                }
+                run(control, "rollout", move |c| c.rollout(opts), |r| r.ok).await
             }
             (Method::POST, "/handover") => {
                 let asked: HandoverRequest = match body(req, "{\"timeout_ms\": N}").await {
@@ -682,26 +698,36 @@ pub(crate) mod admin {
                     Ok(d) => d,
                     Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
                 };
-                let c = control.clone();
-                match tokio::task::spawn_blocking(move || c.handover(deadline)).await {
-                    Ok(Ok(report)) => {
-                        let status = if report.ok {
-                            StatusCode::OK
-                        } else {
-                            StatusCode::INTERNAL_SERVER_ERROR
-                        };
-                        json(status, &report)
-                    }
-                    Ok(Err(busy)) => text(StatusCode::CONFLICT, &format!("{busy}\n")),
-                    Err(e) => text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!("the handover failed: {e}\n"),
-                    ),
-                }
+                run(control, "handover", move |c| c.handover(deadline), |r| r.ok).await
             }
             _ => text(
                 StatusCode::NOT_FOUND,
                 "GET /status, POST /rollout (body optional: {\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}), POST /handover (body optional: {\"timeout_ms\": N})\n",
+            ),
+        }
+    }
+
+    /// Runs an operation off the runtime (it blocks for its whole length) and answers with
+    /// its report: 200 when `ok`, 500 when it stopped on a failure, 409 while another runs.
+    async fn run<R: serde::Serialize + Send + 'static>(
+        control: Arc<Control>,
+        what: &str,
+        op: impl FnOnce(&Control) -> Result<R, &'static str> + Send + 'static,
+        ok: impl Fn(&R) -> bool,
+    ) -> Response<Full<Bytes>> {
+        match tokio::task::spawn_blocking(move || op(&control)).await {
+            Ok(Ok(report)) => {
+                let status = if ok(&report) {
+                    StatusCode::OK
+                } else {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                };
+                json(status, &report)
+            }
+            Ok(Err(busy)) => text(StatusCode::CONFLICT, &format!("{busy}\n")),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("the {what} failed: {e}\n"),
             ),
         }
     }
