@@ -437,25 +437,24 @@ fn a_resumption_whose_agent_drains_before_its_finished_gets_its_first_response()
         })
         .collect();
     // the resumptions, each stopped with its Finished (and request) ready to go
-    let mut held: Vec<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> =
-        configs
-            .iter()
-            .map(|config| {
-                let mut c = KeepAlive::open(up.addr(), config).tls;
-                c.conn
-                    .writer()
-                    .write_all(b"GET /bytes/64 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-                    .unwrap();
-                while c.conn.wants_write() {
-                    c.conn.write_tls(&mut c.sock).unwrap();
-                }
-                while c.conn.is_handshaking() {
-                    c.conn.read_tls(&mut c.sock).unwrap();
-                    c.conn.process_new_packets().unwrap();
-                }
-                c
-            })
-            .collect();
+    let mut held: Vec<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> = configs
+        .iter()
+        .map(|config| {
+            let mut c = KeepAlive::open(up.addr(), config).tls;
+            c.conn
+                .writer()
+                .write_all(b"GET /bytes/64 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .unwrap();
+            while c.conn.wants_write() {
+                c.conn.write_tls(&mut c.sock).unwrap();
+            }
+            while c.conn.is_handshaking() {
+                c.conn.read_tls(&mut c.sock).unwrap();
+                c.conn.process_new_packets().unwrap();
+            }
+            c
+        })
+        .collect();
     // both agents drain: each waits for its connections' first requests
     let pids = [up.agent_pid(0), up.agent_pid(1)];
     for pid in pids {
@@ -472,6 +471,9 @@ fn a_resumption_whose_agent_drains_before_its_finished_gets_its_first_response()
         assert!(r.starts_with("HTTP/1.1 200"), "client {i}: {r}");
     }
     for pid in pids {
-        assert!(wait_gone(pid, Duration::from_secs(20)), "agent {pid} did not finish");
+        assert!(
+            wait_gone(pid, Duration::from_secs(20)),
+            "agent {pid} did not finish"
+        );
     }
 }
