@@ -142,6 +142,9 @@ where
     let left = tokio_util::sync::CancellationToken::new();
     // `stop` stops both directions, each between two chunks.
     let halt = tokio_util::sync::CancellationToken::new();
+    // The client ended its half (its FIN was read): once the agent ends too, the caller
+    // closes the socket (a FIN all the same), so the shutdown is skipped, as in [`splice`].
+    let client_eof = AtomicBool::new(false);
     let up = async {
         let mut buf = vec![0u8; BUF];
         let mut side = Side::new(&mut client_rd, &clock, true);
@@ -155,6 +158,7 @@ where
             };
             if n == 0 {
                 // the client's FIN: the agent's stream ends its half too
+                client_eof.store(true, Ordering::Relaxed);
                 let _ = agent_wr.shutdown().await;
                 return Ok((n_up, true, Vec::new()));
             }
@@ -180,7 +184,12 @@ where
                 r = side.read(&mut buf) => r?,
             };
             if n == 0 {
-                let _ = client_wr.shutdown().await;
+                // Both ends are done and the splice ends as `Ended` (halt not cancelled; the
+                // client's direction is over): the caller closes the socket next. Otherwise
+                // (a handover passes the socket on) the client gets its FIN now.
+                if !client_eof.load(Ordering::Relaxed) || halt.is_cancelled() {
+                    let _ = client_wr.shutdown().await;
+                }
                 return Ok::<_, io::Error>((n_down, false, Vec::new()));
             }
             let mut data = &buf[..n];
