@@ -100,9 +100,11 @@ pub struct DispatchArgs {
     /// Connections relayed at once; more are closed at accept. Default 20000.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
-    /// Runtime worker threads. Default 1: a single-threaded runtime, the cheapest per
-    /// connection; more threads (a multi-thread runtime) for a dispatcher that needs more than
-    /// one core.
+    /// Runtime worker threads. Default: one per CPU (a multi-thread runtime), so a dispatcher
+    /// uses its machine. 1 is a current-thread runtime, the cheapest per connection (no
+    /// cross-thread wake-ups; a link writes the frames of every client that queued some in one
+    /// system call): for a dispatcher that one core serves, or one dispatcher per core behind
+    /// an L4 balancer.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
     /// Dispatcher handover (SIGUSR2 or `POST /handover`): time allowed for the successor to
@@ -246,7 +248,10 @@ impl DispatchArgs {
             tcp_keepalive: secs(args.tcp_keepalive, 60.0, "tcp-keepalive")?,
             handover_timeout: secs(args.handover_timeout, 30.0, "handover-timeout")?,
             max_connections: args.max_connections.unwrap_or(20_000).max(1),
-            workers: args.workers.unwrap_or(1).max(1),
+            workers: args
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
         })
     }
 

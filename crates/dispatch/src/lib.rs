@@ -29,7 +29,7 @@ pub use route::{Policy, Reason, Router};
 /// `baton dispatch`: runs until SIGTERM/SIGINT.
 pub fn run(args: DispatchArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
-    // One worker (the default): a current-thread runtime. Every task runs on the thread that
+    // One worker (`--workers 1`): a current-thread runtime. Every task runs on the thread that
     // owns the sockets, so nothing is woken across threads (no futex, no work stealing), and
     // a link connection's task runs after the client tasks that queued frames on it, so their
     // frames leave in one write (measured: 2.6 link writes per client instead of 3.6, and

@@ -41,6 +41,13 @@ pub struct UpArgs {
     /// A flag passed to every agent (repeatable), e.g. --agent-arg=--body-size=4096.
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
+    /// A flag passed to every dispatcher (repeatable), e.g. --dispatcher-arg=--workers=1.
+    #[arg(
+        long = "dispatcher-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    pub dispatcher_args: Vec<String>,
     /// Dispatchers with the same agents (they make the same choices: run them behind an L4
     /// balancer). The first listens on --listen; the others on free ports (or, with --hosts,
     /// on --listen's port of their own host).
@@ -100,7 +107,10 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         dispatcher_args: match (args.admin, args.hosts) {
             (Some(_), false) => vec!["--admin".into(), "127.0.0.1:0".into()],
             _ => Vec::new(),
-        },
+        }
+        .into_iter()
+        .chain(args.dispatcher_args)
+        .collect(),
         agent_caps: Vec::new(),
         topology: crate::cluster::Topology {
             hosts: args.hosts,
