@@ -2,8 +2,11 @@
 //! clients, or an L4 balancer in front), or a stream of the agent link from the dispatcher
 //! (`baton-link`). Everything above this — TLS, HTTP, migration — sees one byte stream.
 //!
-//! A link stream cannot be peeked like a socket, so bytes read to look at the first flight
-//! (legacy client check, client random) are kept in front and read again.
+//! Bytes read to look at the first flight (legacy client check, client random) are kept in
+//! front and read again. A link stream cannot be peeked like a socket; a socket could, but a
+//! peek costs a system call of its own before the read that follows it, so a socket's first
+//! look is the real first read (as much as rustls would have read), and rustls gets it from
+//! here.
 //!
 //! A TCP socket can also coalesce writes ([`AgentIo::coalesce_writes`]): a short connection
 //! otherwise sends its server flight, its session tickets, its response and its close_notify in
@@ -31,16 +34,18 @@ pub struct AgentIo {
     /// Bytes written and not yet sent. Sent before the connection waits for its client, so a
     /// client never waits for bytes held here.
     held: Vec<u8>,
+    /// Bytes read ahead by [`AgentIo::peek`], served first.
+    ahead: Vec<u8>,
 }
 
 enum Kind {
     Tcp(TcpStream),
-    Link {
-        stream: Box<LinkStream>,
-        /// Bytes read ahead by [`AgentIo::peek`], served first.
-        ahead: Vec<u8>,
-    },
+    Link(Box<LinkStream>),
 }
+
+/// What a socket's first look reads: what rustls would have read (its reads are this size),
+/// so the ClientHello is read once.
+const FIRST_READ: usize = 4096;
 
 impl AgentIo {
     pub fn tcp(stream: TcpStream) -> Self {
@@ -48,10 +53,7 @@ impl AgentIo {
     }
 
     pub fn link(stream: LinkStream) -> Self {
-        Self::of(Kind::Link {
-            stream: Box::new(stream),
-            ahead: Vec::new(),
-        })
+        Self::of(Kind::Link(Box::new(stream)))
     }
 
     fn of(kind: Kind) -> Self {
@@ -59,6 +61,7 @@ impl AgentIo {
             kind,
             coalesce: false,
             held: Vec::new(),
+            ahead: Vec::new(),
         }
     }
 
@@ -85,9 +88,7 @@ impl AgentIo {
         while !self.held.is_empty() {
             let n = match &mut self.kind {
                 Kind::Tcp(t) => ready!(Pin::new(t).poll_write(cx, &self.held))?,
-                Kind::Link { stream, .. } => {
-                    ready!(Pin::new(stream.as_mut()).poll_write(cx, &self.held))?
-                }
+                Kind::Link(stream) => ready!(Pin::new(stream.as_mut()).poll_write(cx, &self.held))?,
             };
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
@@ -117,25 +118,50 @@ impl AgentIo {
     }
 
     /// Up to `buf.len()` of the first unread bytes, without consuming them; on a link stream
-    /// it waits until that many arrived or the stream ended. 0 at EOF.
+    /// it waits until that many arrived or the stream ended, on a socket only for the first
+    /// byte. 0 at EOF.
     pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.kind {
-            Kind::Tcp(t) => t.peek(buf).await,
-            Kind::Link { stream, ahead } => {
-                while ahead.len() < buf.len() {
+            Kind::Tcp(t) => {
+                let have = self.ahead.len();
+                if have < buf.len() {
+                    if have == 0 {
+                        // the buffer only once there is something to read into it
+                        t.readable().await?;
+                    }
+                    // One read of what has come, as large as rustls' next read would be. By
+                    // poll_read, which (unlike try_read) clears the readiness after a short
+                    // read: rustls' next read then waits instead of finding nothing.
+                    self.ahead.resize(have.max(FIRST_READ).max(buf.len()), 0);
+                    let mut read = ReadBuf::new(&mut self.ahead[have..]);
+                    let r = std::future::poll_fn(|cx| {
+                        match Pin::new(&mut *t).poll_read(cx, &mut read) {
+                            // some bytes are there already: those are what has come
+                            Poll::Pending if have > 0 => Poll::Ready(Ok(())),
+                            r => r,
+                        }
+                    })
+                    .await;
+                    let got = read.filled().len();
+                    self.ahead.truncate(have + got);
+                    r?;
+                }
+            }
+            Kind::Link(stream) => {
+                while self.ahead.len() < buf.len() {
                     let mut chunk = [0u8; 512];
-                    let want = (buf.len() - ahead.len()).min(chunk.len());
+                    let want = (buf.len() - self.ahead.len()).min(chunk.len());
                     let n = stream.read(&mut chunk[..want]).await?;
                     if n == 0 {
                         break;
                     }
-                    ahead.extend_from_slice(&chunk[..n]);
+                    self.ahead.extend_from_slice(&chunk[..n]);
                 }
-                let n = ahead.len().min(buf.len());
-                buf[..n].copy_from_slice(&ahead[..n]);
-                Ok(n)
             }
         }
+        let n = self.ahead.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.ahead[..n]);
+        Ok(n)
     }
 
     /// Writes without waiting for more than a free send buffer (best effort: an alert).
@@ -146,7 +172,7 @@ impl AgentIo {
                     let _ = t.try_write(data);
                 }
             }
-            Kind::Link { stream, .. } => {
+            Kind::Link(stream) => {
                 let _ = tokio::io::AsyncWriteExt::write_all(stream.as_mut(), data).await;
             }
         }
@@ -156,19 +182,23 @@ impl AgentIo {
     /// Held bytes are sent first: the client may be waiting for them.
     pub async fn readable(&mut self) -> io::Result<()> {
         std::future::poll_fn(|cx| self.poll_send_held(cx)).await?;
+        if !self.ahead.is_empty() {
+            return Ok(());
+        }
         match &mut self.kind {
             Kind::Tcp(t) => t.readable().await,
-            Kind::Link { ahead, .. } if !ahead.is_empty() => Ok(()),
-            Kind::Link { stream, .. } => stream.readable().await,
+            Kind::Link(stream) => stream.readable().await,
         }
     }
 
     /// Reads what is there without waiting (`WouldBlock` if nothing).
     pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.ahead.is_empty() {
+            return Ok(take_ahead(&mut self.ahead, buf));
+        }
         match &mut self.kind {
             Kind::Tcp(t) => t.try_read(buf),
-            Kind::Link { ahead, .. } if !ahead.is_empty() => Ok(take_ahead(ahead, buf)),
-            Kind::Link { stream, .. } => stream.try_read(buf),
+            Kind::Link(stream) => stream.try_read(buf),
         }
     }
 }
@@ -190,14 +220,14 @@ impl AsyncRead for AgentIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if !this.ahead.is_empty() {
+            let n = take_ahead(&mut this.ahead, buf.initialize_unfilled());
+            buf.advance(n);
+            return Poll::Ready(Ok(()));
+        }
         let r = match &mut this.kind {
             Kind::Tcp(t) => Pin::new(t).poll_read(cx, buf),
-            Kind::Link { ahead, .. } if !ahead.is_empty() => {
-                let n = take_ahead(ahead, buf.initialize_unfilled());
-                buf.advance(n);
-                Poll::Ready(Ok(()))
-            }
-            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_read(cx, buf),
+            Kind::Link(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
         };
         if r.is_pending() && !this.held.is_empty() {
             // Nothing to read: the client may be waiting for what is held. Still pending
@@ -231,14 +261,14 @@ impl AsyncWrite for AgentIo {
         ready!(this.poll_send_held(cx))?;
         match &mut this.kind {
             Kind::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
+            Kind::Link(stream) => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match &self.kind {
             Kind::Tcp(t) => t.is_write_vectored(),
-            Kind::Link { stream, .. } => stream.is_write_vectored(),
+            Kind::Link(stream) => stream.is_write_vectored(),
         }
     }
 
@@ -252,7 +282,7 @@ impl AsyncWrite for AgentIo {
         ready!(this.poll_send_held(cx))?;
         match &mut this.kind {
             Kind::Tcp(t) => Pin::new(t).poll_flush(cx),
-            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_flush(cx),
+            Kind::Link(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
         }
     }
 
@@ -261,7 +291,7 @@ impl AsyncWrite for AgentIo {
         ready!(this.poll_send_held(cx))?;
         match &mut this.kind {
             Kind::Tcp(t) => Pin::new(t).poll_shutdown(cx),
-            Kind::Link { stream, .. } => Pin::new(stream.as_mut()).poll_shutdown(cx),
+            Kind::Link(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
         }
     }
 }
