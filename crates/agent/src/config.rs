@@ -223,7 +223,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "CIDR")]
     pub proxy_protocol_from: Vec<baton_ops::cidr::Cidr>,
 
-    /// Runtime worker threads. Default: one per CPU.
+    /// Runtime worker threads (1: a current-thread runtime). Default: one per CPU.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 
