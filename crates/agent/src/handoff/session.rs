@@ -82,11 +82,30 @@ pub fn extractable(conn: &mut ServerConnection) -> bool {
 /// Extracts the session from a connection whose handshake is done and whose client records
 /// have all been decrypted (check [`extractable`] first).
 pub fn extract(conn: ServerConnection, extras: Extras<'_>) -> Result<SessionObject, ExtractFailed> {
+    let keys = keys_of(conn, &extras.secrets)?;
+    Ok(object(keys.version, keys.suite, keys.tx, keys.rx, extras))
+}
+
+/// What a move ([`extract`]) and a park ([`into_layer`]) both take from a rustls connection.
+struct Keys {
+    /// IANA version and suite, one the record layer has.
+    version: u16,
+    suite: u16,
+    tx: DirectionState,
+    rx: DirectionState,
+}
+
+/// Each direction's key, IV and next sequence number from rustls, with the current traffic
+/// secret followed from the key log's (TLS 1.3; none if it cannot be found). Consumes the
+/// connection.
+fn keys_of(conn: ServerConnection, secrets: &TrafficSecrets) -> Result<Keys, ExtractFailed> {
     let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+    let version = if tls13 { 0x0304 } else { 0x0303 };
     let suite = conn
         .negotiated_cipher_suite()
         .map(|s| u16::from(s.suite()))
         .unwrap_or(0);
+    super::record_suite(version, suite).ok_or(ExtractFailed)?;
     let extracted = conn
         .dangerous_extract_secrets()
         .map_err(|_| ExtractFailed)?;
@@ -96,9 +115,18 @@ pub fn extract(conn: ServerConnection, extras: Extras<'_>) -> Result<SessionObje
     ) else {
         return Err(ExtractFailed);
     };
-    let version = if tls13 { 0x0304 } else { 0x0303 };
-    super::record_suite(version, suite).ok_or(ExtractFailed)?;
-    Ok(session_object(version, suite, (tx, rx), extras))
+    let direction = |(seq, key, iv): KeyIv, secret: Option<&Zeroizing<Vec<u8>>>| DirectionState {
+        secret: current_secret(version, suite, secret, &key, &iv),
+        seq,
+        key,
+        iv,
+    };
+    Ok(Keys {
+        version,
+        suite,
+        tx: direction(tx, secrets.server.as_ref()),
+        rx: direction(rx, secrets.client.as_ref()),
+    })
 }
 
 type KeyIv = (u64, Zeroizing<Vec<u8>>, [u8; 12]);
@@ -141,28 +169,6 @@ fn current_secret(
     None
 }
 
-fn session_object(
-    version: u16,
-    suite: u16,
-    (tx, rx): (KeyIv, KeyIv),
-    extras: Extras<'_>,
-) -> SessionObject {
-    let secrets = &extras.secrets;
-    let tx = DirectionState {
-        secret: current_secret(version, suite, secrets.server.as_ref(), &tx.1, &tx.2),
-        seq: tx.0,
-        key: tx.1,
-        iv: tx.2,
-    };
-    let rx = DirectionState {
-        secret: current_secret(version, suite, secrets.client.as_ref(), &rx.1, &rx.2),
-        seq: rx.0,
-        key: rx.1,
-        iv: rx.2,
-    };
-    object(version, suite, tx, rx, extras)
-}
-
 /// Whether a rustls connection can go on from the record layer here ([`into_layer`]): its
 /// suite is one the layer has and, in TLS 1.3, both traffic secrets were captured (a KeyUpdate
 /// needs them). Nothing about its buffers: see [`extractable`].
@@ -186,39 +192,32 @@ pub fn into_layer(
     conn: ServerConnection,
     secrets: &TrafficSecrets,
 ) -> Result<(baton_record::RecordLayer, (u16, u16)), ExtractFailed> {
-    let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
-    let version = if tls13 { 0x0304 } else { 0x0303 };
-    let suite = conn
-        .negotiated_cipher_suite()
-        .map(|s| u16::from(s.suite()))
-        .unwrap_or(0);
+    let Keys {
+        version,
+        suite,
+        tx,
+        rx,
+    } = keys_of(conn, secrets)?;
     let (v, s) = super::record_suite(version, suite).ok_or(ExtractFailed)?;
-    let extracted = conn
-        .dangerous_extract_secrets()
-        .map_err(|_| ExtractFailed)?;
-    let (Some(tx), Some(rx)) = (
-        key_iv(extracted.tx.1, extracted.tx.0),
-        key_iv(extracted.rx.1, extracted.rx.0),
-    ) else {
-        return Err(ExtractFailed);
-    };
-    let direction = |(seq, key, iv): KeyIv, secret: Option<&Zeroizing<Vec<u8>>>| {
+    // TLS 1.3 goes on only with both traffic secrets: a KeyUpdate needs them
+    let tls13 = version == 0x0304;
+    let direction = |d: DirectionState| {
         let traffic_secret = match tls13 {
-            true => Some(current_secret(version, suite, secret, &key, &iv).ok_or(ExtractFailed)?),
+            true => Some(d.secret.ok_or(ExtractFailed)?),
             false => None,
         };
         Ok(baton_record::DirectionSecrets {
-            seq,
-            key,
-            iv,
+            seq: d.seq,
+            key: d.key,
+            iv: d.iv,
             traffic_secret,
         })
     };
     let keys = baton_record::SessionKeys {
         version: v,
         suite: s,
-        tx: direction(tx, secrets.server.as_ref())?,
-        rx: direction(rx, secrets.client.as_ref())?,
+        tx: direction(tx)?,
+        rx: direction(rx)?,
     };
     let layer = baton_record::RecordLayer::new(keys).map_err(|_| ExtractFailed)?;
     Ok((layer, (version, suite)))
