@@ -263,7 +263,7 @@ async fn serve(
         let mut engine = Engine::Rustls(Box::new(stream));
         if ahead.is_empty()
             && engine
-                .wait_request(&shared, first_by, false, false, None)
+                .wait_request(&shared, first_by, false, false, None, &mut false)
                 .await
                 != Waited::Request
         {
@@ -578,12 +578,14 @@ async fn serve_http1(
                 ),
             };
             let mut park_at = parkable.then(|| Instant::now() + cfg.park_after);
+            // whether any of the next request came (see `wait_request`)
+            let mut begun = false;
             let waited = loop {
                 let waited = match woken.take() {
                     // a parked connection woken by its client reads what came
                     Some(Waited::Request) | None => {
                         stream
-                            .wait_request(&shared, until, later, movable, park_at)
+                            .wait_request(&shared, until, later, movable, park_at, &mut begun)
                             .await
                     }
                     Some(woken) => woken,

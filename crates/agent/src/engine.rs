@@ -66,6 +66,9 @@ impl Engine {
     /// a new connection's client connected while we served, and gets its answer. So does an
     /// operator's drain at a dispatcher (shedding), for a connection that can move. With
     /// `park_at` before `until`, a wait still without a request then ends as `Park`.
+    /// `begun` is set once bytes came during the wait (the caller keeps it across the calls of
+    /// one wait): a `later` wait that ends at `until` with nothing come is a keep-alive
+    /// connection's idle timeout, not a slow request, and is not counted as one.
     pub(crate) async fn wait_request(
         &mut self,
         shared: &Shared,
@@ -73,6 +76,7 @@ impl Engine {
         later: bool,
         movable: bool,
         park_at: Option<Instant>,
+        begun: &mut bool,
     ) -> Waited {
         let mut shedding = shared.shedding.subscribe();
         let park_at = park_at.filter(|&p| p < until);
@@ -89,7 +93,9 @@ impl Engine {
                     if park_at.is_some() {
                         return Waited::Park;
                     }
-                    shared.metrics.slow_request(false);
+                    if !later || *begun {
+                        shared.metrics.slow_request(false);
+                    }
                     return Waited::End;
                 }
             }
@@ -102,7 +108,7 @@ impl Engine {
             };
             match read {
                 Ok(0) => return Waited::Request, // EOF: hyper sees it and ends the connection
-                Ok(_) => {}
+                Ok(_) => *begun = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return Waited::End,
             }

@@ -168,7 +168,11 @@ impl Parked {
             _ = shared.draining.cancelled(), if later => Waited::Drain,
             _ = shedding.wait_for(|shed| *shed), if later && self.movable => Waited::Drain,
             _ = tokio::time::sleep_until(self.until) => {
-                shared.metrics.slow_request(false);
+                // A parked connection holds no part of a request (it parks only settled): at
+                // a later wait's end it is idle, not slow.
+                if !later {
+                    shared.metrics.slow_request(false);
+                }
                 Waited::End
             }
         }

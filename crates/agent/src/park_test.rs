@@ -374,6 +374,11 @@ async fn a_parked_connection_times_out_and_drains_like_any_other() {
     assert!(started.elapsed() >= Duration::from_millis(200));
     agent.idle().await;
     assert_eq!(agent.shared.metrics.parked_connections(), 0);
+    // an idle timeout, not a slow request
+    assert_eq!(
+        agent.metric("baton_slow_requests_total{reason=\"deadline\"}"),
+        0.0
+    );
 
     // SIGTERM's drain: a parked direct connection (it cannot move) is closed with
     // close_notify, and counted
@@ -417,4 +422,34 @@ async fn the_task_of_an_idle_connection_is_small() {
     }
     let wake_up = returned::<_, crate::park::Parked, crate::engine::Waited, _>(crate::conn::resume);
     assert!(wake_up <= 2048, "a wake-up's future is {wake_up} bytes");
+}
+
+#[tokio::test]
+async fn an_idle_timeout_is_not_a_slow_request_but_a_trickled_one_is() {
+    // Not parked (the park time is past the idle timeout): the wait in `wait_request`.
+    for park_after in ["10s", "10ms"] {
+        let agent = start(&["--park-after", park_after, "--idle-timeout", "300ms"]).await;
+        // nothing comes after the response: idle
+        let mut idle = connect(&agent, true).await;
+        assert_eq!(idle.get("/").await.0, "HTTP/1.1 200 OK");
+        // part of a record comes after the response, never the rest: slow
+        let mut slow = connect(&agent, true).await;
+        assert_eq!(slow.get("/").await.0, "HTTP/1.1 200 OK");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        slow.tls
+            .get_mut()
+            .0
+            .tcp
+            .write_all(&[0x17, 0x03])
+            .await
+            .unwrap();
+        let _ = idle.closed_cleanly().await;
+        let _ = slow.closed_cleanly().await;
+        agent.idle().await;
+        assert_eq!(
+            agent.metric("baton_slow_requests_total{reason=\"deadline\"}"),
+            1.0,
+            "--park-after {park_after}: the trickled request only"
+        );
+    }
 }
