@@ -47,23 +47,7 @@ pub use config::{
 /// `baton agent`: resolves the configuration and runs until SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
-    // One worker: a current-thread runtime, whose tasks run on the thread that blocks on the
-    // server (a one-worker multi-thread runtime runs them on a second thread, with its queues
-    // and cross-thread wakeups for nothing): 2-4 % less CPU per full handshake, measured
-    // side by side (README, issue 20). More workers stay on one multi-thread runtime: per-core
-    // current-thread runtimes with SO_REUSEPORT listeners measured no better with 2 workers
-    // (1.6 % more CPU per full handshake, resumptions the same).
-    let mut builder = if config.workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(config.workers);
-        b
-    };
-    let runtime = builder
-        .thread_name("baton-agent")
-        .enable_all()
-        .build()
+    let runtime = baton_ops::runtime::for_workers(config.workers, "baton-agent")
         .context("starting runtime")?;
     runtime.block_on(server::run(config))
 }

@@ -29,20 +29,9 @@ pub use route::{Policy, Reason, Router};
 /// `baton dispatch`: runs until SIGTERM/SIGINT.
 pub fn run(args: DispatchArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
-    // One worker (`--workers 1`): a current-thread runtime. Every task runs on the thread that
-    // owns the sockets, so nothing is woken across threads (no futex, no work stealing), and
-    // a link connection's task runs after the client tasks that queued frames on it, so their
-    // frames leave in one write (measured: 2.6 link writes per client instead of 3.6, and
-    // about a fifth less CPU per connection than two workers on this 2-core machine).
-    // `--workers N` (N > 1) is a multi-thread runtime, for a dispatcher that needs more than
-    // one core.
-    let mut builder = if config.workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(config.workers);
-        b
-    };
-    let runtime = builder.thread_name("baton-dispatch").enable_all().build()?;
+    // `--workers 1`: a current-thread runtime, the cheapest per connection (see
+    // `baton_ops::runtime`: 2.6 link writes per client instead of 3.6, about a fifth less CPU
+    // per connection than two workers on this 2-core machine).
+    let runtime = baton_ops::runtime::for_workers(config.workers, "baton-dispatch")?;
     runtime.block_on(server::run(config))
 }

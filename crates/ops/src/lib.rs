@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod process;
 pub mod proxy_header;
 pub mod reply;
+pub mod runtime;
 
 use std::sync::Arc;
 use std::time::Duration;
