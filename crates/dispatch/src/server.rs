@@ -277,13 +277,12 @@ async fn accept_loop(
         .local_addr()
         .ok()
         .filter(|a| !a.ip().is_unspecified());
-    // Accepted sockets inherit these (Linux copies the listener's TCP_NODELAY and keepalive
-    // settings into every connection it accepts): five setsockopt calls once here instead of
-    // per client. A successor's listeners come with them set already; setting again is
-    // harmless.
-    if let Err(e) = tune_listener(&listener, shared.config.tcp_keepalive) {
-        tracing::warn!(error = %e, "cannot set TCP_NODELAY/keepalive on a listener");
-    }
+    // Set once on the listener (Linux copies TCP_NODELAY and keepalive into every socket it
+    // accepts: five setsockopt calls fewer per client), else on each client. A successor's
+    // listeners come with them set already; setting again is harmless.
+    let keepalive = client_keepalive(shared.config.tcp_keepalive);
+    let inherited = baton_ops::listen::nodelay_on_accept(&listener)
+        && baton_ops::listen::keepalive_on_accept(&listener, &keepalive);
     let counted = shared.clone();
     let acceptor =
         Acceptor::new(listener, stop).capped(permits, move || counted.metrics.rejected());
@@ -301,6 +300,10 @@ async fn accept_loop(
             tracing::debug!(%peer, "PROXY protocol expected, but not from this address: refused");
             continue;
         }
+        if !inherited {
+            let _ = client.set_nodelay(true);
+            let _ = socket2::SockRef::from(&client).set_tcp_keepalive(&keepalive);
+        }
         let shared = shared.clone();
         // Boxed: a connection's future is large (15.6 kB: the handshake's read buffers, the
         // splice's and the handoff's state), and tokio moves a task's future by value when it
@@ -316,18 +319,14 @@ async fn accept_loop(
     }
 }
 
-/// The client sockets' TCP settings, set on the listener that accepts them (see
-/// `accept_loop`): no Nagle delay, and keepalive that finds clients that vanished without a FIN
-/// (a dead host, a dropped NAT entry): the first probe after `keepalive` of silence, then every
-/// 10 s, 3 probes.
-fn tune_listener(listener: &TcpListener, keepalive: Duration) -> std::io::Result<()> {
-    let sock = socket2::SockRef::from(listener);
-    sock.set_tcp_nodelay(true)?;
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(keepalive)
+/// Keepalive for client sockets, which finds clients that vanished without a FIN (a dead
+/// host, a dropped NAT entry): the first probe after `idle` of silence, then every 10 s, 3
+/// probes.
+fn client_keepalive(idle: Duration) -> socket2::TcpKeepalive {
+    socket2::TcpKeepalive::new()
+        .with_time(idle)
         .with_interval(Duration::from_secs(10))
-        .with_retries(3);
-    sock.set_tcp_keepalive(&keepalive)
+        .with_retries(3)
 }
 
 /// Everything read from the client before the agent was chosen, and what it said.
@@ -691,7 +690,11 @@ mod tests {
     #[tokio::test]
     async fn accepted_sockets_inherit_the_listeners_tcp_settings() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        tune_listener(&listener, Duration::from_secs(77)).unwrap();
+        assert!(baton_ops::listen::nodelay_on_accept(&listener));
+        let keepalive = client_keepalive(Duration::from_secs(77));
+        assert!(baton_ops::listen::keepalive_on_accept(
+            &listener, &keepalive
+        ));
         let addr = listener.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
         let (_client, (accepted, _)) = (client.unwrap(), accepted.unwrap());

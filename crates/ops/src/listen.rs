@@ -32,6 +32,15 @@ pub fn nodelay_on_accept(listener: &TcpListener) -> bool {
             .is_ok()
 }
 
+/// Sets TCP keepalive on a listening socket for the sockets it accepts, as
+/// [`nodelay_on_accept`] does TCP_NODELAY; returns whether they get it that way.
+pub fn keepalive_on_accept(listener: &TcpListener, keepalive: &socket2::TcpKeepalive) -> bool {
+    cfg!(target_os = "linux")
+        && socket2::SockRef::from(listener)
+            .set_tcp_keepalive(keepalive)
+            .is_ok()
+}
+
 /// Prints `listening KIND ADDR` for each listener, then `ready`, and flushes.
 pub fn announce<'a>(
     listeners: impl IntoIterator<Item = (&'a str, &'a TcpListener)>,
