@@ -290,6 +290,12 @@ async fn serve(
         .await;
         None
     } else {
+        // A TLS 1.3 connection's tickets wait for the first request, to leave with its response
+        // (one send fewer: `transport`), if its park time bounds that wait (a park sends them).
+        let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
+        if tls13 && cfg.park_after <= TICKETS_WAIT_MAX {
+            stream.get_mut().0.hold_until_request();
+        }
         let conn = Http1 {
             stream: Engine::Rustls(Box::new(stream)),
             info: Arc::new(info),
@@ -301,6 +307,10 @@ async fn serve(
         serve_http1(conn, ahead, None).await
     }
 }
+
+/// The longest park time for which a new connection's TLS 1.3 tickets wait for its first
+/// request (see `transport`): a longer one would keep them from a client that sends nothing.
+const TICKETS_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A connection whose session moved here (imported, or served here after a move failed):
 /// HTTP/2 as it comes, HTTP/1.1 parked between requests like a rustls one, so that it can

@@ -118,6 +118,11 @@ impl ConnIo<crate::transport::AgentIo> {
         self.inner.coalesce_writes();
     }
 
+    /// See [`crate::transport::AgentIo::hold_until_request`].
+    pub fn hold_until_request(&mut self) {
+        self.inner.hold_until_request();
+    }
+
     /// See [`crate::transport::AgentIo::stop_coalescing`].
     pub fn stop_coalescing(&mut self) {
         self.inner.stop_coalescing();

@@ -13,8 +13,14 @@
 //! four system calls and four segments (each one a kernel send path, and on the client an ACK
 //! and a wakeup), because rustls and hyper flush after each. Coalesced, the bytes written stay
 //! here until the connection would wait for the client (a read that finds nothing, a wait for
-//! readability), shuts down or is dropped, or until more than [`HOLD_MAX`] are held: the tickets
-//! leave with the response, and a `Connection: close` response with its close_notify.
+//! readability), shuts down or is dropped, or until more than [`HOLD_MAX`] are held: a
+//! `Connection: close` response leaves with its close_notify. A TLS 1.3 server's session
+//! tickets are written once the client's Finished is read, and a client sends its first request
+//! just after that Finished, usually in a segment of its own: the wait for that request would
+//! send the tickets alone. [`AgentIo::hold_until_request`] keeps them through that one wait, so
+//! that they leave with the response (3 sends per short connection to 2). A client never waits
+//! for tickets (it may resume only once it has them, which it does after its response), and
+//! one that sends no request gets them when the wait ends (the connection parks, or closes).
 
 use std::io;
 use std::pin::Pin;
@@ -36,6 +42,8 @@ pub struct AgentIo {
     held: Vec<u8>,
     /// Bytes read ahead by [`AgentIo::peek`], served first.
     ahead: Vec<u8>,
+    /// The next wait for readability keeps what is held (see [`AgentIo::hold_until_request`]).
+    hold_for_request: bool,
 }
 
 enum Kind {
@@ -62,6 +70,7 @@ impl AgentIo {
             coalesce: false,
             held: Vec::new(),
             ahead: Vec::new(),
+            hold_for_request: false,
         }
     }
 
@@ -76,6 +85,15 @@ impl AgentIo {
     /// flushed response waiting); a link stream ignores it.
     pub fn coalesce_writes(&mut self) {
         self.coalesce = matches!(self.kind, Kind::Tcp(_));
+    }
+
+    /// Keeps what is held (a TLS 1.3 server's tickets) until the next write, the first
+    /// request's response, which carries them out (see the module doc): through the wait for
+    /// that request's bytes and the reads that find nothing more. The caller bounds that wait
+    /// (the park time): a wait given up without bytes to read lets them go at the next wait; a
+    /// connection that ends sends them at its close.
+    pub fn hold_until_request(&mut self) {
+        self.hold_for_request = self.coalesce && !self.held.is_empty();
     }
 
     /// Stops holding writes: what is held leaves with the next write or flush.
@@ -103,6 +121,8 @@ impl AgentIo {
 
     /// Holds `bufs` if coalescing and they fit; returns how many bytes were taken.
     fn hold(&mut self, bufs: &[io::IoSlice<'_>]) -> Option<usize> {
+        // what is held from here on is more than the tickets: a response, which must not wait
+        self.hold_for_request = false;
         let len: usize = bufs.iter().map(|b| b.len()).sum();
         if !self.coalesce || self.held.len() + len > HOLD_MAX {
             return None;
@@ -179,16 +199,25 @@ impl AgentIo {
     }
 
     /// Waits until bytes can be read (or EOF / an error is due), reading none.
-    /// Held bytes are sent first: the client may be waiting for them.
+    /// Held bytes are sent first (the client may be waiting for them), unless this is the wait
+    /// [`AgentIo::hold_until_request`] asked for.
     pub async fn readable(&mut self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.poll_send_held(cx)).await?;
+        let holding = self.hold_for_request;
+        if !holding {
+            std::future::poll_fn(|cx| self.poll_send_held(cx)).await?;
+        }
         if !self.ahead.is_empty() {
             return Ok(());
         }
-        match &mut self.kind {
+        // A held wait given up before the request came (at the park time) does not hold them
+        // again: the next wait sends them.
+        let mut kept = KeptIfReady(&mut self.hold_for_request, false);
+        let r = match &mut self.kind {
             Kind::Tcp(t) => t.readable().await,
             Kind::Link(stream) => stream.readable().await,
-        }
+        };
+        kept.1 = r.is_ok();
+        r
     }
 
     /// Reads what is there without waiting (`WouldBlock` if nothing).
@@ -199,6 +228,17 @@ impl AgentIo {
         match &mut self.kind {
             Kind::Tcp(t) => t.try_read(buf),
             Kind::Link(stream) => stream.try_read(buf),
+        }
+    }
+}
+
+/// Clears the flag it holds when dropped, unless told the wait it guards ended ready.
+struct KeptIfReady<'a>(&'a mut bool, bool);
+
+impl Drop for KeptIfReady<'_> {
+    fn drop(&mut self) {
+        if !self.1 {
+            *self.0 = false;
         }
     }
 }
@@ -229,9 +269,10 @@ impl AsyncRead for AgentIo {
             Kind::Tcp(t) => Pin::new(t).poll_read(cx, buf),
             Kind::Link(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
         };
-        if r.is_pending() && !this.held.is_empty() {
-            // Nothing to read: the client may be waiting for what is held. Still pending
-            // either way (the read registered for readiness; a blocked send for writability).
+        if r.is_pending() && !this.held.is_empty() && !this.hold_for_request {
+            // Nothing to read: the client may be waiting for what is held (not for tickets
+            // held for the response: `hold_until_request`). Still pending either way (the read
+            // registered for readiness; a blocked send for writability).
             if let Poll::Ready(Err(e)) = this.poll_send_held(cx) {
                 return Poll::Ready(Err(e));
             }
@@ -304,5 +345,87 @@ impl Drop for AgentIo {
         if let (Kind::Tcp(t), false) = (&self.kind, self.held.is_empty()) {
             let _ = t.try_write(&self.held);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn pair() -> (AgentIo, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let mut io = AgentIo::tcp(server);
+        io.coalesce_writes();
+        // as after a handshake: the last read found nothing (a fresh socket may look readable)
+        let e = io.try_read(&mut [0u8; 8]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        (io, client)
+    }
+
+    /// Whether the client has anything to read within a short while.
+    async fn client_got(client: &mut TcpStream) -> Vec<u8> {
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(Duration::from_millis(100), client.read(&mut buf)).await {
+            Ok(Ok(n)) => buf[..n].to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn tickets_wait_for_the_request_and_leave_with_the_response() {
+        let (mut io, mut client) = pair().await;
+        io.write_all(b"tickets").await.unwrap();
+        io.flush().await.unwrap();
+        io.hold_until_request();
+        // the wait for the request sends nothing
+        let waited = tokio::time::timeout(Duration::from_millis(100), io.readable()).await;
+        assert!(waited.is_err(), "no request yet");
+        // ...but that wait was the only one: the next sends them before waiting
+        tokio::time::timeout(Duration::from_millis(100), io.readable())
+            .await
+            .unwrap_err();
+        assert_eq!(client_got(&mut client).await, b"tickets");
+
+        // a request that comes during the held wait: tickets and response in one send, even
+        // if a read finds nothing more after the request
+        let (mut io, mut client) = pair().await;
+        io.write_all(b"tickets").await.unwrap();
+        io.hold_until_request();
+        client.write_all(b"request").await.unwrap();
+        io.readable().await.unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 7);
+        let more = std::future::poll_fn(|cx| {
+            let mut rb = ReadBuf::new(&mut buf);
+            Poll::Ready(Pin::new(&mut io).poll_read(cx, &mut rb).is_pending())
+        })
+        .await;
+        assert!(more, "nothing more to read");
+        assert!(
+            client_got(&mut client).await.is_empty(),
+            "held until the response"
+        );
+        io.write_all(b"+response").await.unwrap();
+        io.shutdown().await.unwrap();
+        assert_eq!(client_got(&mut client).await, b"tickets+response");
+    }
+
+    #[tokio::test]
+    async fn a_response_never_waits_for_the_next_request() {
+        // the request was there before any wait (it came with the Finished): the response is
+        // written, and the next wait (for a keep-alive request) sends it
+        let (mut io, mut client) = pair().await;
+        io.write_all(b"tickets").await.unwrap();
+        io.hold_until_request();
+        io.write_all(b"+response").await.unwrap();
+        tokio::time::timeout(Duration::from_millis(100), io.readable())
+            .await
+            .unwrap_err();
+        assert_eq!(client_got(&mut client).await, b"tickets+response");
     }
 }
