@@ -473,11 +473,24 @@ impl LinkStream {
     fn take(&mut self, out: &mut [u8]) -> usize {
         let n = self.chunk.len().min(out.len());
         out[..n].copy_from_slice(&self.chunk[..n]);
+        self.consumed(n);
+        n
+    }
+
+    /// [`take`](Self::take) into a read buffer, writing only the bytes taken (initializing
+    /// its whole unfilled part first would zero a large buffer on every read).
+    fn take_into(&mut self, buf: &mut ReadBuf<'_>) {
+        let n = self.chunk.len().min(buf.remaining());
+        buf.put_slice(&self.chunk[..n]);
+        self.consumed(n);
+    }
+
+    /// `n` bytes at the front of `chunk` were read: gives their flow-control capacity back.
+    fn consumed(&mut self, n: usize) {
         self.chunk.advance(n);
         if let Recv::Open(r) = &mut self.recv {
             let _ = r.flow_control().release_capacity(n);
         }
-        n
     }
 
     /// Waits until bytes can be read or the stream has ended, reading none.
@@ -510,18 +523,14 @@ impl AsyncRead for LinkStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(this.poll_fill(cx))?;
-        let n = this.take(buf.initialize_unfilled());
-        buf.advance(n);
+        this.take_into(buf);
         // Gather the DATA frames that are already here into the same read: a peer's flight
         // often comes as several frames, and one read means one write onward (one system
         // call at the dispatcher's client socket instead of one per frame). Pending here only
         // leaves a wake-up registered, which is harmless.
         while buf.remaining() > 0 && !this.eof {
             match this.poll_fill(cx) {
-                Poll::Ready(Ok(())) if !this.chunk.is_empty() => {
-                    let n = this.take(buf.initialize_unfilled());
-                    buf.advance(n);
-                }
+                Poll::Ready(Ok(())) if !this.chunk.is_empty() => this.take_into(buf),
                 _ => break,
             }
         }
