@@ -184,6 +184,7 @@ async fn serve(
     // parked): the key log finds them by the ClientHello's random.
     let expected = handoff::secrets::client_random(&head[..n])
         .and_then(|random| shared.tls.secret_log().expect(random));
+    let on_link = !io.is_tcp();
     let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
     io.track_records();
     let accept = if cfg.early_data > 0 {
@@ -201,6 +202,11 @@ async fn serve(
         // response and close_notify can share system calls (see `transport`).
         if shared.http.proxy.is_none() && offer.is_none() {
             io.coalesce_writes();
+        }
+        // Offered for a move: the tickets wait for the handoff frame that follows them
+        // (`handoff::export::hand_off` sends both and stops holding).
+        if offer.is_some() && on_link {
+            io.hold_writes();
         }
         TlsAcceptor::from(shared.tls.config()).accept(io)
     };

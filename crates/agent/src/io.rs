@@ -123,6 +123,11 @@ impl ConnIo<crate::transport::AgentIo> {
         self.inner.hold_until_request();
     }
 
+    /// See [`crate::transport::AgentIo::hold_writes`].
+    pub fn hold_writes(&mut self) {
+        self.inner.hold_writes();
+    }
+
     /// See [`crate::transport::AgentIo::stop_coalescing`].
     pub fn stop_coalescing(&mut self) {
         self.inner.stop_coalescing();

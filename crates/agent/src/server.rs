@@ -228,12 +228,13 @@ async fn accept_loop(
             let _ = tcp.set_nodelay(true);
         }
         let shared = shared.clone();
-        tracker.spawn(async move {
+        // Boxed, as a link stream's task is (`link_accept_loop`).
+        tracker.spawn(Box::pin(async move {
             shared.metrics.connection_opened();
             crate::conn::serve_tcp(tcp, peer, shared.clone()).await;
             shared.metrics.connection_closed();
             drop(slot);
-        });
+        }));
     }
 }
 
@@ -256,11 +257,13 @@ async fn link_accept_loop(
             continue;
         };
         let shared = shared.clone();
-        tracker.spawn(async move {
+        // Boxed: the connection's future is large (a TLS handshake, a migration, HTTP), and
+        // a task moves an unboxed future into its cell; the box is moved instead.
+        tracker.spawn(Box::pin(async move {
             shared.metrics.connection_opened();
             crate::conn::serve_link(stream, shared.clone()).await;
             shared.metrics.connection_closed();
             drop(permit);
-        });
+        }));
     }
 }

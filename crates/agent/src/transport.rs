@@ -21,6 +21,7 @@
 //! that they leave with the response (3 sends per short connection to 2). A client never waits
 //! for tickets (it may resume only once it has them, which it does after its response), and
 //! one that sends no request gets them when the wait ends (the connection parks, or closes).
+//! A link stream holds only a migrating handshake's tickets ([`AgentIo::hold_writes`]).
 
 use std::io;
 use std::pin::Pin;
@@ -94,6 +95,15 @@ impl AgentIo {
     /// connection that ends sends them at its close.
     pub fn hold_until_request(&mut self) {
         self.hold_for_request = self.coalesce && !self.held.is_empty();
+    }
+
+    /// Holds what is written on a link stream too, until [`AgentIo::stop_coalescing`] and a
+    /// flush: for the handshake of a connection offered for a move, whose NewSessionTickets
+    /// then leave in one DATA frame with the handoff frame that follows them (the Freeze or
+    /// Decline; `handoff::export`), which stops holding. (On the link each DATA frame above
+    /// h2's copy threshold costs a write of its own.)
+    pub fn hold_writes(&mut self) {
+        self.coalesce = true;
     }
 
     /// Stops holding writes: what is held leaves with the next write or flush.
@@ -342,8 +352,19 @@ impl Drop for AgentIo {
     /// response cut short by a timeout) goes in one try, as it would have without coalescing:
     /// only a TCP socket holds bytes, and a fresh socket's send buffer has room for them.
     fn drop(&mut self) {
-        if let (Kind::Tcp(t), false) = (&self.kind, self.held.is_empty()) {
-            let _ = t.try_write(&self.held);
+        if self.held.is_empty() {
+            return;
+        }
+        match &mut self.kind {
+            Kind::Tcp(t) => {
+                let _ = t.try_write(&self.held);
+            }
+            // A fresh link stream has window for a handshake's last flight: queued now, or
+            // not at all (the alert of a handshake that failed while writes were held).
+            Kind::Link(stream) => {
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                let _ = Pin::new(stream.as_mut()).poll_write(&mut cx, &self.held);
+            }
         }
     }
 }

@@ -105,6 +105,14 @@ impl TrafficSecret {
         Ok(TrafficKeys { key, iv })
     }
 
+    /// The record key of this generation alone (one expansion, where [`keys`](Self::keys) makes
+    /// two): enough to tell which generation a key came from.
+    pub fn key(&self) -> Result<Zeroizing<Vec<u8>>, Error> {
+        let mut key = Zeroizing::new(vec![0u8; self.suite.key_len()]);
+        hkdf_expand_label(self.suite.hkdf(), &self.secret, b"key", &[], &mut key)?;
+        Ok(key)
+    }
+
     /// The secret's bytes (for tests and for sealing a session object again after an update).
     pub fn expose(&self) -> &[u8] {
         &self.secret

@@ -116,7 +116,7 @@ fn keys_of(conn: ServerConnection, secrets: &TrafficSecrets) -> Result<Keys, Ext
         return Err(ExtractFailed);
     };
     let direction = |(seq, key, iv): KeyIv, secret: Option<&Zeroizing<Vec<u8>>>| DirectionState {
-        secret: current_secret(version, suite, secret, &key, &iv),
+        secret: current_secret(version, suite, secret, &key),
         seq,
         key,
         iv,
@@ -146,22 +146,22 @@ fn key_iv(s: ConnectionTrafficSecrets, seq: u64) -> Option<KeyIv> {
     ))
 }
 
-/// The traffic secret that `key` and `iv` come from. The key log gave the generation-0
-/// secret; KeyUpdates since (the client's, and the answers rustls sent) moved each direction on
-/// by one generation each: the secret is found by following the generations; none if no
-/// generation within reach derives the key (a wrong secret would derive wrong keys later).
+/// The traffic secret that `key` comes from. The key log gave the generation-0 secret;
+/// KeyUpdates since (the client's, and the answers rustls sent) moved each direction on by one
+/// generation each: the secret is found by following the generations; none if no generation
+/// within reach derives the key (a wrong secret would derive wrong keys later). The key alone
+/// tells the generation (a 16- or 32-byte HKDF output; the IV comes from the same secret), so
+/// the IV is not derived again: one HKDF expansion per generation looked at, not two.
 fn current_secret(
     version: u16,
     suite: u16,
     secret: Option<&Zeroizing<Vec<u8>>>,
     key: &[u8],
-    iv: &[u8; 12],
 ) -> Option<Zeroizing<Vec<u8>>> {
     let (_, s) = super::record_suite(version, suite)?;
     let mut secret = baton_record::key_schedule::TrafficSecret::new(s, secret?).ok()?;
     for _ in 0..MAX_GENERATIONS {
-        let derived = secret.keys().ok()?;
-        if derived.key[..] == key[..] && derived.iv[..] == iv[..] {
+        if secret.key().ok()?[..] == key[..] {
             return Some(Zeroizing::new(secret.expose().to_vec()));
         }
         secret = secret.next().ok()?;
