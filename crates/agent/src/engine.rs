@@ -66,8 +66,9 @@ impl Engine {
     /// a new connection's client connected while we served, and gets its answer. So does an
     /// operator's drain at a dispatcher (shedding), for a connection that can move. With
     /// `park_at` before `until`, a wait still without a request then ends as `Park`.
-    /// `begun` is set once bytes came during the wait (the caller keeps it across the calls of
-    /// one wait): a `later` wait that ends at `until` with nothing come is a keep-alive
+    /// `begun` tells whether part of a request has come during the wait (the caller keeps it
+    /// across the calls of one wait): a `later` wait that ends at `until` with none come (not
+    /// a byte, or only whole records that carry no request, such as a KeyUpdate) is a keep-alive
     /// connection's idle timeout, not a slow request, and is not counted as one.
     pub(crate) async fn wait_request(
         &mut self,
@@ -108,10 +109,26 @@ impl Engine {
             };
             match read {
                 Ok(0) => return Waited::Request, // EOF: hyper sees it and ends the connection
-                Ok(_) => *begun = true,
+                Ok(_) => {
+                    if self.request_here() {
+                        return Waited::Request;
+                    }
+                    // Whole records that carry no request (a TLS 1.3 KeyUpdate) are not the
+                    // start of one; part of a record may be.
+                    *begun = self.mid_record();
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return Waited::End,
             }
+        }
+    }
+
+    /// Whether what was read ends inside a record (processed as far as it goes). Unknown
+    /// (records not followed) counts as inside one.
+    fn mid_record(&mut self) -> bool {
+        match self {
+            Engine::Rustls(s) => s.get_ref().0.records_at_boundary() != Some(true),
+            Engine::Layer(s) => s.mid_record(),
         }
     }
 

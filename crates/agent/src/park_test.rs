@@ -435,6 +435,9 @@ async fn an_idle_timeout_is_not_a_slow_request_but_a_trickled_one_is() {
         // part of a record comes after the response, never the rest: slow
         let mut slow = connect(&agent, true).await;
         assert_eq!(slow.get("/").await.0, "HTTP/1.1 200 OK");
+        // a KeyUpdate, a whole record, comes after the response, and nothing else: idle
+        let mut key_update = connect(&agent, true).await;
+        assert_eq!(key_update.get("/").await.0, "HTTP/1.1 200 OK");
         tokio::time::sleep(Duration::from_millis(50)).await;
         slow.tls
             .get_mut()
@@ -443,8 +446,11 @@ async fn an_idle_timeout_is_not_a_slow_request_but_a_trickled_one_is() {
             .write_all(&[0x17, 0x03])
             .await
             .unwrap();
+        key_update.tls.get_mut().1.refresh_traffic_keys().unwrap();
+        key_update.tls.flush().await.unwrap();
         let _ = idle.closed_cleanly().await;
         let _ = slow.closed_cleanly().await;
+        let _ = key_update.closed_cleanly().await;
         agent.idle().await;
         assert_eq!(
             agent.metric("baton_slow_requests_total{reason=\"deadline\"}"),

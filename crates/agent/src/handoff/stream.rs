@@ -93,6 +93,12 @@ impl<IO> MigratedStream<IO> {
         self.ahead_pos < self.ahead.len() || !self.layer.plaintext().is_empty()
     }
 
+    /// Whether ciphertext is waiting for the rest of its record (after [`Self::decrypt_buffered`]:
+    /// whole records are decrypted by then).
+    pub fn mid_record(&self) -> bool {
+        !self.inbox.is_empty() || self.layer.buffered_tls() > 0
+    }
+
     /// Whether the client closed or the layer failed: reading meets that at once.
     pub fn ended(&self) -> bool {
         self.eof || self.layer.peer_closed() || self.failed.is_some()
