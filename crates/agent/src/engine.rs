@@ -81,9 +81,15 @@ impl Engine {
     ) -> Waited {
         let mut shedding = shared.shedding.subscribe();
         let park_at = park_at.filter(|&p| p < until);
+        let mut read_some = false;
         loop {
             if self.request_here() {
                 return Waited::Request;
+            }
+            if read_some {
+                // Whole records that carry no request (a TLS 1.3 KeyUpdate) are not the start
+                // of one; part of a record may be.
+                *begun = self.mid_record();
             }
             // one timer for both: the park time comes first, if there is one
             tokio::select! {
@@ -109,14 +115,7 @@ impl Engine {
             };
             match read {
                 Ok(0) => return Waited::Request, // EOF: hyper sees it and ends the connection
-                Ok(_) => {
-                    if self.request_here() {
-                        return Waited::Request;
-                    }
-                    // Whole records that carry no request (a TLS 1.3 KeyUpdate) are not the
-                    // start of one; part of a record may be.
-                    *begun = self.mid_record();
-                }
+                Ok(_) => read_some = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return Waited::End,
             }

@@ -98,8 +98,7 @@ impl TrafficSecret {
 
     /// The record key and IV of this generation (RFC 8446 7.3).
     pub fn keys(&self) -> Result<TrafficKeys, Error> {
-        let mut key = Zeroizing::new(vec![0u8; self.suite.key_len()]);
-        hkdf_expand_label(self.suite.hkdf(), &self.secret, b"key", &[], &mut key)?;
+        let key = self.key()?;
         let mut iv = Zeroizing::new([0u8; NONCE_LEN]);
         hkdf_expand_label(self.suite.hkdf(), &self.secret, b"iv", &[], &mut iv[..])?;
         Ok(TrafficKeys { key, iv })
