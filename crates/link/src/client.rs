@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::auth::{self, AgentHello};
+use crate::coalesce::{flushing, Coalesced};
 use crate::{LinkStream, StreamMeta};
 
 /// Reconnection backoff after a failed or lost link connection.
@@ -144,7 +145,9 @@ async fn keep_up(
     }
 }
 
-type Connection = h2::client::Connection<TcpStream, Bytes>;
+/// The h2 connection, driven (and its writes combined, one per poll) by awaiting it.
+type Connection =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), h2::Error>> + Send>>;
 
 async fn connect(
     addr: SocketAddr,
@@ -159,14 +162,17 @@ async fn connect(
     let link_id = tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, ring))
         .await
         .map_err(timeout)??;
-    let (send, connection) = h2::client::Builder::new()
+    let (io, out) = Coalesced::new(tcp);
+    let handshake = h2::client::Builder::new()
         .initial_window_size(crate::STREAM_WINDOW)
         .initial_connection_window_size(crate::CONNECTION_WINDOW)
         .max_concurrent_streams(crate::MAX_STREAMS)
         .max_concurrent_reset_streams(4096)
-        .handshake::<_, Bytes>(tcp)
+        .handshake::<_, Bytes>(io);
+    let (send, connection) = flushing(handshake, out.clone())
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let connection: Connection = Box::pin(flushing(connection, out));
     let handle = LinkHandle {
         id: link_id,
         send,

@@ -42,6 +42,7 @@
 
 pub mod auth;
 mod client;
+mod coalesce;
 mod meta;
 mod rejoin;
 mod server;

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
 use crate::auth::{self, AgentHello};
+use crate::coalesce::{flushing, Coalesced};
 use crate::rejoin::Registry;
 use crate::{LinkStats, LinkStream, StreamMeta};
 
@@ -145,7 +146,8 @@ async fn accept_loop(
                 }
             };
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = serve(tcp, link_id, &shared, drain).await {
+            let (io, out) = Coalesced::new(tcp);
+            if let Err(e) = flushing(serve(io, link_id, &shared, drain), out).await {
                 tracing::debug!(%peer, error = %e, "link connection ended");
             }
             stats.connections.fetch_sub(1, Ordering::Relaxed);
@@ -199,7 +201,7 @@ pub(crate) async fn read_proof(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> 
 
 /// Runs one authenticated link: every stream goes to the agent, until the dispatcher closes.
 async fn serve(
-    tcp: TcpStream,
+    io: Coalesced,
     link_id: [u8; 16],
     links: &Links,
     drain: watch::Receiver<bool>,
@@ -209,7 +211,7 @@ async fn serve(
         .initial_connection_window_size(crate::CONNECTION_WINDOW)
         .max_concurrent_streams(crate::MAX_STREAMS)
         .max_header_list_size(4096)
-        .handshake::<_, Bytes>(tcp)
+        .handshake::<_, Bytes>(io)
         .await?;
     let draining = wait_drain(drain);
     tokio::pin!(draining);

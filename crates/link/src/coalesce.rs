@@ -1,0 +1,270 @@
+//! Write-combining under h2: one system call per poll of a link connection, not one per frame.
+//!
+//! h2 (0.4) writes a DATA frame of 256 bytes or more with a write of its own (header and payload
+//! chained, vectored) and flushes before it queues the next frame, so the frames one poll of the
+//! connection produces (many client streams share a link; a migration sends several frames at
+//! once) each cost a system call. Under h2 sits [`Coalesced`]: its writes only append to a
+//! buffer and its flush is a no-op; the future that drives the connection, wrapped in
+//! [`flushing`], writes that buffer out after every poll. So what one poll produced leaves in
+//! one write, and no frame ever waits for a later one: the poll that queued it ends with its
+//! write (or, on a full socket, with a wake-up registered for when it can go on).
+//!
+//! The buffer is bounded: past [`HIGH`] bytes a write first drains it, and waits (Pending, like
+//! a full socket) while it cannot, so h2 sees the peer's backpressure as before.
+
+use std::future::Future;
+use std::io;
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// Buffered bytes past which a write waits for the socket (h2 adds at most one frame, 16 KiB
+/// and its header, beyond it).
+const HIGH: usize = 64 * 1024;
+
+/// What h2 reads and writes: the socket's read half, and the shared write buffer.
+pub(crate) struct Coalesced {
+    read: OwnedReadHalf,
+    out: Arc<Out>,
+}
+
+/// The write side, shared by the IO under h2 and the future that drives the connection.
+pub(crate) struct Out(Mutex<Pending>);
+
+struct Pending {
+    write: OwnedWriteHalf,
+    buf: Vec<u8>,
+    /// `buf[..pos]` is written already.
+    pos: usize,
+    /// A write failed: every later one fails the same way.
+    broken: Option<io::ErrorKind>,
+}
+
+impl Coalesced {
+    /// Takes over `tcp`; returns the IO for h2 and the handle [`flushing`] needs.
+    pub(crate) fn new(tcp: TcpStream) -> (Self, Arc<Out>) {
+        let (read, write) = tcp.into_split();
+        let out = Arc::new(Out(Mutex::new(Pending {
+            write,
+            buf: Vec::new(),
+            pos: 0,
+            broken: None,
+        })));
+        (
+            Self {
+                read,
+                out: out.clone(),
+            },
+            out,
+        )
+    }
+}
+
+impl Out {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Pending {
+    /// Writes the buffer out; Ready(Ok) once it is empty, Pending (a wake-up registered) while
+    /// the socket takes no more.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if let Some(kind) = self.broken {
+                return Poll::Ready(Err(kind.into()));
+            }
+            if self.pos == self.buf.len() {
+                self.buf.clear();
+                self.pos = 0;
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(Pin::new(&mut self.write).poll_write(cx, &self.buf[self.pos..])) {
+                Ok(0) => self.broken = Some(io::ErrorKind::WriteZero),
+                Ok(n) => self.pos += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => self.broken = Some(e.kind()),
+            }
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+}
+
+/// Runs `fut` (what drives an h2 connection over the [`Coalesced`] that `out` belongs to),
+/// writing out after each of its polls what it buffered. Ends when `fut` has ended and its
+/// last bytes are written (or the socket failed: its next user learns that from the socket).
+pub(crate) async fn flushing<F: Future>(fut: F, out: Arc<Out>) -> F::Output {
+    let mut fut = pin!(fut);
+    let mut done = None;
+    std::future::poll_fn(move |cx| {
+        if done.is_none() {
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                done = Some(v);
+            }
+        }
+        let drained = out.lock().poll_drain(cx);
+        match done.take() {
+            // the last bytes went, or never will
+            Some(v) if drained.is_ready() => Poll::Ready(v),
+            Some(v) => {
+                done = Some(v);
+                Poll::Pending
+            }
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+impl AsyncRead for Coalesced {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().read).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Coalesced {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let mut out = self.out.lock();
+        if out.buffered() >= HIGH {
+            ready!(out.poll_drain(cx))?;
+        }
+        if let Some(kind) = out.broken {
+            return Poll::Ready(Err(kind.into()));
+        }
+        let mut n = 0;
+        for b in bufs {
+            out.buf.extend_from_slice(b);
+            n += b.len();
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Vectored, so that h2 chains a frame's payload instead of copying it into its own buffer
+    /// first (the one copy is ours).
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// Deferred: [`flushing`] writes after the poll that queued the bytes.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.out.lock().broken {
+            Some(kind) => Poll::Ready(Err(kind.into())),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Everything buffered first, then the socket's write side.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut out = self.out.lock();
+        ready!(out.poll_drain(cx))?;
+        Pin::new(&mut out.write).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap());
+        let (a, b) = tokio::join!(a, l.accept());
+        (a.unwrap(), b.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn what_one_poll_wrote_arrives_without_a_later_write() {
+        let (a, mut b) = pair().await;
+        let (mut io, out) = Coalesced::new(a);
+        // a driver that writes two frames, then waits forever
+        let driver = async move {
+            io.write_all(b"one ").await.unwrap();
+            let n = io
+                .write_vectored(&[io::IoSlice::new(b"two")])
+                .await
+                .unwrap();
+            assert_eq!(n, 3);
+            io.flush().await.unwrap();
+            std::future::pending::<()>().await;
+        };
+        let task = tokio::spawn(flushing(driver, out));
+        let mut got = [0u8; 7];
+        b.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"one two");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_does_not_read_holds_the_writer_within_the_bound() {
+        let (a, mut b) = pair().await;
+        let (mut io, out) = Coalesced::new(a);
+        let out2 = out.clone();
+        let chunk = vec![7u8; 16 * 1024];
+        let total = 64 * 1024 * 1024;
+        let driver = async move {
+            let mut sent = 0;
+            while sent < total {
+                sent += io.write(&chunk).await.unwrap();
+            }
+            io.shutdown().await.unwrap();
+            sent
+        };
+        let task = tokio::spawn(flushing(driver, out));
+        // nobody reads: the writer stalls with a bounded buffer
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!task.is_finished());
+        assert!(out2.lock().buffered() < HIGH + 16 * 1024);
+        // the reader catches up: everything arrives, then the end
+        let mut n = 0usize;
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let r = b.read(&mut buf).await.unwrap();
+            if r == 0 {
+                break;
+            }
+            assert!(buf[..r].iter().all(|&x| x == 7));
+            n += r;
+        }
+        assert_eq!(n, total);
+        assert_eq!(task.await.unwrap(), total);
+    }
+
+    #[tokio::test]
+    async fn the_driver_ends_after_its_last_bytes_are_written() {
+        let (a, mut b) = pair().await;
+        let (mut io, out) = Coalesced::new(a);
+        let driver = async move {
+            io.write_all(b"last words").await.unwrap();
+            7
+        };
+        assert_eq!(flushing(driver, out).await, 7);
+        let mut got = [0u8; 10];
+        b.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"last words");
+    }
+}
