@@ -103,6 +103,7 @@ impl Pending {
 pub(crate) async fn flushing<F: Future>(fut: F, out: Arc<Out>) -> F::Output {
     let mut fut = pin!(fut);
     let mut done = None;
+    let mut told = false;
     std::future::poll_fn(move |cx| {
         if done.is_none() {
             if let Poll::Ready(v) = fut.as_mut().poll(cx) {
@@ -110,6 +111,12 @@ pub(crate) async fn flushing<F: Future>(fut: F, out: Arc<Out>) -> F::Output {
             }
         }
         let drained = out.lock().poll_drain(cx);
+        if matches!(drained, Poll::Ready(Err(_))) && done.is_none() && !told {
+            // The write failed after h2's poll: poll it once more, so that it meets the error
+            // at its next flush now, not at the next event on the socket.
+            told = true;
+            cx.waker().wake_by_ref();
+        }
         match done.take() {
             // the last bytes went, or never will
             Some(v) if drained.is_ready() => Poll::Ready(v),
