@@ -2,8 +2,10 @@
 """Helper for scripts/bench-handoff: snapshots of a `baton up` cluster and the tables.
 
   handoff_bench.py snap STATE.json DISPATCHER_PID OUT.json
-      CPU seconds (utime + stime from /proc/PID/stat) of every agent and of the dispatcher,
-      and every Prometheus series of their /metrics, into one JSON file.
+      CPU seconds of every agent and of the dispatcher (each thread's time on the CPU from
+      /proc/PID/task/TID/schedstat, in nanoseconds, and utime + stime from /proc/PID/stat, in
+      clock ticks, for when a thread ended between two snapshots), and every Prometheus series
+      of their /metrics, into one JSON file.
   handoff_bench.py scenario-a DIR
       the Scenario A table from DIR/a-*.{before,after,bench,case}.json
   handoff_bench.py cost DIR
@@ -36,6 +38,30 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / HZ  # utime, stime (fields 14, 15)
 
 
+def task_cpu(pid):
+    """{tid: nanoseconds on the CPU} of every thread of `pid`. The tick-based utime + stime
+    quantise to 10 ms per process and are sampled: over a run of about a second, tens of
+    microseconds per migration of noise that schedstat does not have."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[tid] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended meanwhile
+    return out
+
+
+def cpu_delta(b, a):
+    """CPU seconds between two snapshots of one process: schedstat's when every thread of the
+    first is still there in the second (a thread born meanwhile counts from zero), else the
+    ticks of /proc/PID/stat (a thread's time leaves schedstat with it)."""
+    bt, at = b.get("tasks"), a.get("tasks")
+    if bt is not None and at is not None and set(bt) <= set(at):
+        return sum(ns - bt.get(tid, 0) for tid, ns in at.items()) / 1e9
+    return a["cpu"] - b["cpu"]
+
+
 def metrics(addr):
     with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -55,12 +81,18 @@ def snap(state_file, dispatcher_pid, out_file):
     snapshot = {
         "t": time.monotonic(),
         "agents": [
-            {"pid": a["pid"], "cpu": proc_cpu(a["pid"]), "m": metrics(a["metrics"])}
+            {
+                "pid": a["pid"],
+                "cpu": proc_cpu(a["pid"]),
+                "tasks": task_cpu(a["pid"]),
+                "m": metrics(a["metrics"]),
+            }
             for a in state["agents"]
         ],
         "dispatcher": {
             "pid": int(dispatcher_pid),
             "cpu": proc_cpu(dispatcher_pid),
+            "tasks": task_cpu(dispatcher_pid),
             "m": metrics(state["dispatcher_metrics"]),
         },
     }
@@ -74,7 +106,7 @@ def delta(before, after):
     """Per process: CPU seconds and every series' increase."""
     def one(b, a):
         return {
-            "cpu": a["cpu"] - b["cpu"],
+            "cpu": cpu_delta(b, a),
             "m": {k: v - b["m"].get(k, 0.0) for k, v in a["m"].items()},
         }
     return {
@@ -321,6 +353,21 @@ def cost(d):
         print(f"  agents + dispatcher extra CPU per migration  {med(both) * 100:7.1f} % of a full handshake   "
               f"rounds: {', '.join(f'{x * 100:.1f}' for x in both)} %  (range {min(both) * 100:.1f}-"
               f"{max(both) * 100:.1f}; issue target <= 20 %)")
+        # All rounds pooled: the extra CPU summed over the rounds, over all their migrations,
+        # against the handshake cost of all least-conn rounds. A round's figure is the small
+        # difference of two large totals; pooled, what the machine's drift adds to one round
+        # and takes from the next cancels.
+        moved = sum(r["handoff"]["moved"] for r in per_round)
+        full_l = sum(r["least-conn"]["full"] for r in per_round)
+        per_full = sum(r["least-conn"]["acpu"] for r in per_round) / full_l if full_l else 0
+        extra = 0.0
+        for r in per_round:
+            h, l = r["handoff"], r["least-conn"]
+            extra += (h["acpu"] / h["full"] - l["acpu"] / l["full"]) * h["full"]
+            extra += (h["dcpu"] / h["conns"] - l["dcpu"] / l["conns"]) * h["conns"]
+        if moved and per_full:
+            print(f"    pooled over the {len(per_round)} rounds              {extra / moved / per_full * 100:7.1f} % "
+                  f"({fmt_us(extra / moved).strip()} per migration, {fmt_us(per_full).strip()} per full handshake)")
     print(f"  connections migrated                        {mfrac * 100:8.1f} %  "
           f"(the others' handshake ran on their home agent already)")
     fails = {}
