@@ -251,6 +251,11 @@ impl Cluster {
                 Store::Peers => args.extend(peer_args_at(&peer_addrs, id)),
                 Store::Redis(url) => args.extend(["--store".into(), format!("redis={url}")]),
             }
+            args.extend(agent_workers(
+                spec.agents,
+                &spec.agent_args,
+                crate::rig::cap::available_cores(),
+            ));
             args.extend(spec.agent_args.iter().cloned());
             let log = spec.dir.join(format!("agent-{id}.log"));
             let cap = spec.agent_caps.get(id).map(|c| &**c);
@@ -509,6 +514,22 @@ pub fn spawn_on(
 }
 
 /// `redis-server` in `host` on port 6379 (no persistence), once it answers from here.
+/// The agents of one machine share its cores: each runs `cores / agents` workers (at least
+/// one; one is a current-thread runtime), unless `--agent-arg` says otherwise. An agent's own
+/// default, a worker per core, would put `agents` times as many busy threads as cores on this
+/// machine: measured on 2 cores with 2 agents (`scripts/bench-handoff --before-agent-workers`),
+/// 14-16 % more agent CPU per full handshake, and more per migration, than one worker each.
+fn agent_workers(agents: usize, agent_args: &[String], cores: usize) -> Vec<String> {
+    let given = agent_args
+        .iter()
+        .any(|a| a == "--workers" || a.starts_with("--workers="));
+    if given {
+        return Vec::new();
+    }
+    let each = (cores / agents.max(1)).max(1);
+    vec!["--workers".into(), each.to_string()]
+}
+
 fn start_redis(host: &Host, dir: &Path) -> anyhow::Result<Child> {
     let log = std::fs::File::create(dir.join("redis.log"))?;
     let mut child = host
@@ -615,5 +636,21 @@ pub fn start_ready(mut cmd: Command, log: Option<&Path>) -> anyhow::Result<Proc>
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_workers;
+
+    #[test]
+    fn agents_share_the_cores_unless_told_otherwise() {
+        assert_eq!(agent_workers(2, &[], 2), ["--workers", "1"]);
+        assert_eq!(agent_workers(3, &[], 2), ["--workers", "1"]);
+        assert_eq!(agent_workers(3, &[], 16), ["--workers", "5"]);
+        assert_eq!(agent_workers(1, &[], 8), ["--workers", "8"]);
+        assert!(agent_workers(2, &["--workers=4".into()], 2).is_empty());
+        assert!(agent_workers(2, &["--workers".into(), "4".into()], 2).is_empty());
+        assert!(!agent_workers(2, &["--workers-x=4".into()], 2).is_empty());
     }
 }
