@@ -37,7 +37,7 @@ pub enum Error {
 
     // --- our side ---
     /// The session keys do not fit the suite (a key of the wrong length, a traffic secret of
-    /// the wrong length or one that does not derive the given key and IV).
+    /// the wrong length or one that no generation within reach derives the given key from).
     #[error("invalid session keys: {0}")]
     InvalidKeys(&'static str),
     /// A KeyUpdate needs the traffic secret of that direction, and the session did not carry

@@ -20,9 +20,10 @@ pub struct DirectionSecrets {
     /// nonce on the wire is those 8 bytes XOR the sequence number). TLS 1.2 ChaCha20-Poly1305
     /// and TLS 1.3: the 12-byte IV.
     pub iv: [u8; NONCE_LEN],
-    /// TLS 1.3: the application traffic secret of this key generation (from the key log's
-    /// `CLIENT_TRAFFIC_SECRET_0` / `SERVER_TRAFFIC_SECRET_0`), needed for KeyUpdate. `None` in
-    /// TLS 1.2, or when unknown: then a KeyUpdate from the peer is a clean fatal error.
+    /// TLS 1.3: the application traffic secret of this key generation or of an earlier one
+    /// (the key log's `CLIENT_TRAFFIC_SECRET_0` / `SERVER_TRAFFIC_SECRET_0`: the record layer
+    /// follows it to the key's), needed for KeyUpdate. `None` in TLS 1.2, or when unknown:
+    /// then a KeyUpdate from the peer is a clean fatal error.
     pub traffic_secret: Option<Zeroizing<Vec<u8>>>,
 }
 

@@ -42,7 +42,8 @@ pub struct RecordLayer {
 
 impl RecordLayer {
     /// The server side of a migrated session. Checks key lengths against the suite and, in TLS
-    /// 1.3, that each traffic secret derives the given key and IV.
+    /// 1.3, that each traffic secret derives the given key, following it through KeyUpdates
+    /// if it is of an earlier generation (see `traffic_secret`).
     pub fn new(keys: SessionKeys) -> Result<Self, Error> {
         Self::with_role(keys, Role::Server)
     }
@@ -369,8 +370,22 @@ impl std::fmt::Debug for RecordLayer {
     }
 }
 
-/// The TLS 1.3 traffic secret of one direction, checked against its key and IV; none in TLS
-/// 1.2.
+/// KeyUpdates per direction followed from a given traffic secret to its key's generation: far
+/// more than a connection's life has (RFC 8446 suggests updating after ~2^24 records), and
+/// each step is one HKDF expansion.
+pub const MAX_GENERATIONS: usize = 1024;
+
+/// The TLS 1.3 traffic secret of one direction's key; none in TLS 1.2. The given secret is the
+/// key's own or one of an earlier generation (a migrating agent carries the key log's
+/// generation 0, and the client may have updated its keys since): it is followed generation by
+/// generation until it derives the key, and refused if none within [`MAX_GENERATIONS`] does.
+/// A secret a generation behind would derive, at the next KeyUpdate, the key already in use
+/// with its sequence reset to 0: nonce reuse, which this check is here to make impossible.
+///
+/// The key alone tells the generation (a 16- or 32-byte HKDF output), so the IV is not derived
+/// again: one expansion per generation looked at, not two. It comes from the same place as the
+/// key (rustls' extraction, or a layer's own state), and a wrong one would only make the
+/// peer's first record fail to open.
 fn traffic_secret(
     version: Version,
     suite: Suite,
@@ -382,14 +397,16 @@ fn traffic_secret(
     if version == Version::Tls12 {
         return Err(Error::InvalidKeys("TLS 1.2 has no traffic secret"));
     }
-    let secret = TrafficSecret::new(suite, secret)?;
-    let derived = secret.keys()?;
-    if derived.key[..] != dir.key[..] || derived.iv[..] != dir.iv[..] {
-        return Err(Error::InvalidKeys(
-            "the traffic secret does not derive the given key and IV",
-        ));
+    let mut secret = TrafficSecret::new(suite, secret)?;
+    for _ in 0..MAX_GENERATIONS {
+        if secret.key()?[..] == dir.key[..] {
+            return Ok(Some(secret));
+        }
+        secret = secret.next()?;
     }
-    Ok(Some(secret))
+    Err(Error::InvalidKeys(
+        "no generation of the traffic secret derives the given key",
+    ))
 }
 
 #[cfg(test)]

@@ -147,6 +147,62 @@ fn mismatched_traffic_secret_is_refused() {
     assert!(matches!(RecordLayer::new(keys), Err(Error::InvalidKeys(_))));
 }
 
+/// A migrating agent carries the key log's generation-0 secrets; the keys may be generations
+/// on (KeyUpdates before the move, both ways). The layer follows the secrets to the keys'
+/// generation, so the next KeyUpdate derives a fresh key, not one already used.
+#[test]
+fn an_earlier_generation_secret_is_followed_to_the_key() {
+    let (version, suite) = (Version::Tls13, Suite::Aes256Gcm);
+    let (mut server, mut client) = pair(version, suite);
+    for _ in 0..2 {
+        client.send_key_update(true).unwrap();
+        pump(&mut client, &mut server).unwrap();
+        pump(&mut server, &mut client).unwrap();
+    }
+    server.send_key_update(false).unwrap();
+    pump(&mut server, &mut client).unwrap();
+    let mut keys = server.export().expect("at rest");
+    drop(server);
+    // the generation-0 secrets (tx is 3 generations on, rx 2)
+    keys.tx.traffic_secret = crate::fuzzing::direction(version, suite, 0x11, 0)
+        .traffic_secret
+        .clone();
+    keys.rx.traffic_secret = crate::fuzzing::direction(version, suite, 0x22, 0)
+        .traffic_secret
+        .clone();
+    let mut moved = RecordLayer::new(keys).unwrap();
+    client.send_key_update(true).unwrap();
+    client.write_plaintext(b"after").unwrap();
+    pump(&mut client, &mut moved).unwrap();
+    assert_eq!(take_plaintext(&mut moved), b"after");
+    moved.write_plaintext(b"and back").unwrap();
+    pump(&mut moved, &mut client).unwrap();
+    assert_eq!(take_plaintext(&mut client), b"and back");
+    let keys = moved.export().expect("at rest");
+    let gen = |seed, n| {
+        let mut s = crate::key_schedule::TrafficSecret::new(
+            suite,
+            &crate::fuzzing::direction(version, suite, seed, 0)
+                .traffic_secret
+                .clone()
+                .unwrap(),
+        )
+        .unwrap();
+        for _ in 0..n {
+            s = s.next().unwrap();
+        }
+        s.expose().to_vec()
+    };
+    assert_eq!(
+        keys.tx.traffic_secret.as_deref().unwrap()[..],
+        gen(0x11, 4)[..]
+    );
+    assert_eq!(
+        keys.rx.traffic_secret.as_deref().unwrap()[..],
+        gen(0x22, 3)[..]
+    );
+}
+
 #[test]
 fn flipped_bit_is_bad_record_mac_and_the_connection_stays_dead() {
     for (version, suite) in ALL {

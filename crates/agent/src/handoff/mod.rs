@@ -99,3 +99,6 @@ mod leave_test;
 
 #[cfg(test)]
 mod into_layer_test;
+
+#[cfg(test)]
+mod cost_bench;

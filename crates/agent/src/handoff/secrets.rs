@@ -21,7 +21,7 @@ const CLIENT: &str = "CLIENT_TRAFFIC_SECRET_0";
 const SERVER: &str = "SERVER_TRAFFIC_SECRET_0";
 
 /// The generation-0 application traffic secrets of one TLS 1.3 connection.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct TrafficSecrets {
     pub client: Option<Zeroizing<Vec<u8>>>,
     pub server: Option<Zeroizing<Vec<u8>>>,

@@ -18,11 +18,6 @@ use zeroize::Zeroizing;
 use super::secrets::TrafficSecrets;
 use crate::http::ConnInfo;
 
-/// KeyUpdates per direction followed when matching a secret to rustls' current key: far more
-/// than a connection's life has (RFC 8446 suggests updating after ~2^24 records), and each
-/// step is one HKDF expansion.
-const MAX_GENERATIONS: usize = 1024;
-
 /// Gives rustls whole client records and appends all the plaintext it then holds to `plain`;
 /// returns how many bytes it appended.
 pub fn decrypt(
@@ -81,8 +76,11 @@ pub fn extractable(conn: &mut ServerConnection) -> bool {
 
 /// Extracts the session from a connection whose handshake is done and whose client records
 /// have all been decrypted (check [`extractable`] first).
-pub fn extract(conn: ServerConnection, extras: Extras<'_>) -> Result<SessionObject, ExtractFailed> {
-    let keys = keys_of(conn, &extras.secrets)?;
+pub fn extract(
+    conn: ServerConnection,
+    mut extras: Extras<'_>,
+) -> Result<SessionObject, ExtractFailed> {
+    let keys = keys_of(conn, std::mem::take(&mut extras.secrets))?;
     Ok(object(keys.version, keys.suite, keys.tx, keys.rx, extras))
 }
 
@@ -95,10 +93,15 @@ struct Keys {
     rx: DirectionState,
 }
 
-/// Each direction's key, IV and next sequence number from rustls, with the current traffic
-/// secret followed from the key log's (TLS 1.3; none if it cannot be found). Consumes the
-/// connection.
-fn keys_of(conn: ServerConnection, secrets: &TrafficSecrets) -> Result<Keys, ExtractFailed> {
+/// Each direction's key, IV and next sequence number from rustls, with the key log's traffic
+/// secret (TLS 1.3; none if it was not captured). Consumes the connection.
+///
+/// The secret is generation 0; the key may be a later one (KeyUpdates of the client, and the
+/// answers rustls sent). Which one is not worked out here: the record layer that carries the
+/// session on follows the secret to the key's generation, and refuses it if none within reach
+/// derives the key (`baton_record::RecordLayer::new`). Matching here as well cost one HKDF
+/// expansion per direction on every migration, on top of the layer's own check.
+fn keys_of(conn: ServerConnection, secrets: TrafficSecrets) -> Result<Keys, ExtractFailed> {
     let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
     let version = if tls13 { 0x0304 } else { 0x0303 };
     let suite = conn
@@ -115,8 +118,10 @@ fn keys_of(conn: ServerConnection, secrets: &TrafficSecrets) -> Result<Keys, Ext
     ) else {
         return Err(ExtractFailed);
     };
-    let direction = |(seq, key, iv): KeyIv, secret: Option<&Zeroizing<Vec<u8>>>| DirectionState {
-        secret: current_secret(version, suite, secret, &key),
+    // TLS 1.2 has no traffic secret to carry (and the layer refuses one there).
+    let secret = |s: Option<Zeroizing<Vec<u8>>>| s.filter(|_| tls13);
+    let direction = |(seq, key, iv): KeyIv, secret| DirectionState {
+        secret,
         seq,
         key,
         iv,
@@ -124,8 +129,8 @@ fn keys_of(conn: ServerConnection, secrets: &TrafficSecrets) -> Result<Keys, Ext
     Ok(Keys {
         version,
         suite,
-        tx: direction(tx, secrets.server.as_ref()),
-        rx: direction(rx, secrets.client.as_ref()),
+        tx: direction(tx, secret(secrets.server)),
+        rx: direction(rx, secret(secrets.client)),
     })
 }
 
@@ -144,29 +149,6 @@ fn key_iv(s: ConnectionTrafficSecrets, seq: u64) -> Option<KeyIv> {
         Zeroizing::new(key.as_ref().to_vec()),
         iv.as_ref().try_into().ok()?,
     ))
-}
-
-/// The traffic secret that `key` comes from. The key log gave the generation-0 secret;
-/// KeyUpdates since (the client's, and the answers rustls sent) moved each direction on by one
-/// generation each: the secret is found by following the generations; none if no generation
-/// within reach derives the key (a wrong secret would derive wrong keys later). The key alone
-/// tells the generation (a 16- or 32-byte HKDF output; the IV comes from the same secret), so
-/// the IV is not derived again: one HKDF expansion per generation looked at, not two.
-fn current_secret(
-    version: u16,
-    suite: u16,
-    secret: Option<&Zeroizing<Vec<u8>>>,
-    key: &[u8],
-) -> Option<Zeroizing<Vec<u8>>> {
-    let (_, s) = super::record_suite(version, suite)?;
-    let mut secret = baton_record::key_schedule::TrafficSecret::new(s, secret?).ok()?;
-    for _ in 0..MAX_GENERATIONS {
-        if secret.key().ok()?[..] == key[..] {
-            return Some(Zeroizing::new(secret.expose().to_vec()));
-        }
-        secret = secret.next().ok()?;
-    }
-    None
 }
 
 /// Whether a rustls connection can go on from the record layer here ([`into_layer`]): its
@@ -197,7 +179,7 @@ pub fn into_layer(
         suite,
         tx,
         rx,
-    } = keys_of(conn, secrets)?;
+    } = keys_of(conn, secrets.clone())?;
     let (v, s) = super::record_suite(version, suite).ok_or(ExtractFailed)?;
     // TLS 1.3 goes on only with both traffic secrets: a KeyUpdate needs them
     let tls13 = version == 0x0304;
