@@ -328,6 +328,9 @@ def cost(d):
         e, i_ = med(exps), med(imps)
         print(f"  baton_handoff_cpu_seconds_total per migration: export {fmt_us(e)}  import {fmt_us(i_)}  "
               f"sum {fmt_us(e + i_)} = {(e + i_) / med(per_full_l) * 100:.2f} % of a full handshake")
+        sums = [x + y for x, y in zip(exps, imps)]
+        print(f"    export + import, rounds: {', '.join(f'{x * 1e6:.1f}' for x in sums)} us "
+              f"(median {med(sums) * 1e6:.1f}, {min(sums) * 1e6:.1f}..{max(sums) * 1e6:.1f})")
     else:
         print("  baton_handoff_cpu_seconds_total: not exposed by these agents")
     for name in ("least-conn", "handoff"):
