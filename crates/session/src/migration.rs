@@ -19,7 +19,7 @@
 //!
 //! An absent option is an empty string (none of them is ever present and empty).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_wire::codec::{encode_bytes, read_vec, Codec, Len, Reader};
@@ -271,10 +271,17 @@ fn read_text(r: &mut Reader<'_>, what: &'static str) -> Result<Option<String>, E
 
 /// The ids of session objects imported and not yet expired. Bounded: an object is remembered
 /// only until it expires (after which it is refused anyway), and when the guard is full it
-/// refuses new objects rather than forget live ones.
+/// refuses new objects rather than forget live ones. Expired ids are forgotten as they expire
+/// (oldest first, a few at each admission), so what the guard holds is the objects of the last
+/// lifetime or so, not everything since the last time it filled up, and no admission walks
+/// the whole table.
 #[derive(Debug)]
 pub struct ReplayGuard {
     seen: HashMap<[u8; 16], u64>,
+    /// The same ids in the order they were admitted, with their expiry. Objects carry the
+    /// same lifetime, so this is (nearly) expiry order: one that expires before an older one
+    /// waits behind it at most one lifetime.
+    order: VecDeque<(u64, [u8; 16])>,
     max: usize,
 }
 
@@ -282,22 +289,25 @@ impl ReplayGuard {
     pub fn new(max: usize) -> Self {
         Self {
             seen: HashMap::new(),
+            order: VecDeque::new(),
             max,
         }
     }
 
     /// Whether `id` (valid until `expires_ms`) may be imported now; remembers it if so.
     pub fn admit(&mut self, id: [u8; 16], expires_ms: u64, now_ms: u64) -> bool {
-        if self.seen.contains_key(&id) {
+        while let Some(&(exp, old)) = self.order.front() {
+            if exp >= now_ms {
+                break;
+            }
+            self.order.pop_front();
+            self.seen.remove(&old);
+        }
+        if self.seen.contains_key(&id) || self.seen.len() >= self.max {
             return false;
         }
-        if self.seen.len() >= self.max {
-            self.seen.retain(|_, exp| *exp >= now_ms);
-            if self.seen.len() >= self.max {
-                return false;
-            }
-        }
         self.seen.insert(id, expires_ms);
+        self.order.push_back((expires_ms, id));
         true
     }
 
@@ -491,5 +501,26 @@ mod tests {
         assert!(g.admit([3; 16], 300, 150), "id 1 expired and was forgotten");
         assert!(!g.admit([2; 16], 200, 150));
         assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn guard_forgets_expired_ids_before_it_fills() {
+        let mut g = ReplayGuard::new(1_000);
+        for i in 0..100u64 {
+            // one import per ms, each valid for 10 ms
+            assert!(g.admit((i as u128).to_be_bytes(), i + 10, i));
+            assert!(
+                g.len() <= 11,
+                "holds only the last lifetime's ids: {}",
+                g.len()
+            );
+        }
+        assert!(
+            !g.admit(99u128.to_be_bytes(), 109, 100),
+            "a live id is still a replay"
+        );
+        // all expired by now: forgotten (an object that old is refused by its own expiry)
+        assert!(g.admit([0xff; 16], 130, 120));
+        assert_eq!(g.len(), 1);
     }
 }
