@@ -32,6 +32,10 @@ pub struct ConnIo<T> {
     /// For a connection that may migrate: where the client's records stand in what was read
     /// (`Err` once something other than a record came). See [`ConnIo::track_records`].
     records: Option<Result<Splitter, HandoffError>>,
+    /// Bytes read since records were first followed, and where in them the last whole record
+    /// ends: the handshake agent's cut ([`ConnIo::record_boundary`]).
+    followed: u64,
+    boundary: u64,
 }
 
 impl<T> ConnIo<T> {
@@ -44,6 +48,8 @@ impl<T> ConnIo<T> {
             last_activity: now,
             timer: Box::pin(tokio::time::sleep_until(now + idle)),
             records: None,
+            followed: 0,
+            boundary: 0,
         }
     }
 
@@ -52,6 +58,15 @@ impl<T> ConnIo<T> {
     /// the handshake agent's side of a migration must know that to read on.
     pub fn track_records(&mut self) {
         self.records = Some(Ok(Splitter::new()));
+        self.followed = 0;
+        self.boundary = 0;
+    }
+
+    /// How many bytes from where [`ConnIo::track_records`] started (a link stream's first
+    /// byte after the Offer) end with the last whole record read: what a handshake agent has
+    /// consumed when it cuts (part of a record read after it is not).
+    pub fn record_boundary(&self) -> u64 {
+        self.boundary
     }
 
     /// Stops following records and says where they stood; `None` if they were not followed,
@@ -78,9 +93,12 @@ impl<T> ConnIo<T> {
     /// Follows the records in bytes just read, if asked to.
     fn follow(&mut self, read: &[u8]) {
         if let Some(Ok(records)) = &mut self.records {
-            if let Err(e) = records.track(read) {
-                self.records = Some(Err(e));
+            match records.follow(read) {
+                Ok(Some(end)) => self.boundary = self.followed + end as u64,
+                Ok(None) => {}
+                Err(e) => self.records = Some(Err(e)),
             }
+            self.followed += read.len() as u64;
         }
     }
 

@@ -77,7 +77,7 @@ pub struct DispatchArgs {
     #[arg(long, value_name = "SECONDS")]
     pub connect_timeout: Option<f64>,
     /// `handoff`: time allowed for the home agent to take a migrated session (connect and
-    /// answer), and for the handshake agent's freeze; then the handshake agent keeps it.
+    /// answer), and for the handshake agent to cut; then the handshake agent keeps it.
     /// Default 1s.
     #[arg(long, value_name = "SECONDS")]
     pub handoff_timeout: Option<f64>,

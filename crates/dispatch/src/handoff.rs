@@ -328,7 +328,7 @@ async fn moving(
     let mut hbuf = vec![0u8; 4 * 1024];
     let far = Instant::now() + Duration::from_secs(86_400);
     let mut home_deadline = far;
-    let mut freeze_deadline = far;
+    let mut cut_deadline = far;
     let mut client_eof = false;
     let mut released = false;
     loop {
@@ -391,16 +391,16 @@ async fn moving(
                 h.finish();
             }
         }
-        if relay.awaiting_freeze() && freeze_deadline == far {
-            freeze_deadline = Instant::now() + cfg.handoff_timeout * 2;
+        if relay.awaiting_cut() && cut_deadline == far {
+            cut_deadline = Instant::now() + cfg.handoff_timeout * 2;
         }
         let client_open = relay.wants_client_bytes() && !client_eof;
         let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
         let result = tokio::select! {
             r = client.read(&mut cbuf), if client_open => match r {
                 // the client left before the move finished: nobody to serve
-                Ok(0) | Err(_) if !relay.awaiting_freeze() => return Ok(None),
-                // frozen: its EOF waits with its held bytes, for whoever gets the stream
+                Ok(0) | Err(_) if !relay.awaiting_cut() => return Ok(None),
+                // held: its EOF waits with its held bytes, for whoever gets the stream
                 Ok(0) | Err(_) => { client_eof = true; Ok(()) }
                 Ok(n) => { conn.up += n as u64; relay.from_client(&cbuf[..n]) }
             },
@@ -422,7 +422,7 @@ async fn moving(
                 relay.home_failed();
                 Ok(())
             }
-            _ = tokio::time::sleep_until(freeze_deadline), if relay.awaiting_freeze() => {
+            _ = tokio::time::sleep_until(cut_deadline), if relay.awaiting_cut() => {
                 return Ok(None);
             }
         };

@@ -5,7 +5,11 @@ use baton_session::ticket::KeyRing;
 use baton_wire::codec::{encode_bytes, Codec, Len, Reader};
 
 pub const MAGIC: &[u8; 4] = b"BTLK";
-pub const VERSION: u8 = 1;
+/// The link's protocol version, in the agent's hello. 2: the handoff exchange without
+/// Freeze/Frozen (the handshake agent cuts by itself, `baton_wire::handoff`); a dispatcher
+/// refuses an agent of another version (and an older dispatcher a newer agent) rather than
+/// mis-read its frames, so a cluster mixing builds during an upgrade fails loudly, per link.
+pub const VERSION: u8 = 2;
 /// The agent's hello: magic, version, agent id, link id.
 pub const HELLO_LEN: usize = 4 + 1 + 2 + 16;
 /// Largest proof accepted (a sealed empty message is 51 bytes).
@@ -33,6 +37,12 @@ impl AgentHello {
         let mut hello = [0; HELLO_LEN];
         hello.copy_from_slice(&out);
         hello
+    }
+
+    /// The version a hello with the link's magic announces (`None`: not a link's hello), so
+    /// that a mismatch can be told apart from garbage.
+    pub fn version_of(b: &[u8; HELLO_LEN]) -> Option<u8> {
+        (b[..4] == *MAGIC).then_some(b[4])
     }
 
     pub fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
@@ -145,7 +155,8 @@ mod tests {
     const B: &str = "00000001 2222222222222222222222222222222222222222222222222222222222222222";
 
     /// The hello and the proof framing as the code before `baton_wire::codec` wrote them (a
-    /// dispatcher and its agents may run different versions during an upgrade).
+    /// dispatcher and its agents may run different versions during an upgrade), but for the
+    /// version: 2 since the handoff exchange lost Freeze/Frozen.
     #[test]
     fn encoding_is_unchanged() {
         let hello = AgentHello {
@@ -153,12 +164,16 @@ mod tests {
             link_id: [0xab; 16],
         };
         let golden =
-            b"BTLK\x01\x01\x02\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab";
+            b"BTLK\x02\x01\x02\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab\xab";
         assert_eq!(&hello.encode(), golden);
         assert_eq!(AgentHello::decode(golden), Some(hello));
+        assert_eq!(AgentHello::version_of(golden), Some(2));
         let mut other = *golden;
-        other[4] = 2;
+        other[4] = 1;
         assert_eq!(AgentHello::decode(&other), None, "another version");
+        assert_eq!(AgentHello::version_of(&other), Some(1));
+        other[0] = b'X';
+        assert_eq!(AgentHello::version_of(&other), None);
         assert_eq!(framed(&[7, 8, 9]), [0, 3, 7, 8, 9]);
         assert_eq!(framed(&[]), [0, 0]);
     }

@@ -191,7 +191,17 @@ async fn authenticate(
         |what: &str| std::io::Error::new(std::io::ErrorKind::PermissionDenied, what.to_string());
     let mut hello = [0u8; auth::HELLO_LEN];
     tcp.read_exact(&mut hello).await?;
-    let hello = AgentHello::decode(&hello).ok_or_else(|| bad("not an agent link"))?;
+    let hello = match (AgentHello::decode(&hello), AgentHello::version_of(&hello)) {
+        (Some(h), _) => h,
+        (None, Some(v)) if v != auth::VERSION => {
+            return Err(bad(&format!(
+                "the agent speaks link protocol version {v}, this dispatcher {}: \
+                 run one build across the cluster",
+                auth::VERSION
+            )))
+        }
+        (None, _) => return Err(bad("not an agent link")),
+    };
     if hello.agent_id != agent_id {
         return Err(bad("another agent answered the link"));
     }

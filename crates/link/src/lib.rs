@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! TCP connect, then, before anything else (auth.rs):
-//!   agent -> dispatcher:  "BTLK" 0x01 | agent_id u16 | link_id[16]        (random per link)
+//!   agent -> dispatcher:  "BTLK" 0x02 | agent_id u16 | link_id[16]        (random per link)
 //!   dispatcher -> agent:  d_challenge[16] | len u16 | seal(0xFFFF, "", ctx_d)
 //!   agent -> dispatcher:  len u16 | seal(agent_id, "", ctx_a)
 //!     ctx_d = "baton link v1 dispatcher" || agent_id || link_id || d_challenge

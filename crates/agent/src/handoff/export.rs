@@ -80,32 +80,63 @@ pub async fn hand_off(
         m.failure(HandoffFailure::Protocol);
         return Exported::Closed;
     };
-    let (mut x, freeze) = Exporter::freeze(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
-    x.continue_from(read);
-    // The NewSessionTickets must be on the wire before the freeze: extraction refuses queued
-    // records, and the tx sequence must count them. They go out with the Freeze in one write
-    // (one DATA frame on the link, one system call here and one read at the dispatcher,
-    // instead of two of each): the handshake left them held (`conn::serve`).
+    // The cut: the end of the last whole client record rustls has read (bytes after the
+    // Offer). A record it read part of is not consumed: its sequence number stays unused,
+    // rustls drops its bytes at extraction, and the dispatcher's copy has them for whoever
+    // serves on.
+    let Ok(cut) = u32::try_from(stream.get_ref().0.record_boundary()) else {
+        m.failure(HandoffFailure::Protocol);
+        return Exported::Closed;
+    };
+    let mut x = Exporter::cut(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
+    x.continue_from(read.clone());
+    // The NewSessionTickets must leave rustls before the extraction (it refuses queued
+    // records, and the tx sequence must count them). They stay held in the stream and go out
+    // with the Switch (or the Abort) in one write: one DATA frame on the link, one system call
+    // here and one read at the dispatcher (`conn::serve` left them held).
     if stream.flush().await.is_err() || stream.get_ref().1.wants_write() {
         return Exported::Closed;
     }
-    if send_with_held(stream.get_mut().0, &freeze).await.is_err() {
+    // Every whole record rustls has read, decrypted now: a TLS 1.3 client's first request
+    // rides with its Finished, and may already be decrypted inside rustls.
+    let t = thread_cpu();
+    let mut plain = Vec::new();
+    let mut engine = Engine::Rustls(Box::new(stream));
+    let Ok(n) = engine.decrypt(&[], &mut plain) else {
+        // the client's bytes do not decrypt: rustls' alert ends it
+        let _ = engine.flush().await;
         return Exported::Closed;
+    };
+    x.decrypted(n);
+    if !x.within_cap() {
+        m.failure(HandoffFailure::TooMuchPlaintext);
+        return keep_after_abort(engine, &mut x, plain, Some(read)).await;
     }
     let how = Move {
         offer: Some(offer),
         secrets: std::mem::take(secrets),
         started,
         why: Why::Handshake,
+        cut,
     };
-    migrate(Engine::Rustls(Box::new(stream)), x, how, info, shared).await
+    switch(
+        engine,
+        x,
+        how,
+        plain,
+        thread_cpu().saturating_sub(t),
+        info,
+        shared,
+    )
+    .await
 }
 
 /// Asks the dispatcher to move a connection this agent is idle on (between two HTTP/1.1
-/// requests) because the agent drains: Leave, then, if the dispatcher names an agent, the
-/// same freeze, export and two-phase verdict as after a handshake. `Keep` (with any request
-/// bytes that came meanwhile) when it stays or cannot move: the caller then ends it as a drain
-/// does. Only for a link stream whose client records were followed from the first byte.
+/// requests) because the agent drains: Leave, then, if the dispatcher names an agent (its
+/// Offer is the cut), the same export and two-phase verdict as after a handshake. `Keep`
+/// (with any request bytes that came meanwhile) when it stays or cannot move: the caller then
+/// ends it as a drain does. Only for a link stream whose client records were followed from
+/// the first byte.
 pub(crate) async fn leave(
     mut stream: Engine,
     secrets: TrafficSecrets,
@@ -113,6 +144,7 @@ pub(crate) async fn leave(
     shared: &Shared,
 ) -> Exported {
     let cfg = &shared.config;
+    let m = &shared.metrics.handoff;
     // A rustls connection's TLS 1.3 secrets come from the key log; the layer has its own.
     let secrets_known = match &stream {
         Engine::Rustls(_) => secrets.client.is_some() && secrets.server.is_some(),
@@ -138,50 +170,13 @@ pub(crate) async fn leave(
     if stream.io().write_all(&leave).await.is_err() {
         return Exported::Closed;
     }
-    let how = Move {
-        offer: None,
-        secrets,
-        started,
-        why: Why::Drain,
-    };
-    migrate(stream, x, how, info, shared).await
-}
-
-/// A move under way, from the handshake agent's side.
-struct Move {
-    /// Where to: the Offer (a Leave learns it from the dispatcher's answer).
-    offer: Option<Offer>,
-    secrets: TrafficSecrets,
-    started: Instant,
-    why: Why,
-}
-
-/// Decrypts up to Frozen, extracts, seals, switches, and waits for the verdict.
-async fn migrate(
-    mut stream: Engine,
-    mut x: Exporter,
-    how: Move,
-    info: &ConnInfo,
-    shared: &Shared,
-) -> Exported {
-    let cfg = &shared.config;
-    let m = &shared.metrics.handoff;
-    let Move {
-        mut offer,
-        secrets,
-        started,
-        why,
-    } = how;
-    // Decrypt every client record up to Frozen, within the plaintext cap.
+    // Decrypt every client record up to the dispatcher's answer.
     let mut plain = Vec::new();
     let mut cpu = std::time::Duration::ZERO;
-    // The metered section of the last decryption, left open when extraction follows at once
-    // (no await between them): one clock read fewer per migration, the same total.
-    let mut open_since = None;
     // Filled by reads only (`read_buf` takes spare capacity): nothing to zero first.
     let mut buf = Vec::with_capacity(18 * 1024);
-    loop {
-        let Some(data) = read_until(stream.io(), &mut buf, &x).await else {
+    let offer = loop {
+        let Some(Read::Data(data)) = read_until(stream.io(), &mut buf, &x).await else {
             m.failure(HandoffFailure::Protocol);
             return Exported::Closed;
         };
@@ -189,66 +184,106 @@ async fn migrate(
             m.failure(HandoffFailure::Protocol);
             return Exported::Closed;
         };
-        // Even with nothing new: a TLS 1.3 client's first request rides with its Finished and
-        // may already be decrypted inside rustls, which extraction would drop.
-        {
-            let t = thread_cpu();
-            let fed = stream.decrypt(&input.decrypt, &mut plain);
-            let Ok(n) = fed else {
-                // the client's bytes do not decrypt: rustls' alert ends it
-                let _ = stream.flush().await;
-                return Exported::Closed;
-            };
-            if let Some(ExportEvent::Move { home, binding }) = input.moved {
-                offer = Some(Offer { home, binding });
-            }
-            let abort = x.decrypted(n);
-            match (&abort, &input.event) {
-                (None, Some(ExportEvent::Frozen)) => open_since = Some(t),
-                _ => cpu += thread_cpu().saturating_sub(t),
-            }
-            if let Some(abort) = abort {
-                m.failure(HandoffFailure::TooMuchPlaintext);
-                if stream.io().write_all(&abort).await.is_err() {
-                    return Exported::Closed;
-                }
-            }
-        }
-        match input.event {
-            None => continue,
-            Some(ExportEvent::Frozen) => break,
-            // Over the cap: the records kept since go to rustls like the rest.
-            // Over the cap, or nowhere to go (Stay): the engine reads on, from the records
-            // kept since or what came after the answer.
-            Some(ExportEvent::Keep { ciphertext }) | Some(ExportEvent::Stay { ciphertext }) => {
+        let t = thread_cpu();
+        let Ok(n) = stream.decrypt(&input.decrypt, &mut plain) else {
+            let _ = stream.flush().await;
+            return Exported::Closed;
+        };
+        x.decrypted(n);
+        cpu += thread_cpu().saturating_sub(t);
+        match (input.moved, input.event) {
+            (Some(ExportEvent::Move { home, binding }), None) => break Offer { home, binding },
+            (None, None) => continue,
+            // Nowhere to go: the engine reads on from what came after the answer.
+            (None, Some(ExportEvent::Stay { ciphertext })) => {
                 if stream.decrypt(&ciphertext, &mut plain).is_err() {
                     let _ = stream.flush().await;
                     return Exported::Closed;
                 }
                 return stream.keep(plain);
             }
-            Some(_) => {
+            _ => {
                 m.failure(HandoffFailure::Protocol);
                 return Exported::Closed;
             }
         }
+    };
+    if !x.within_cap() {
+        m.failure(HandoffFailure::TooMuchPlaintext);
+        // the dispatcher gives back what it held after its Offer: the engine reads it on
+        return keep_after_abort(stream, &mut x, plain, None).await;
     }
+    let how = Move {
+        offer: Some(offer),
+        secrets,
+        started,
+        why: Why::Drain,
+        cut: 0,
+    };
+    switch(stream, x, how, plain, cpu, info, shared).await
+}
+
+/// A move under way, from the handshake agent's side.
+struct Move {
+    /// Where to, from the Offer.
+    offer: Option<Offer>,
+    secrets: TrafficSecrets,
+    started: Instant,
+    why: Why,
+    /// Client bytes after the Offer this agent consumed (0 after a Leave: the Offer is it).
+    cut: u32,
+}
+
+/// Nothing extracted, and the connection stays: Abort (after the held tickets, if any), and
+/// the engine reads on. `read`: where its records stood, to follow them on.
+async fn keep_after_abort(
+    mut stream: Engine,
+    x: &mut Exporter,
+    plain: Vec<u8>,
+    read: Option<baton_wire::handoff::Splitter>,
+) -> Exported {
+    let Ok(abort) = x.abort() else {
+        return Exported::Closed;
+    };
+    if send_with_held(stream.io(), &abort).await.is_err() {
+        return Exported::Closed;
+    }
+    if let Some(read) = read {
+        stream.io().continue_records(read);
+    }
+    stream.keep(plain)
+}
+
+/// At the cut, every record before it decrypted into `plain`: extracts, seals, switches (the
+/// held tickets with it), and waits for the verdict. `cpu`: the decryption's, metered so far.
+async fn switch(
+    mut stream: Engine,
+    mut x: Exporter,
+    how: Move,
+    plain: Vec<u8>,
+    cpu: std::time::Duration,
+    info: &ConnInfo,
+    shared: &Shared,
+) -> Exported {
+    let cfg = &shared.config;
+    let m = &shared.metrics.handoff;
+    let Move {
+        offer,
+        secrets,
+        started,
+        why,
+        cut,
+    } = how;
     let Some(offer) = offer else {
         m.failure(HandoffFailure::Protocol);
         return Exported::Closed;
     };
     let ring = shared.tls.cluster_ring();
 
-    let t = open_since.unwrap_or_else(thread_cpu);
+    let t = thread_cpu();
     if !stream.extractable() {
         m.failure(HandoffFailure::Export);
-        let Ok(abort) = x.abort() else {
-            return Exported::Closed;
-        };
-        return match stream.io().write_all(&abort).await {
-            Ok(()) => stream.keep(plain),
-            Err(_) => Exported::Closed,
-        };
+        return keep_after_abort(stream, &mut x, plain, None).await;
     }
     let tls13 = stream.is_tls13();
     let extras = Extras {
@@ -275,41 +310,47 @@ async fn migrate(
         })
         .filter(|s| Frame::fits(s.len()) && !keyless);
     m.cpu(Side::Export, cpu + thread_cpu().saturating_sub(t));
-    let Some(sealed) = sealed else {
-        m.failure(match keyless {
-            true => HandoffFailure::NoSecrets,
-            false => HandoffFailure::Export,
-        });
-        let Ok(abort) = x.abort() else {
-            return Exported::Closed;
-        };
-        if io.write_all(&abort).await.is_err() {
-            return Exported::Closed;
+    let (frame, kept) = match sealed {
+        Some(sealed) => (x.switch(cut, sealed, tokio_now()), false),
+        None => {
+            m.failure(match keyless {
+                true => HandoffFailure::NoSecrets,
+                false => HandoffFailure::Export,
+            });
+            // extracted: rustls dropped what it read past the cut, the dispatcher has it
+            (x.kept(cut, tokio_now()), true)
         }
-        return serve_here(io, &obj, &[]);
     };
-    let Ok(switch) = x.switch(sealed, tokio_now()) else {
+    let Ok(frame) = frame else {
         return Exported::Closed;
     };
-    if io.write_all(&switch).await.is_err() {
+    if send_with_held(&mut io, &frame).await.is_err() {
         return Exported::Closed;
     }
 
-    // The verdict: Done, or Resume followed by the client's held bytes. Until then the keys
-    // are not ours; a dispatcher that never answers gets the connection closed, not served.
+    // The verdict: Done, or Resume followed by the client's bytes from the cut. Until then
+    // the keys are not ours; a dispatcher that never answers gets the connection closed, not
+    // served. Client records after the cut that come first are discarded.
+    let mut buf = Vec::with_capacity(18 * 1024);
     loop {
-        let Some(n) = read_until(&mut io, &mut buf, &x).await else {
-            m.failure(HandoffFailure::Protocol);
-            return Exported::Closed;
+        let event = match read_until(&mut io, &mut buf, &x).await {
+            Some(Read::Data(n)) => x.from_dispatcher(&buf[..n]).map(|input| input.event),
+            Some(Read::Released) => x.released().map(Some),
+            None => {
+                m.failure(HandoffFailure::Protocol);
+                return Exported::Closed;
+            }
         };
-        match x.from_dispatcher(&buf[..n]).map(|input| input.event) {
+        match event {
             Ok(None) => continue,
             Ok(Some(ExportEvent::Migrated)) => {
                 m.migrated_out(started.elapsed(), why);
                 return Exported::Migrated;
             }
             Ok(Some(ExportEvent::ServeHere { ciphertext })) => {
-                m.failure(HandoffFailure::FellBack);
+                if !kept {
+                    m.failure(HandoffFailure::FellBack);
+                }
                 return serve_here(io, &obj, &ciphertext);
             }
             Ok(Some(_)) | Err(_) => {
@@ -332,18 +373,22 @@ fn tokio_now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// What one read from the dispatcher brought.
+enum Read {
+    Data(usize),
+    /// The stream was released (after Switch: Done).
+    Released,
+}
+
 /// One read from the dispatcher before the machine's deadline; `None` on EOF, error or
 /// timeout. The dispatcher tells Done by releasing the link stream (one reset frame, no
-/// answer owed): that reads as the Done frame it stands for.
-async fn read_until(io: &mut ConnIo<AgentIo>, buf: &mut Vec<u8>, x: &Exporter) -> Option<usize> {
+/// answer owed).
+async fn read_until(io: &mut ConnIo<AgentIo>, buf: &mut Vec<u8>, x: &Exporter) -> Option<Read> {
     let deadline = x.deadline()?;
     buf.clear();
     match tokio::time::timeout_at(deadline.into(), io.read_buf(buf)).await {
-        Ok(Ok(n)) if n > 0 => Some(n),
-        Ok(Err(e)) if baton_link::is_release(&e) => {
-            buf.extend_from_slice(&Frame::Done.to_bytes());
-            Some(buf.len())
-        }
+        Ok(Ok(n)) if n > 0 => Some(Read::Data(n)),
+        Ok(Err(e)) if baton_link::is_release(&e) => Some(Read::Released),
         _ => None,
     }
 }

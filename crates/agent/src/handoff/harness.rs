@@ -55,6 +55,9 @@ pub enum Fault {
     HomeCrashAfterReady,
     /// The handshake agent's process dies right after it sends Switch.
     AgentCrashAfterSwitch,
+    /// The handshake agent extracts but cannot seal the object (Kept): it serves the session
+    /// itself, from its cut.
+    SealFails,
 }
 
 impl Fault {
@@ -87,6 +90,8 @@ pub struct Schedule {
     pub delays: Vec<Duration>,
     /// `--handoff-timeout`, for every actor.
     pub timeout: Duration,
+    /// The client plaintext a session object may carry (`MAX_CARRIED_PLAINTEXT`).
+    pub cap: usize,
 }
 
 impl Schedule {
@@ -97,6 +102,7 @@ impl Schedule {
             client,
             delays: vec![Duration::from_micros(100)],
             timeout: Duration::from_millis(50),
+            cap: MAX_CARRIED_PLAINTEXT,
         }
     }
 }
@@ -117,6 +123,11 @@ pub struct Report {
     pub executed_h: Vec<u8>,
     /// Whether a session object was extracted from the handshake agent's rustls.
     pub extracted: bool,
+    /// Whether rustls had read part of a record past the handshake agent's cut.
+    pub partial_at_cut: bool,
+    /// Client bytes after its cut that reached the handshake agent before the verdict (it
+    /// discards them).
+    pub after_cut_a: usize,
     /// Records each agent sent from the extracted session state (the record layer): both
     /// start at the extracted key and sequence number, so both non-zero means a nonce reused.
     pub layer_records_a: usize,
@@ -255,6 +266,8 @@ pub fn run(s: &Schedule) -> Report {
     report.executed_a = a.served.executed;
     report.executed_h = home.served.executed;
     report.extracted = a.extracted;
+    report.partial_at_cut = a.partial_at_cut;
+    report.after_cut_a = a.after_cut;
     report.layer_records_a = a.served.layer_records;
     report.layer_records_h = home.served.layer_records;
     report.errors = [disp.errors, a.served.errors, home.served.errors].concat();
@@ -469,7 +482,7 @@ struct Disp {
     client_eof: bool,
     ended: bool,
     home_deadline: Option<Instant>,
-    freeze_deadline: Option<Instant>,
+    cut_deadline: Option<Instant>,
     errors: Vec<String>,
 }
 
@@ -494,7 +507,7 @@ impl Disp {
             client_eof: false,
             ended: false,
             home_deadline: None,
-            freeze_deadline: None,
+            cut_deadline: None,
             errors: Vec::new(),
         }
     }
@@ -545,7 +558,7 @@ impl Disp {
             }
             (_, Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Eof),
             (_, Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Eof),
-            (_, None) if self.relay.awaiting_freeze() => self.client_eof = true,
+            (_, None) if self.relay.awaiting_cut() => self.client_eof = true,
             (_, None) => self.end(net),
         }
     }
@@ -592,9 +605,8 @@ impl Disp {
         if self.relay.awaiting_home() && self.home_deadline.is_some_and(|d| net.now >= d) {
             self.relay.home_failed();
             self.pump(net);
-        } else if self.relay.awaiting_freeze() && self.freeze_deadline.is_some_and(|d| net.now >= d)
-        {
-            self.errors.push("dispatcher: freeze timed out".into());
+        } else if self.relay.awaiting_cut() && self.cut_deadline.is_some_and(|d| net.now >= d) {
+            self.errors.push("dispatcher: the cut timed out".into());
             self.end(net);
         }
     }
@@ -651,9 +663,9 @@ impl Disp {
                 }
             }
             None => {
-                if self.relay.awaiting_freeze() && self.freeze_deadline.is_none() {
+                if self.relay.awaiting_cut() && self.cut_deadline.is_none() {
                     let deadline = net.now + self.timeout * 2;
-                    self.freeze_deadline = Some(deadline);
+                    self.cut_deadline = Some(deadline);
                     net.timer(deadline, Who::Disp);
                 }
             }
@@ -762,9 +774,8 @@ enum AState {
     /// Waiting for the Offer and the ClientHello.
     Hello(Vec<u8>),
     Handshake(Box<ServerConnection>),
-    /// Freeze sent: decrypting up to Frozen.
-    Exporting(Box<ServerConnection>),
-    /// Switch sent: waiting for the verdict, holding the object (for a Resume).
+    /// Switch (or Kept) sent: waiting for the verdict, holding the object (for a Resume),
+    /// discarding the client's records after the cut.
     Switched(Box<SessionObject>),
     Serving(Serving),
     Closed,
@@ -777,12 +788,19 @@ struct HandshakeAgent {
     config: Arc<ServerConfig>,
     ring: KeyRing,
     timeout: Duration,
+    cap: usize,
     crash_after_switch: bool,
+    seal_fails: bool,
     expected: Option<Expected>,
     offer: Option<(u16, [u8; BINDING_LEN])>,
     exporter: Option<Exporter>,
-    /// Where the client's records stand in what rustls has read.
+    /// Where the client's records stand in what rustls has read, how many bytes it read, and
+    /// where the last whole record among them ends (`ConnIo::record_boundary`).
     read: Splitter,
+    followed: usize,
+    boundary: usize,
+    partial_at_cut: bool,
+    after_cut: usize,
     plain: Vec<u8>,
     extracted: bool,
     /// What this agent did for the client.
@@ -798,11 +816,17 @@ impl HandshakeAgent {
             log,
             ring: cluster_ring(1),
             timeout: s.timeout,
+            cap: s.cap,
             crash_after_switch: s.fault == Fault::AgentCrashAfterSwitch,
+            seal_fails: s.fault == Fault::SealFails,
             expected: None,
             offer: None,
             exporter: None,
             read: Splitter::new(),
+            followed: 0,
+            boundary: 0,
+            partial_at_cut: false,
+            after_cut: 0,
             plain: Vec::new(),
             extracted: false,
             served: Served::default(),
@@ -818,8 +842,17 @@ impl HandshakeAgent {
     fn input(&mut self, net: &mut Net, m: Msg) {
         let data = match m {
             Msg::Data(d) => d,
-            // The dispatcher's release is Done (`read_until` in export.rs).
-            Msg::Release if matches!(self.state, AState::Switched(_)) => Frame::Done.to_bytes(),
+            // The dispatcher's release is Done (`read_until` in export.rs), wherever the
+            // stream stood.
+            Msg::Release if matches!(self.state, AState::Switched(_)) => {
+                let released = self.exporter.as_mut().map(|x| x.released());
+                if !matches!(released, Some(Ok(ExportEvent::Migrated))) {
+                    self.close(net, "released while kept");
+                }
+                // the keys are dropped with the object
+                self.state = AState::Closed;
+                return;
+            }
             Msg::Eof if matches!(self.state, AState::Serving(_)) => return,
             Msg::Release | Msg::Eof | Msg::Reset => {
                 if !matches!(self.state, AState::Serving(_) | AState::Closed) {
@@ -835,7 +868,6 @@ impl HandshakeAgent {
                 self.hello(net, head);
             }
             AState::Handshake(conn) => self.handshake(net, conn, &data),
-            AState::Exporting(conn) => self.export(net, conn, &data),
             AState::Switched(obj) => self.verdict(net, obj, &data),
             AState::Serving(mut s) => {
                 s.serve(net, Pipe::AToDisp, &mut self.served, &[], &data);
@@ -873,9 +905,12 @@ impl HandshakeAgent {
                 return self.close(net, "read_tls in the handshake");
             }
             let taken = &before[..before.len() - rest.len()];
-            if let Err(e) = self.read.track(taken) {
-                return self.close(net, &e.to_string());
+            match self.read.follow(taken) {
+                Ok(Some(end)) => self.boundary = self.followed + end,
+                Ok(None) => {}
+                Err(e) => return self.close(net, &e.to_string()),
             }
+            self.followed += taken.len();
             if let Err(e) = conn.process_new_packets() {
                 net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
                 return self.close(net, &format!("handshake: {e}"));
@@ -886,67 +921,50 @@ impl HandshakeAgent {
             self.state = AState::Handshake(conn);
             return;
         }
-        // hand_off: the tickets are on the wire (drained above); freeze
-        let (mut x, freeze) = Exporter::freeze(MAX_CARRIED_PLAINTEXT, self.timeout, net.now);
+        // hand_off: the cut is the end of the last whole record rustls read; the tickets are
+        // on the wire (drained above), ahead of the Switch
+        let cut = self.boundary as u32;
+        self.partial_at_cut = self.boundary < self.followed;
+        let mut x = Exporter::cut(self.cap, self.timeout, net.now);
         x.continue_from(std::mem::take(&mut self.read));
-        net.send(Pipe::AToDisp, Msg::Data(freeze));
-        if let Some(d) = x.deadline() {
-            net.timer(d, Who::A);
-        }
-        self.exporter = Some(x);
-        self.export(net, conn, rest);
-    }
-
-    fn export(&mut self, net: &mut Net, mut conn: Box<ServerConnection>, data: &[u8]) {
-        let Some(x) = self.exporter.as_mut() else {
-            return self.close(net, "no exporter");
-        };
-        let input = match x.from_dispatcher(data) {
-            Ok(i) => i,
-            Err(e) => return self.close(net, &e.to_string()),
-        };
-        let n = match session::decrypt(&mut conn, &input.decrypt, &mut self.plain) {
+        let n = match session::decrypt(&mut conn, &[], &mut self.plain) {
             Ok(n) => n,
             Err(e) => {
                 net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
                 return self.close(net, &format!("decrypt: {e}"));
             }
         };
-        if let Some(abort) = x.decrypted(n) {
-            net.send(Pipe::AToDisp, Msg::Data(abort));
+        x.decrypted(n);
+        let over = !x.within_cap();
+        self.exporter = Some(x);
+        if over {
+            return self.abort(net, conn, rest);
         }
-        match input.event {
-            None => self.state = AState::Exporting(conn),
-            Some(ExportEvent::Frozen) => self.switch(net, conn),
-            Some(ExportEvent::Keep { ciphertext }) => {
-                if session::decrypt(&mut conn, &ciphertext, &mut self.plain).is_err() {
-                    return self.close(net, "decrypt the kept records");
-                }
-                self.keep(net, conn);
-            }
-            Some(e) => self.close(net, &format!("unexpected {e:?}")),
-        }
+        self.switch(net, conn, cut, rest);
     }
 
-    /// Not extracted: carry on with rustls, acting first on what was already decrypted.
-    fn keep(&mut self, net: &mut Net, conn: Box<ServerConnection>) {
+    /// Nothing extracted: Abort, and carry on with rustls, acting first on what was already
+    /// decrypted, then on `tls` (what came after what rustls read).
+    fn abort(&mut self, net: &mut Net, conn: Box<ServerConnection>, tls: &[u8]) {
+        let Some(Ok(abort)) = self.exporter.as_mut().map(|x| x.abort()) else {
+            return self.close(net, "abort");
+        };
+        net.send(Pipe::AToDisp, Msg::Data(abort));
         let mut s = Serving::Rustls(conn);
         let plain = std::mem::take(&mut self.plain);
-        s.serve(net, Pipe::AToDisp, &mut self.served, &plain, &[]);
+        s.serve(net, Pipe::AToDisp, &mut self.served, &plain, tls);
         self.state = AState::Serving(s);
     }
 
-    fn switch(&mut self, net: &mut Net, mut conn: Box<ServerConnection>) {
+    /// At the cut: extract, seal, switch; `rest` (client bytes after what rustls read) is
+    /// after the cut, discarded until the verdict.
+    fn switch(&mut self, net: &mut Net, mut conn: Box<ServerConnection>, cut: u32, rest: &[u8]) {
+        if !session::extractable(&mut conn) {
+            return self.abort(net, conn, rest);
+        }
         let Some(x) = self.exporter.as_mut() else {
             return self.close(net, "no exporter");
         };
-        if !session::extractable(&mut conn) {
-            let Ok(abort) = x.abort() else {
-                return self.close(net, "abort");
-            };
-            net.send(Pipe::AToDisp, Msg::Data(abort));
-            return self.keep(net, conn);
-        }
         let (home, binding) = self.offer.expect("offered");
         let extras = Extras {
             home,
@@ -958,13 +976,17 @@ impl HandshakeAgent {
             return self.close(net, "extract");
         };
         self.extracted = true;
-        let Some(sealed) = obj.seal(&self.ring, AGENT_A, &binding) else {
-            return self.close(net, "seal");
+        let sealed = obj
+            .seal(&self.ring, AGENT_A, &binding)
+            .filter(|_| !self.seal_fails);
+        let frame = match sealed {
+            Some(sealed) => x.switch(cut, sealed, net.now),
+            None => x.kept(cut, net.now),
         };
-        let Ok(switch) = x.switch(sealed, net.now) else {
+        let Ok(frame) = frame else {
             return self.close(net, "switch");
         };
-        net.send(Pipe::AToDisp, Msg::Data(switch));
+        net.send(Pipe::AToDisp, Msg::Data(frame));
         if self.crash_after_switch {
             self.state = AState::Closed;
             net.send(Pipe::AToDisp, Msg::Reset);
@@ -973,7 +995,7 @@ impl HandshakeAgent {
         if let Some(d) = x.deadline() {
             net.timer(d, Who::A);
         }
-        self.state = AState::Switched(Box::new(obj));
+        self.verdict(net, Box::new(obj), rest);
     }
 
     fn verdict(&mut self, net: &mut Net, obj: Box<SessionObject>, data: &[u8]) {
@@ -981,7 +1003,10 @@ impl HandshakeAgent {
             return self.close(net, "no exporter");
         };
         match x.from_dispatcher(data).map(|i| i.event) {
-            Ok(None) => self.state = AState::Switched(obj),
+            Ok(None) => {
+                self.after_cut += data.len();
+                self.state = AState::Switched(obj)
+            }
             // the keys are dropped with the object
             Ok(Some(ExportEvent::Migrated)) => self.state = AState::Closed,
             Ok(Some(ExportEvent::ServeHere { ciphertext })) => {
@@ -1004,7 +1029,7 @@ impl HandshakeAgent {
     }
 
     fn timer(&mut self, net: &mut Net) {
-        let waiting = matches!(self.state, AState::Exporting(_) | AState::Switched(_));
+        let waiting = matches!(self.state, AState::Switched(_));
         if waiting && self.exporter.as_ref().is_some_and(|x| x.timed_out(net.now)) {
             // give up by closing, never by using the keys
             self.close(net, "the dispatcher never answered");

@@ -14,7 +14,7 @@ fn summary(r: &Report) -> String {
     format!(
         "outcome {:?}, sent {} received {}, executed by A {} by H {}, extracted {}, \
          records from the extracted keys by A {} by H {}, client error {:?}, client closed {}, \
-         errors {:?}, {} events in {:?}",
+         errors {:?}, {} events in {:?}, partial record at the cut {}, after the cut at A {}",
         r.outcome,
         r.sent.len(),
         r.received.len(),
@@ -28,6 +28,8 @@ fn summary(r: &Report) -> String {
         r.errors,
         r.events,
         r.elapsed,
+        r.partial_at_cut,
+        r.after_cut_a,
     )
 }
 
@@ -66,7 +68,11 @@ fn check(s: &Schedule, r: &Report) -> Result<(), String> {
     }
     let never_migrates = matches!(
         s.fault,
-        Fault::HomeDead | Fault::HomeWrongKey | Fault::HomeRestarted | Fault::HomeHung(None)
+        Fault::HomeDead
+            | Fault::HomeWrongKey
+            | Fault::HomeRestarted
+            | Fault::HomeHung(None)
+            | Fault::SealFails
     );
     if never_migrates && r.outcome == Some(Outcome::Migrated) {
         return fail("migrated to a home agent that could not take it");
@@ -109,6 +115,46 @@ fn a_request_riding_with_finished_and_longer_than_one_read() {
     let r = run_checked(&s);
     assert_eq!(r.outcome, Some(Outcome::Migrated), "{}", summary(&r));
     assert_eq!(r.executed_h, r.sent);
+    assert!(
+        r.partial_at_cut,
+        "the cut falls before a record rustls read part of: {}",
+        summary(&r)
+    );
+}
+
+#[test]
+fn client_bytes_after_the_cut_reach_the_home_agent_not_the_handshake_agent() {
+    // The second request leaves the client after its Finished and reaches the dispatcher
+    // while the handshake agent's Switch is on its way: the dispatcher forwards it to the
+    // handshake agent (it has not seen the cut), which discards it, and the home agent gets
+    // it from the dispatcher's copy. (TLS 1.3 only: in TLS 1.2 the client writes only once
+    // the server's Finished, sent with the Switch, has reached it.)
+    {
+        let tls13 = true;
+        let steps = vec![
+            (Duration::ZERO, ClientStep::Send(300)),
+            (Duration::from_micros(50), ClientStep::Send(400)),
+            (Duration::from_micros(50), ClientStep::Send(5_000)),
+        ];
+        let r = run_checked(&Schedule::new(tls13, Fault::None, steps));
+        assert_eq!(r.outcome, Some(Outcome::Migrated), "{}", summary(&r));
+        assert_eq!(r.executed_h, r.sent);
+        assert!(r.after_cut_a > 0, "{}", summary(&r));
+    }
+}
+
+#[test]
+fn an_object_that_cannot_be_sealed_is_served_here_from_the_cut() {
+    for tls13 in [true, false] {
+        let steps = vec![
+            (Duration::ZERO, ClientStep::Send(10_000)),
+            (MS, ClientStep::Send(300)),
+        ];
+        let r = run_checked(&Schedule::new(tls13, Fault::SealFails, steps));
+        assert_eq!(r.outcome, Some(Outcome::Aborted), "{}", summary(&r));
+        assert_eq!(r.executed_a, r.sent);
+        assert!(r.layer_records_a > 0 && r.layer_records_h == 0);
+    }
 }
 
 #[test]
@@ -191,9 +237,10 @@ fn handshake_agent_crashing_after_switch_loses_the_connection_only() {
 }
 
 #[test]
-fn client_key_update_at_the_freeze() {
+fn client_key_update_at_the_cut() {
     let ku = |d: Duration| (d, ClientStep::KeyUpdate);
-    // before Frozen: rustls at the handshake agent answers it, so the session stays there
+    // before the cut (read with the Finished): rustls at the handshake agent answers it, so
+    // the session stays there
     let early = vec![
         (Duration::ZERO, ClientStep::Send(50)),
         ku(Duration::ZERO),
@@ -201,7 +248,7 @@ fn client_key_update_at_the_freeze() {
     ];
     let r = run_checked(&Schedule::new(true, Fault::None, early));
     assert_eq!(r.outcome, Some(Outcome::Aborted), "{}", summary(&r));
-    // after Frozen: the home agent's record layer takes it
+    // after the cut: the home agent's record layer takes it
     let late = vec![
         (Duration::ZERO, ClientStep::Send(50)),
         ku(3 * MS),
@@ -216,14 +263,41 @@ fn client_key_update_at_the_freeze() {
 
 #[test]
 fn more_plaintext_than_the_cap_keeps_the_connection_here() {
+    // The handshake agent carries only what rustls read with the Finished (a few KiB at
+    // most); a small cap stands in for a large read.
+    for tls13 in [true, false] {
+        let mut s = Schedule::new(
+            tls13,
+            Fault::None,
+            vec![
+                (Duration::ZERO, ClientStep::Send(3_000)),
+                (MS, ClientStep::Send(500)),
+            ],
+        );
+        s.cap = 1_000;
+        let r = run_checked(&s);
+        let expect = match tls13 {
+            true => Outcome::Aborted,
+            // the request comes after the server's Finished: nothing to carry
+            false => Outcome::Migrated,
+        };
+        assert_eq!(r.outcome, Some(expect), "{}", summary(&r));
+        assert!(!r.extracted || !tls13);
+    }
+}
+
+#[test]
+fn a_large_pipelined_upload_migrates_past_the_cut() {
+    // Far more than a session object carries, sent with the Finished: the handshake agent
+    // cuts after what rustls read, and the home agent gets the rest from the dispatcher.
     let s = Schedule::new(
         true,
         Fault::None,
         vec![(Duration::ZERO, ClientStep::Send(40_000))],
     );
     let r = run_checked(&s);
-    assert_eq!(r.outcome, Some(Outcome::Aborted), "{}", summary(&r));
-    assert_eq!(r.executed_a, r.sent);
+    assert_eq!(r.outcome, Some(Outcome::Migrated), "{}", summary(&r));
+    assert_eq!(r.executed_h, r.sent);
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -237,6 +311,7 @@ fn fault() -> impl Strategy<Value = Fault> {
         1 => (0u64..150).prop_map(move |d| Fault::HomeLate(ms(d))),
         1 => Just(Fault::HomeCrashAfterReady),
         1 => Just(Fault::AgentCrashAfterSwitch),
+        1 => Just(Fault::SealFails),
     ]
 }
 
@@ -268,6 +343,7 @@ proptest! {
             client,
             delays: delays.into_iter().map(Duration::from_micros).collect(),
             timeout: Duration::from_millis(50),
+            cap: baton_session::migration::MAX_CARRIED_PLAINTEXT,
         };
         let r = run(&s);
         if let Err(e) = check(&s, &r) {

@@ -16,7 +16,7 @@ use prometheus_client::encoding::{
 pub enum HandoffFailure {
     /// Handshake agent: no TLS 1.3 traffic secret was captured (KeyUpdate would be impossible).
     NoSecrets,
-    /// Handshake agent: the client sent more than a session object carries before the freeze.
+    /// Handshake agent: the client sent more than a session object carries before its cut.
     TooMuchPlaintext,
     /// Handshake agent: extraction or sealing failed.
     Export,
@@ -101,7 +101,7 @@ pub enum Why {
 /// Which side of a migration spent CPU.
 #[derive(Debug, Clone, Copy)]
 pub enum Side {
-    /// Decrypting up to the freeze, extracting, building the object, sealing.
+    /// Decrypting up to the cut, extracting, building the object, sealing.
     Export = 0,
     /// Opening the object and building the record layer.
     Import = 1,
@@ -222,7 +222,7 @@ impl HandoffMetrics {
         counters(
             e,
             "baton_handoff_cpu_seconds",
-            "Thread CPU of the migration work itself (export: decrypting up to the freeze, \
+            "Thread CPU of the migration work itself (export: decrypting up to the cut, \
              extraction, sealing; import: opening, record layer set-up), not the I/O around it.",
             ["export", "import"]
                 .iter()
@@ -233,7 +233,7 @@ impl HandoffMetrics {
         histogram(
             e,
             "baton_handoff_seconds",
-            "Time from the handshake agent's freeze request to the dispatcher's verdict, for \
+            "Time from the handshake agent's cut to the dispatcher's verdict, for \
              sessions migrated out.",
             &BUCKETS,
             &cumulative,

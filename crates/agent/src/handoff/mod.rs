@@ -1,10 +1,10 @@
 //! Session migration (CSSL-SF), the agents' side of `baton_wire::handoff` (where the protocol
 //! and the dispatcher's state machine are written down).
 //!
-//! - [`session`]: the handshake agent's TLS work, without I/O: decrypting up to the freeze,
+//! - [`session`]: the handshake agent's TLS work, without I/O: decrypting up to the cut,
 //!   extracting the session from rustls into a session object.
 //! - [`export`]: the shell of the handshake agent's side (`baton_wire::handoff::Exporter`):
-//!   freeze, decrypt, extract, seal bound to the Offer, hand to the dispatcher; on Resume,
+//!   cut, decrypt, extract, seal bound to the Offer, hand to the dispatcher; on Resume,
 //!   serve the session itself.
 //! - [`import`]: the shell of the home agent's side (`baton_wire::handoff::Importer`): open a
 //!   sealed session object, answer Ready, carry on the connection only after Commit.

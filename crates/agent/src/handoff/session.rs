@@ -1,12 +1,12 @@
 //! The handshake agent's TLS work in a migration, without I/O: decrypting the client's records
-//! up to the freeze, and turning a finished rustls connection into a session object. The shell
+//! up to the cut, and turning a finished rustls connection into a session object. The shell
 //! (`export.rs`) and the in-memory harness drive the same functions.
 //!
 //! rustls' buffered connection drops, on extraction, ciphertext it has not decrypted and
-//! plaintext nobody read (`shared/MIGRATION-NOTES.md`). Neither can happen here: the dispatcher
-//! sends client bytes only up to a record boundary and then Frozen, [`decrypt`] feeds rustls
-//! exactly those whole records and reads out all their plaintext, and [`extract`] refuses a
-//! connection that still holds anything.
+//! plaintext nobody read (`shared/MIGRATION-NOTES.md`). Nothing is lost by it: [`decrypt`]
+//! reads out all the plaintext of every whole record rustls holds, the cut is the end of the
+//! last of them, and the part of a record rustls read past it (dropped, its sequence number
+//! unused) reaches whoever serves on from the dispatcher's copy.
 
 use std::io::{Read as _, Write as _};
 use std::time::SystemTime;

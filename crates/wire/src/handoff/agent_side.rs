@@ -10,41 +10,34 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Frame, HandoffError, RefuseReason, Splitter, BINDING_LEN, MAX_HELD};
+use super::{Frame, HandoffError, RefuseReason, Splitter, BINDING_LEN};
 
 /// What the handshake agent must do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ExportEvent {
-    /// The dispatcher answered Leave with where to move (in [`ExportInput::moved`]): seal
-    /// for this home agent and binding. The machine waits for Frozen next, as after a Freeze.
+    /// The dispatcher answered Leave with where to move (in [`ExportInput::moved`]): its Offer
+    /// is the cut. Extract and seal for this home agent and binding, then
+    /// [`Exporter::switch`] with cut 0 (or [`Exporter::abort`], [`Exporter::kept`]).
     Move {
         home: u16,
         binding: [u8; BINDING_LEN],
     },
-
     /// The dispatcher answered Leave with Stay: carry on with the TLS engine, feeding it
     /// `ciphertext` (client bytes after the answer) first.
     Stay { ciphertext: Vec<u8> },
-    /// Every client record before the freeze has been given out to decrypt: extract and seal
-    /// the session, then [`Exporter::switch`] (or [`Exporter::abort`]).
-    Frozen,
-    /// The dispatcher acknowledged an abort at the boundary: carry on with the TLS engine,
-    /// feeding it `ciphertext` (client records that came after the plaintext cap) first.
-    Keep { ciphertext: Vec<u8> },
     /// The home agent has the connection: drop the keys, close the stream.
     Migrated,
-    /// The home agent did not take it: serve the session here, from the record layer, starting
-    /// with `ciphertext` (client bytes the dispatcher held during the move).
+    /// The home agent did not take it (or this agent kept it): serve the session here, from
+    /// the record layer, starting with `ciphertext` (the client's bytes from the cut on).
     ServeHere { ciphertext: Vec<u8> },
 }
 
 /// The result of one [`Exporter::from_dispatcher`] call.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ExportInput {
-    /// Client records to decrypt now (before the freeze), in order.
+    /// Client records to decrypt now (before a Leave's answer), in order.
     pub decrypt: Vec<u8>,
-    /// [`ExportEvent::Move`], when the dispatcher's answer to Leave came in this input (an
-    /// `event` may follow it in the same input).
+    /// [`ExportEvent::Move`], when the dispatcher's answer to Leave came in this input.
     pub moved: Option<ExportEvent>,
     pub event: Option<ExportEvent>,
 }
@@ -54,63 +47,58 @@ enum ExportState {
     /// Leave sent: client records are decrypted (their plaintext carried, if the connection
     /// moves) until the dispatcher's Offer or Stay.
     Leaving,
-    /// Freeze sent; client records until Frozen are decrypted and their plaintext carried.
-    Freezing,
-    /// Over the plaintext cap: Abort sent; records until Frozen are kept as ciphertext.
-    Aborting,
-    /// Frozen arrived; the caller extracts.
-    Frozen,
-    /// Switch sent: waiting for Done or Resume; nothing may be sent.
-    Switched,
+    /// At the cut: the caller extracts and seals, then switches (or keeps the connection).
+    Cutting,
+    /// Switch (or Kept) sent: waiting for the verdict; client records that come are after the
+    /// cut, and discarded. Nothing may be sent.
+    Switched { kept: bool },
     /// Finished one way or another.
     Finished,
 }
 
-/// The handshake agent's side of one migration, from its Freeze to the dispatcher's verdict.
+/// The handshake agent's side of one migration, from its cut to the dispatcher's verdict.
 #[derive(Debug)]
 pub struct Exporter {
     state: ExportState,
     splitter: Splitter,
     cap: usize,
     plaintext: usize,
-    kept: Vec<u8>,
     timeout: Duration,
     deadline: Instant,
 }
 
 impl Exporter {
-    /// Starts a migration at `now` (the handshake is done and its last flight is on the wire):
-    /// returns the machine and the Freeze frame to send. `cap` bounds the client plaintext the
-    /// session object may carry; `timeout` each wait on the dispatcher.
-    pub fn freeze(cap: usize, timeout: Duration, now: Instant) -> (Self, Vec<u8>) {
-        let me = Self {
-            state: ExportState::Freezing,
+    /// Starts a migration at the cut (the handshake is done, its tickets are written or about
+    /// to be with the Switch, and every client record rustls has read is to be decrypted).
+    /// `cap` bounds the client plaintext the session object may carry; `timeout` each wait on
+    /// the dispatcher.
+    pub fn cut(cap: usize, timeout: Duration, now: Instant) -> Self {
+        Self {
+            state: ExportState::Cutting,
             splitter: Splitter::new(),
             cap,
             plaintext: 0,
-            kept: Vec::new(),
             timeout,
             deadline: now + timeout * 2,
-        };
-        (me, Frame::Freeze.to_bytes())
+        }
     }
 
     /// Starts moving an established connection at `now` because this agent drains: the
     /// machine and the Leave frame to send. Nothing may be sent to the client from here on
     /// (the last response is on the wire). The dispatcher answers with an Offer
-    /// ([`ExportEvent::Move`]; then as after [`Exporter::freeze`]) or Stay.
+    /// ([`ExportEvent::Move`]: then as at a cut, with cut 0) or Stay.
     pub fn leave(cap: usize, timeout: Duration, now: Instant) -> (Self, Vec<u8>) {
-        let (mut me, _) = Self::freeze(cap, timeout, now);
+        let mut me = Self::cut(cap, timeout, now);
         me.state = ExportState::Leaving;
         (me, Frame::Leave.to_bytes())
     }
 
     /// Where the client's stream stood when the TLS engine stopped reading it: `read` has
-    /// [tracked](Splitter::track) every client byte the engine took during the handshake. The
-    /// engine reads in chunks, so the handshake may end with part of a record inside it and the
-    /// rest still on the stream; without this the rest would be read as a record header.
+    /// [tracked](Splitter::track) every client byte the engine took. The engine reads in
+    /// chunks, so the handshake may end with part of a record inside it and the rest still on
+    /// the stream; without this the rest would be read as a record header.
     pub fn continue_from(&mut self, read: Splitter) {
-        if matches!(self.state, ExportState::Freezing | ExportState::Leaving) {
+        if matches!(self.state, ExportState::Cutting | ExportState::Leaving) {
             self.splitter = read;
         }
     }
@@ -120,48 +108,26 @@ impl Exporter {
         let mut out = ExportInput::default();
         while !data.is_empty() {
             match self.state {
-                ExportState::Freezing | ExportState::Aborting | ExportState::Leaving => {}
-                ExportState::Switched => return self.verdict(data),
+                ExportState::Leaving => {}
+                ExportState::Switched { kept } => return self.verdict(data, kept),
                 s => return Err(HandoffError::Unexpected("bytes", export_name(s))),
             }
             let split = self.splitter.split(data)?;
             data = &data[split.consumed..];
-            if self.state == ExportState::Aborting {
-                if self.kept.len() + split.tls.len() > MAX_HELD {
-                    return Err(HandoffError::Unexpected("too many records", "aborting"));
-                }
-                self.kept.extend_from_slice(&split.tls);
-            } else {
-                out.decrypt.extend_from_slice(&split.tls);
-            }
+            out.decrypt.extend_from_slice(&split.tls);
             match split.frame {
                 None => {}
-                // Records and Frozen may follow in the same input: they are read on.
-                Some(Frame::Offer { home, binding }) if self.state == ExportState::Leaving => {
-                    self.state = ExportState::Freezing;
+                // The dispatcher holds every client byte after its Offer until the verdict.
+                Some(Frame::Offer { home, binding }) if data.is_empty() => {
+                    self.state = ExportState::Cutting;
                     out.moved = Some(ExportEvent::Move { home, binding });
                 }
-                Some(Frame::Stay) if self.state == ExportState::Leaving => {
+                Some(Frame::Stay) => {
                     self.state = ExportState::Finished;
                     out.event = Some(ExportEvent::Stay {
                         ciphertext: data.to_vec(),
                     });
                     return Ok(out);
-                }
-                // After an abort, the client's bytes follow Frozen at once: they are the
-                // TLS engine's, like those kept since the cap.
-                Some(Frame::Frozen) if self.state == ExportState::Aborting => {
-                    self.state = ExportState::Finished;
-                    let mut ciphertext = std::mem::take(&mut self.kept);
-                    ciphertext.extend_from_slice(data);
-                    out.event = Some(ExportEvent::Keep { ciphertext });
-                    return Ok(out);
-                }
-                // Otherwise the dispatcher holds every client byte after Frozen until its
-                // verdict.
-                Some(Frame::Frozen) if data.is_empty() && self.state == ExportState::Freezing => {
-                    self.state = ExportState::Frozen;
-                    out.event = Some(ExportEvent::Frozen);
                 }
                 Some(f) => return Err(HandoffError::Unexpected(f.name(), export_name(self.state))),
             }
@@ -169,21 +135,23 @@ impl Exporter {
         Ok(out)
     }
 
-    fn verdict(&mut self, data: &[u8]) -> Result<ExportInput, HandoffError> {
-        let split = self.splitter.split(data)?;
-        if !split.tls.is_empty() {
-            return Err(HandoffError::Unexpected("TLS", "switched"));
-        }
-        let event = match split.frame {
-            None => None,
-            Some(Frame::Done) if split.consumed == data.len() => Some(ExportEvent::Migrated),
-            Some(Frame::Resume) => Some(ExportEvent::ServeHere {
-                ciphertext: data[split.consumed..].to_vec(),
-            }),
-            Some(f) => return Err(HandoffError::Unexpected(f.name(), "switched")),
-        };
-        if event.is_some() {
+    /// After Switch: client records the dispatcher forwarded before it saw the cut are
+    /// discarded (they reach whoever serves on, from the dispatcher's copy), then the verdict.
+    fn verdict(&mut self, mut data: &[u8], kept: bool) -> Result<ExportInput, HandoffError> {
+        let mut event = None;
+        while !data.is_empty() {
+            let split = self.splitter.split(data)?;
+            data = &data[split.consumed..];
+            event = match split.frame {
+                None => continue,
+                Some(Frame::Done) if data.is_empty() && !kept => Some(ExportEvent::Migrated),
+                Some(Frame::Resume) => Some(ExportEvent::ServeHere {
+                    ciphertext: data.to_vec(),
+                }),
+                Some(f) => return Err(HandoffError::Unexpected(f.name(), "switched")),
+            };
             self.state = ExportState::Finished;
+            break;
         }
         Ok(ExportInput {
             event,
@@ -191,18 +159,28 @@ impl Exporter {
         })
     }
 
-    /// `n` more bytes of client plaintext came out of the records given to decrypt. Past the
-    /// cap, returns the Abort frame to send at once: the connection stays here, and what the
-    /// client sends until Frozen is kept as ciphertext instead of decrypted.
-    pub fn decrypted(&mut self, n: usize) -> Option<Vec<u8>> {
-        self.plaintext += n;
-        // While leaving nobody can take an Abort yet; the cap applies once the move starts
-        // (the caller reports the records before it then).
-        if self.state == ExportState::Freezing && self.plaintext > self.cap {
-            self.state = ExportState::Aborting;
-            return Some(Frame::Abort.to_bytes());
+    /// The dispatcher released the stream after Switch: that is Done, wherever the stream
+    /// stood (a release may overtake client bytes still queued before it, which were after
+    /// the cut anyway).
+    pub fn released(&mut self) -> Result<ExportEvent, HandoffError> {
+        match self.state {
+            ExportState::Switched { kept: false } => {
+                self.state = ExportState::Finished;
+                Ok(ExportEvent::Migrated)
+            }
+            s => Err(HandoffError::Unexpected("release", export_name(s))),
         }
-        None
+    }
+
+    /// `n` more bytes of client plaintext came out of the records decrypted for the move.
+    pub fn decrypted(&mut self, n: usize) {
+        self.plaintext += n;
+    }
+
+    /// Whether the plaintext decrypted so far may ride with the session object. Past the cap
+    /// the connection stays here: [`Exporter::abort`].
+    pub fn within_cap(&self) -> bool {
+        self.plaintext <= self.cap
     }
 
     /// Client plaintext decrypted so far.
@@ -210,21 +188,45 @@ impl Exporter {
         self.plaintext
     }
 
-    /// The sealed session object is ready: the Switch frame to send. From here the keys are
-    /// not this agent's to use until a Resume.
-    pub fn switch(&mut self, sealed: Vec<u8>, now: Instant) -> Result<Vec<u8>, HandoffError> {
-        if self.state != ExportState::Frozen {
-            return Err(HandoffError::Unexpected("Switch", export_name(self.state)));
-        }
-        self.state = ExportState::Switched;
-        self.deadline = now + self.timeout * 2;
-        Ok(Frame::Switch(sealed).to_bytes())
+    /// The sealed session object is ready: the Switch frame to send, with the cut (client
+    /// bytes after the Offer this agent consumed; 0 after a Leave). From here the keys are not
+    /// this agent's to use until a Resume.
+    pub fn switch(
+        &mut self,
+        cut: u32,
+        sealed: Vec<u8>,
+        now: Instant,
+    ) -> Result<Vec<u8>, HandoffError> {
+        self.start_waiting("Switch", false, now)?;
+        Ok(Frame::Switch { cut, sealed }.to_bytes())
     }
 
-    /// Extraction or sealing failed after Frozen: the Abort frame; the dispatcher then gives
-    /// this agent the held bytes, and it keeps the connection.
+    /// Extracted, but the object could not be sealed: the Kept frame to send. The dispatcher
+    /// answers Resume and the client's bytes from `cut` on ([`ExportEvent::ServeHere`]).
+    pub fn kept(&mut self, cut: u32, now: Instant) -> Result<Vec<u8>, HandoffError> {
+        self.start_waiting("Kept", true, now)?;
+        Ok(Frame::Kept { cut }.to_bytes())
+    }
+
+    fn start_waiting(
+        &mut self,
+        what: &'static str,
+        kept: bool,
+        now: Instant,
+    ) -> Result<(), HandoffError> {
+        if self.state != ExportState::Cutting {
+            return Err(HandoffError::Unexpected(what, export_name(self.state)));
+        }
+        self.state = ExportState::Switched { kept };
+        self.deadline = now + self.timeout * 2;
+        Ok(())
+    }
+
+    /// Over the cap, or not extractable, before anything was extracted: the Abort frame. The
+    /// TLS engine reads on: after a handshake the dispatcher splices as after a Decline; after
+    /// a Leave's Offer it gives this agent the bytes it held.
     pub fn abort(&mut self) -> Result<Vec<u8>, HandoffError> {
-        if self.state != ExportState::Frozen {
+        if self.state != ExportState::Cutting {
             return Err(HandoffError::Unexpected("Abort", export_name(self.state)));
         }
         self.state = ExportState::Finished;
@@ -235,10 +237,7 @@ impl Exporter {
     pub fn deadline(&self) -> Option<Instant> {
         matches!(
             self.state,
-            ExportState::Leaving
-                | ExportState::Freezing
-                | ExportState::Aborting
-                | ExportState::Switched
+            ExportState::Leaving | ExportState::Switched { .. }
         )
         .then_some(self.deadline)
     }
@@ -252,10 +251,8 @@ impl Exporter {
 fn export_name(s: ExportState) -> &'static str {
     match s {
         ExportState::Leaving => "leaving",
-        ExportState::Freezing => "freezing",
-        ExportState::Aborting => "aborting",
-        ExportState::Frozen => "frozen",
-        ExportState::Switched => "switched",
+        ExportState::Cutting => "cutting",
+        ExportState::Switched { .. } => "switched",
         ExportState::Finished => "finished",
     }
 }

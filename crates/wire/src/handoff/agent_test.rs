@@ -1,6 +1,7 @@
-//! The agents' machines without sockets: the handshake agent decrypts exactly the records
-//! before Frozen, keeps the connection past the plaintext cap, and serves the session only on
-//! Resume; the home agent uses the keys only on Commit; both give up by closing.
+//! The agents' machines without sockets: the handshake agent switches at its cut, keeps the
+//! connection past the plaintext cap, discards client records after its cut, and serves the
+//! session only on Resume; the home agent uses the keys only on Commit; both give up by
+//! closing.
 
 use std::time::{Duration, Instant};
 
@@ -18,26 +19,31 @@ const T: Duration = Duration::from_secs(1);
 fn exporter_happy_path_and_resume() {
     let now = Instant::now();
     for done in [true, false] {
-        let (mut x, freeze) = Exporter::freeze(1000, T, now);
-        assert_eq!(freeze, Frame::Freeze.to_bytes());
-        let mut input = record(100, 1);
-        input.extend(record(50, 2));
-        input.extend(Frame::Frozen.to_bytes());
-        let got = x.from_dispatcher(&input[..70]).unwrap();
-        assert_eq!(got.decrypt, input[..70]);
-        assert_eq!(got.event, None);
-        let got = x.from_dispatcher(&input[70..]).unwrap();
-        assert_eq!(got.decrypt, input[70..input.len() - 6]);
-        assert_eq!(got.event, Some(ExportEvent::Frozen));
-        assert_eq!(x.decrypted(150), None);
+        let mut x = Exporter::cut(1000, T, now);
+        x.decrypted(150);
+        assert!(x.within_cap());
         assert_eq!(
             x.deadline(),
             None,
             "the caller extracts; nothing to wait for"
         );
-        let switch = x.switch(vec![9; 20], now).unwrap();
-        assert_eq!(switch, Frame::Switch(vec![9; 20]).to_bytes());
+        let switch = x.switch(411, vec![9; 20], now).unwrap();
+        assert_eq!(
+            switch,
+            Frame::Switch {
+                cut: 411,
+                sealed: vec![9; 20]
+            }
+            .to_bytes()
+        );
         assert_eq!(x.deadline(), Some(now + 2 * T));
+        // client records the dispatcher forwarded before it saw the Switch: discarded
+        let got = x.from_dispatcher(&record(100, 1)[..70]).unwrap();
+        assert_eq!(got, ExportInput::default());
+        let mut rest = record(100, 1)[70..].to_vec();
+        rest.extend(record(50, 2));
+        let got = x.from_dispatcher(&rest).unwrap();
+        assert_eq!(got, ExportInput::default());
         if done {
             let got = x.from_dispatcher(&Frame::Done.to_bytes()).unwrap();
             assert_eq!(got.event, Some(ExportEvent::Migrated));
@@ -57,49 +63,65 @@ fn exporter_happy_path_and_resume() {
 }
 
 #[test]
-fn exporter_over_the_cap_aborts_at_once_and_keeps_ciphertext() {
+fn a_release_is_done_wherever_the_stream_stood() {
     let now = Instant::now();
-    let (mut x, _) = Exporter::freeze(100, T, now);
-    let got = x.from_dispatcher(&record(150, 1)).unwrap();
-    assert_eq!(got.decrypt, record(150, 1));
-    // 150 bytes of plaintext: past the cap while still freezing
-    assert_eq!(x.decrypted(150), Some(Frame::Abort.to_bytes()));
-    // further records are not decrypted, only kept
-    let got = x.from_dispatcher(&record(40, 2)).unwrap();
-    assert!(got.decrypt.is_empty());
-    let mut tail = Frame::Frozen.to_bytes();
-    tail.extend(record(5, 3)); // the dispatcher releases held bytes right after Frozen
-    let got = x.from_dispatcher(&tail).unwrap();
-    let mut kept = record(40, 2);
-    kept.extend(record(5, 3));
-    assert_eq!(got.event, Some(ExportEvent::Keep { ciphertext: kept }));
-    assert!(x.switch(vec![1], now).is_err(), "no Switch after an abort");
+    let mut x = Exporter::cut(1000, T, now);
+    x.switch(0, vec![1], now).unwrap();
+    // half a record reached the agent, the rest was overtaken by the release
+    x.from_dispatcher(&record(100, 1)[..30]).unwrap();
+    assert_eq!(x.released(), Ok(ExportEvent::Migrated));
+    // after Kept only Resume can come
+    let mut x = Exporter::cut(1000, T, now);
+    assert_eq!(x.kept(5, now).unwrap(), Frame::Kept { cut: 5 }.to_bytes());
+    assert!(x.released().is_err());
+    let mut x = Exporter::cut(1000, T, now);
+    x.kept(5, now).unwrap();
+    assert!(x.from_dispatcher(&Frame::Done.to_bytes()).is_err());
+}
+
+#[test]
+fn exporter_over_the_cap_aborts() {
+    let now = Instant::now();
+    let mut x = Exporter::cut(100, T, now);
+    x.decrypted(150);
+    assert!(!x.within_cap());
+    assert_eq!(x.abort().unwrap(), Frame::Abort.to_bytes());
+    assert!(
+        x.switch(0, vec![1], now).is_err(),
+        "no Switch after an abort"
+    );
+    assert_eq!(x.deadline(), None, "the TLS engine reads on");
 }
 
 #[test]
 fn exporter_refuses_protocol_breaks_and_times_out() {
     let now = Instant::now();
-    let (mut x, _) = Exporter::freeze(100, T, now);
-    assert!(x.from_dispatcher(&Frame::Done.to_bytes()).is_err());
-    let (mut x, _) = Exporter::freeze(100, T, now);
-    let mut v = Frame::Frozen.to_bytes();
+    let mut x = Exporter::cut(100, T, now);
+    assert!(
+        x.from_dispatcher(&record(1, 1)).is_err(),
+        "nothing to read before the Switch"
+    );
+    let mut x = Exporter::cut(100, T, now);
+    x.switch(0, vec![1], now).unwrap();
+    let mut v = Frame::Done.to_bytes();
     v.extend(record(1, 1));
     assert!(
         x.from_dispatcher(&v).is_err(),
-        "bytes behind Frozen are held by the dispatcher"
+        "nothing follows Done: the stream is released"
     );
-    let (mut x, _) = Exporter::freeze(100, T, now);
-    x.from_dispatcher(&Frame::Frozen.to_bytes()).unwrap();
-    x.switch(vec![1], now).unwrap();
-    assert!(
-        x.from_dispatcher(&record(1, 1)).is_err(),
-        "TLS before the verdict"
-    );
-    let (mut x, _) = Exporter::freeze(100, T, now);
-    assert!(!x.timed_out(now + T));
-    assert!(x.timed_out(now + 2 * T));
-    x.from_dispatcher(&Frame::Frozen.to_bytes()).unwrap();
-    x.switch(vec![1], now + T).unwrap();
+    let mut x = Exporter::cut(100, T, now);
+    x.switch(0, vec![1], now).unwrap();
+    assert!(x
+        .from_dispatcher(
+            &Frame::Offer {
+                home: 1,
+                binding: [0; BINDING_LEN]
+            }
+            .to_bytes()
+        )
+        .is_err());
+    let mut x = Exporter::cut(100, T, now);
+    x.switch(0, vec![1], now + T).unwrap();
     assert!(!x.timed_out(now + 2 * T));
     assert!(x.timed_out(now + 3 * T));
 }
@@ -166,38 +188,59 @@ fn importer_refuses_client_bytes_before_commit() {
 #[test]
 fn exporter_continues_where_the_tls_engine_stopped_reading() {
     // The engine read the first record and 1000 bytes of the second during the handshake;
-    // the rest of the second, a third record and Frozen follow on the stream.
+    // the rest of the second and a third record follow on the stream, then the verdict.
     let now = Instant::now();
     let mut stream = record(40, 1);
     stream.extend(record(5000, 2));
     let cut = 40 + 5 + 5 + 1000;
     let mut rest = stream[cut..].to_vec();
     rest.extend(record(7, 3));
-    rest.extend(Frame::Frozen.to_bytes());
+    rest.extend(Frame::Resume.to_bytes());
+    rest.extend(record(9, 4));
     for split_header in [false, true] {
         // also: the engine stopped three bytes into a header
         let (read_len, tail) = if split_header {
             let mut s = stream.clone();
             s.extend(&record(7, 3)[..3]);
             let mut t = record(7, 3)[3..].to_vec();
-            t.extend(Frame::Frozen.to_bytes());
+            t.extend(Frame::Resume.to_bytes());
+            t.extend(record(9, 4));
             (s, t)
         } else {
             (stream[..cut].to_vec(), rest.clone())
         };
         let mut read = Splitter::new();
-        read.track(&read_len).unwrap();
-        let (mut x, _) = Exporter::freeze(100_000, T, now);
+        // the cut: the end of the last whole record the engine read
+        let boundary = read.follow(&read_len).unwrap();
+        let expect = if split_header { 5050 } else { 45 };
+        assert_eq!(boundary, Some(expect));
+        let mut x = Exporter::cut(100_000, T, now);
         x.continue_from(read);
+        x.switch(expect as u32, vec![1], now).unwrap();
         let got = x.from_dispatcher(&tail).unwrap();
-        assert_eq!(got.event, Some(ExportEvent::Frozen));
-        assert_eq!(got.decrypt, tail[..tail.len() - 6]);
+        assert_eq!(
+            got.event,
+            Some(ExportEvent::ServeHere {
+                ciphertext: record(9, 4)
+            })
+        );
     }
     // whatever came from the client is records only
     assert_eq!(
-        Splitter::new().track(&Frame::Frozen.to_bytes()),
+        Splitter::new().track(&Frame::Resume.to_bytes()),
         Err(HandoffError::FrameFromClient)
     );
+}
+
+#[test]
+fn follow_finds_the_last_boundary() {
+    let mut s = Splitter::new();
+    assert_eq!(s.follow(&record(10, 1)[..4]), Ok(None));
+    assert_eq!(s.follow(&record(10, 1)[4..]), Ok(Some(11)));
+    let two = [record(0, 1), record(3, 2), record(8, 3)[..6].to_vec()].concat();
+    assert_eq!(s.follow(&two), Ok(Some(13)));
+    assert_eq!(s.follow(&record(8, 3)[6..]), Ok(Some(7)));
+    assert_eq!(s.follow(&[]), Ok(None));
 }
 
 proptest::proptest! {

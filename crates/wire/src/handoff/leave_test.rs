@@ -1,5 +1,6 @@
 //! Moving an established connection off an agent that drains (Leave): the spliced stream is
-//! followed without copies, the agent's Leave starts the same two-phase move as a Freeze, the
+//! followed without copies, the agent's Leave starts the same two-phase move (the dispatcher's
+//! Offer is the cut), the
 //! connection can move again from its new agent, and Stay leaves it where it is.
 
 use std::time::{Duration, Instant};
@@ -78,21 +79,38 @@ fn a_served_connection_leaves_moves_and_can_leave_again() {
     seen.take(&mut relay);
     assert_eq!(seen.choose_home, 1);
     assert!(!relay.is_serving());
-    // the shell picks a home: the offer, and Frozen at once (the client is at a boundary)
+    // the shell picks a home: the offer at once (the client is at a boundary): the cut
     relay.move_to(7, BINDING);
     seen.take(&mut relay);
-    let mut expect = Frame::Offer {
+    let expect = Frame::Offer {
         home: 7,
         binding: BINDING,
     }
     .to_bytes();
-    expect.extend(Frame::Frozen.to_bytes());
     assert_eq!(seen.to_agent, expect);
     // the client's next request is held
     let next = record(23, 90, 6);
     relay.from_client(&next).unwrap();
+    assert!(
+        relay
+            .from_agent(
+                &Frame::Switch {
+                    cut: 5,
+                    sealed: vec![9; 100]
+                }
+                .to_bytes()
+            )
+            .is_err(),
+        "after a Leave the cut is the Offer"
+    );
     relay
-        .from_agent(&Frame::Switch(vec![9; 100]).to_bytes())
+        .from_agent(
+            &Frame::Switch {
+                cut: 0,
+                sealed: vec![9; 100],
+            }
+            .to_bytes(),
+        )
         .unwrap();
     seen.take(&mut relay);
     assert_eq!(seen.connect_home, 1);
@@ -115,7 +133,7 @@ fn a_served_connection_leaves_moves_and_can_leave_again() {
     // The new agent serves (its stream is now the agent's) and later drains too.
     let answer = record(23, 700, 7);
     assert_eq!(pass_agent(&mut relay, &answer), answer);
-    // the client is mid-record when the second Leave comes: Frozen waits for its end
+    // the client is mid-record when the second Leave comes: the Offer waits for its end
     let upload = record(23, 3000, 8);
     relay.watch_client(&upload[..1000]).unwrap();
     pass_agent(&mut relay, &Frame::Leave.to_bytes());
@@ -126,14 +144,18 @@ fn a_served_connection_leaves_moves_and_can_leave_again() {
     relay.from_client(&upload[1000..]).unwrap();
     relay.from_client(&record(23, 10, 9)).unwrap();
     seen.take(&mut relay);
-    let mut expect = Frame::Offer {
-        home: 2,
-        binding: BINDING,
-    }
-    .to_bytes();
-    expect.extend(&upload[1000..]);
-    expect.extend(Frame::Frozen.to_bytes());
-    assert_eq!(seen.to_agent, expect, "the rest of the record, then Frozen");
+    let mut expect = upload[1000..].to_vec();
+    expect.extend(
+        Frame::Offer {
+            home: 2,
+            binding: BINDING,
+        }
+        .to_bytes(),
+    );
+    assert_eq!(
+        seen.to_agent, expect,
+        "the rest of the record, then the Offer"
+    );
     // this time the agent cannot export it and keeps it: the held record goes back to it
     relay.from_agent(&Frame::Abort.to_bytes()).unwrap();
     seen = Seen::default();
@@ -171,7 +193,7 @@ fn nowhere_to_go_means_stay() {
 fn other_frames_while_serving_are_errors() {
     let mut relay = Relay::serving();
     assert!(relay
-        .watch_agent(&Frame::Switch(vec![1]).to_bytes())
+        .watch_agent(&Frame::Kept { cut: 0 }.to_bytes())
         .is_err());
     let mut relay = Relay::serving();
     assert_eq!(
@@ -183,10 +205,10 @@ fn other_frames_while_serving_are_errors() {
 }
 
 #[test]
-fn exporter_leaves_then_freezes_or_stays() {
+fn exporter_leaves_then_switches_or_stays() {
     let now = Instant::now();
     let t = Duration::from_secs(1);
-    // Move: records before the Offer and after it are decrypted, Frozen in the same input
+    // Move: records before the Offer are decrypted; the Offer is the cut
     let (mut x, leave) = Exporter::leave(1000, t, now);
     assert_eq!(leave, Frame::Leave.to_bytes());
     assert_eq!(x.deadline(), Some(now + 2 * t));
@@ -198,8 +220,6 @@ fn exporter_leaves_then_freezes_or_stays() {
         }
         .to_bytes(),
     );
-    input.extend(record(23, 60, 2));
-    input.extend(Frame::Frozen.to_bytes());
     let got = x.from_dispatcher(&input).unwrap();
     assert_eq!(
         got.moved,
@@ -208,8 +228,36 @@ fn exporter_leaves_then_freezes_or_stays() {
             binding: BINDING
         })
     );
-    assert_eq!(got.decrypt, [record(23, 40, 1), record(23, 60, 2)].concat());
-    assert_eq!(got.event, Some(ExportEvent::Frozen));
+    assert_eq!(got.decrypt, record(23, 40, 1));
+    assert_eq!(got.event, None);
+    assert_eq!(
+        x.deadline(),
+        None,
+        "the caller extracts; nothing to wait for"
+    );
+    let switch = x.switch(0, vec![4; 10], now).unwrap();
+    assert_eq!(
+        switch,
+        Frame::Switch {
+            cut: 0,
+            sealed: vec![4; 10]
+        }
+        .to_bytes()
+    );
+    assert_eq!(
+        x.from_dispatcher(&Frame::Done.to_bytes()).unwrap().event,
+        Some(ExportEvent::Migrated)
+    );
+
+    // the dispatcher holds the client's bytes after its Offer: any behind it break the protocol
+    let (mut x, _) = Exporter::leave(1000, t, now);
+    let mut input = Frame::Offer {
+        home: 3,
+        binding: BINDING,
+    }
+    .to_bytes();
+    input.extend(record(23, 60, 2));
+    assert!(x.from_dispatcher(&input).is_err());
 
     // Stay: what follows it is the TLS engine's
     let (mut x, _) = Exporter::leave(1000, t, now);
@@ -224,14 +272,10 @@ fn exporter_leaves_then_freezes_or_stays() {
     );
     assert_eq!(x.deadline(), None);
 
-    // Over the cap before the answer: the Abort goes out as soon as the move starts
+    // Over the cap before the answer: the connection stays (Abort) once the move starts
     let (mut x, _) = Exporter::leave(10, t, now);
     let got = x.from_dispatcher(&record(23, 40, 1)).unwrap();
-    assert_eq!(
-        x.decrypted(got.decrypt.len() - 5 - 16),
-        None,
-        "no Abort while leaving"
-    );
+    x.decrypted(got.decrypt.len() - 5 - 16);
     let got = x
         .from_dispatcher(
             &Frame::Offer {
@@ -242,11 +286,16 @@ fn exporter_leaves_then_freezes_or_stays() {
         )
         .unwrap();
     assert!(got.moved.is_some());
-    assert_eq!(x.decrypted(0), Some(Frame::Abort.to_bytes()));
+    assert!(!x.within_cap());
+    assert_eq!(x.abort().unwrap(), Frame::Abort.to_bytes());
+    assert!(
+        x.switch(0, vec![1], now).is_err(),
+        "no Switch after an Abort"
+    );
 
-    // A Frozen before any answer breaks the protocol
+    // A verdict before any answer breaks the protocol
     let (mut x, _) = Exporter::leave(10, t, now);
-    assert!(x.from_dispatcher(&Frame::Frozen.to_bytes()).is_err());
+    assert!(x.from_dispatcher(&Frame::Resume.to_bytes()).is_err());
 }
 
 #[derive(Debug, Clone)]

@@ -22,14 +22,20 @@
 //!  D->A  Offer{home, binding}  before the ClientHello: "hand this connection to agent `home`";
 //!                              `binding` = the id of the H link D will use || a fresh token
 //!                              (no Offer when A is the home agent already: a plain splice)
-//!  ...   the handshake, relayed both ways (D tracks C's record boundaries)
-//!  A->D  Freeze             A's handshake is done and its NewSessionTickets are sent
-//!        (or Decline: A keeps the connection; D splices A<->C from here on)
-//!  D->A  Frozen             at the next boundary between C's records; C's later bytes are held
-//!  A     decrypts every record before Frozen (at most MAX_CARRIED plaintext: past it A sends
-//!        Abort at once and keeps the connection), extracts the session, seals it bound to
-//!        `binding`
-//!  A->D  Switch{session}    the sealed session object (or Abort: D gives A the held bytes)
+//!  ...   the handshake, relayed both ways; D tracks C's record boundaries and keeps a copy
+//!        of every client byte it forwards to A from the Offer on (at most MAX_HELD: past it
+//!        D stops reading C until A has cut)
+//!  A     its handshake is done: it decrypts every whole client record rustls has read (at
+//!        most MAX_CARRIED plaintext: past it A sends Abort and keeps the connection), and
+//!        cuts there: `cut` = how many client bytes after the Offer it consumed, a record
+//!        boundary (part of a record rustls read past it is not consumed: its sequence number
+//!        stays unused, and rustls drops it at extraction); A extracts the session and seals
+//!        it bound to `binding`
+//!  A->D  tickets + Switch{cut, session}   in one write
+//!        (or Decline / Abort: A keeps the connection; D splices A<->C from here on)
+//!  D     forwards to A the rest of the client record it is in the middle of (a frame can
+//!        follow only a record boundary), then holds C's bytes: the held bytes start at `cut`
+//!        in the copy. A discards every client record after its cut until the verdict.
 //!  D->H  Import{session}    the first bytes of a new stream on that H link, carrying the token
 //!  H->D  Ready              H opened the object (bound to this link and token, unexpired,
 //!                           never imported, issued after H started); H uses nothing yet
@@ -41,16 +47,37 @@
 //!        Refused, a broken H stream, or D's timeout before Ready:
 //!  D->H  Abort              (and the H stream is reset): H drops the keys, sends nothing
 //!  D->A  Resume             then the held bytes: A serves the session from its own record layer
+//!  (A->D Kept{cut}          A cut and extracted but could not seal: D answers Resume and the
+//!                           held bytes from `cut` at once, as after a refusal)
 //! ```
 //!
-//! Why this keeps the invariants: client bytes go to exactly one agent, cut
-//! only at a record boundary, so no record is split between two decryptors and none is lost or
-//! repeated. H has the session before the first record it must decrypt. Nobody encrypts twice
-//! under a key and sequence number: A sends nothing after Switch until D's verdict, H nothing
-//! after Ready until Commit, and D sends exactly one of Commit (to H) and Resume (to A). A
-//! timeout never grants the keys: A waiting for a verdict and H waiting for Commit give up by
-//! closing, never by using them. A sealed object copied off a link opens only on that link,
-//! with that token, once.
+//! A draining agent moves an established connection the same way, with the dispatcher's
+//! answer as the cut: A sends Leave (nothing more to the client from there) and decrypts the
+//! client's records until D's Offer; D sends the Offer at a client record boundary (forwarding
+//! the rest of the record it is in first) and holds every client byte after it; A switches with
+//! `cut` = 0 (or Abort: D gives it the held bytes and it keeps the connection). D answers
+//! Stay instead when there is nowhere to go.
+//!
+//! Why this keeps the invariants: client bytes go to exactly one agent, cut only at a record
+//! boundary, so no record is split between two decryptors and none is lost or repeated: A
+//! decrypted exactly the records before `cut` (D checks that `cut` is a record boundary within
+//! what it forwarded), and H gets exactly the copy from `cut` on, in order, before anything
+//! later. A decrypts nothing after its cut (it discards those records; on Resume it gets them
+//! again, from the copy). H has the session before the first record it must decrypt. Nobody
+//! encrypts twice under a key and sequence number: A sends nothing after Switch until D's
+//! verdict, H nothing after Ready until Commit, and D sends exactly one of Commit (to H) and
+//! Resume (to A). A timeout never grants the keys: A waiting for a verdict and H waiting for
+//! Commit give up by closing, never by using them. A sealed object copied off a link opens only
+//! on that link, with that token, once. The copy cannot deadlock the cut: A cuts as soon as
+//! its handshake is done, and the client's bytes up to its Finished (a hello and at most a
+//! certificate flight) are far below MAX_HELD, so D never stops reading the client before A
+//! can cut; after Switch D reads on to the end of the current record whatever the copy holds
+//! (one record more, at most).
+//!
+//! The link's hello carries the protocol version (`baton_link::auth::VERSION`): a dispatcher
+//! and agents of builds that speak different exchanges refuse each other's links rather than
+//! mis-parse these frames (the frame kinds of the retired Freeze/Frozen exchange are not
+//! reused either).
 //!
 //! [`Relay`] is the dispatcher's side as a state machine: bytes in, [`Action`]s out, no
 //! sockets, no clock (the shell owns the timeouts and calls [`Relay::home_failed`]).
@@ -69,8 +96,9 @@ pub const FRAME_MAGIC: [u8; 2] = *b"BT";
 pub const MAX_FRAME_BODY: usize = u16::MAX as usize;
 /// A frame's body, after its type and magic: `body<0..MAX_FRAME_BODY>`, the kind byte first.
 const BODY_LEN: Len = Len::U16;
-/// Client bytes the dispatcher holds while a connection is frozen; it stops reading the client
-/// beyond this (TCP backpressure), so a frozen connection costs bounded memory.
+/// Client bytes the dispatcher keeps for a move: the copy of what it forwarded to the handshake
+/// agent since the Offer, then what it holds after the cut. It stops reading the client beyond
+/// this (TCP backpressure), so a move costs bounded memory.
 pub const MAX_HELD: usize = 256 * 1024;
 /// The kind byte of an Import frame (after the 5-byte header): a home agent tells an import
 /// stream from a handoff offer by it before reading the frame.
@@ -139,10 +167,18 @@ pub enum Frame {
         home: u16,
         binding: [u8; BINDING_LEN],
     },
-    Freeze,
     Decline,
-    Frozen,
-    Switch(Vec<u8>),
+    /// Where the handshake agent cut the client's stream (bytes after the Offer), and the
+    /// sealed session object.
+    Switch {
+        cut: u32,
+        sealed: Vec<u8>,
+    },
+    /// The handshake agent cut at `cut` and extracted, but keeps the session: the dispatcher
+    /// answers Resume and the client's bytes from `cut` on.
+    Kept {
+        cut: u32,
+    },
     Abort,
     Done,
     Resume,
@@ -152,7 +188,7 @@ pub enum Frame {
     Commit,
     /// An agent that drains asks to move an established connection it is idle on (between
     /// two HTTP/1.1 requests). It sends nothing more until the dispatcher answers with an
-    /// Offer (then the exchange goes on as after a Freeze) or Stay.
+    /// Offer (the cut: the agent then switches with `cut` = 0) or Stay.
     Leave,
     /// The dispatcher's answer to Leave when there is nowhere to move: keep the connection.
     Stay,
@@ -162,9 +198,15 @@ impl std::fmt::Debug for Frame {
     // Sealed, but still nobody's business in a log: print sizes only.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Frame::Switch(b) | Frame::Import(b) => {
-                write!(f, "{}(<{} sealed bytes>)", self.name(), b.len())
+            Frame::Switch { cut, sealed } => {
+                write!(
+                    f,
+                    "Switch {{ cut: {cut}, <{} sealed bytes> }}",
+                    sealed.len()
+                )
             }
+            Frame::Kept { cut } => write!(f, "Kept {{ cut: {cut} }}"),
+            Frame::Import(b) => write!(f, "Import(<{} sealed bytes>)", b.len()),
             Frame::Offer { home, .. } => write!(f, "Offer {{ home: {home} }}"),
             Frame::Refused(r) => write!(f, "Refused({r:?})"),
             _ => f.write_str(self.name()),
@@ -196,11 +238,10 @@ pub enum HandoffError {
 impl Frame {
     fn kind(&self) -> u8 {
         match self {
+            // 2, 4 and 5 were Freeze, Frozen and the old Switch: never reused, so a peer of
+            // the old exchange reads an unknown kind rather than a wrong frame
             Frame::Offer { .. } => 1,
-            Frame::Freeze => 2,
             Frame::Decline => 3,
-            Frame::Frozen => 4,
-            Frame::Switch(_) => 5,
             Frame::Abort => 6,
             Frame::Done => 7,
             Frame::Resume => 8,
@@ -210,16 +251,17 @@ impl Frame {
             Frame::Commit => 12,
             Frame::Leave => 13,
             Frame::Stay => 14,
+            Frame::Switch { .. } => 15,
+            Frame::Kept { .. } => 16,
         }
     }
 
     fn name(&self) -> &'static str {
         match self {
             Frame::Offer { .. } => "Offer",
-            Frame::Freeze => "Freeze",
             Frame::Decline => "Decline",
-            Frame::Frozen => "Frozen",
-            Frame::Switch(_) => "Switch",
+            Frame::Switch { .. } => "Switch",
+            Frame::Kept { .. } => "Kept",
             Frame::Abort => "Abort",
             Frame::Done => "Done",
             Frame::Resume => "Resume",
@@ -241,7 +283,12 @@ impl Frame {
                 home.encode(&mut body);
                 body.extend_from_slice(binding);
             }
-            Frame::Switch(b) | Frame::Import(b) => body.extend_from_slice(b),
+            Frame::Switch { cut, sealed } => {
+                cut.encode(&mut body);
+                body.extend_from_slice(sealed);
+            }
+            Frame::Kept { cut } => cut.encode(&mut body),
+            Frame::Import(b) => body.extend_from_slice(b),
             Frame::Refused(r) => r.encode(&mut body),
             _ => {}
         }
@@ -260,9 +307,10 @@ impl Frame {
         v
     }
 
-    /// Whether a session object of `len` bytes fits one Switch/Import frame.
+    /// Whether a session object of `len` bytes fits one Switch (kind and cut before it) and
+    /// one Import frame.
     pub fn fits(len: usize) -> bool {
-        len < MAX_FRAME_BODY
+        len + 1 + 4 <= MAX_FRAME_BODY
     }
 
     /// Reads a frame's body (what its length covers). Not a [`Codec`]: the splitter has read
@@ -280,10 +328,7 @@ impl Frame {
                 };
                 offer(&mut r).map_err(|_| HandoffError::Malformed("Offer"))?
             }
-            2 => Frame::Freeze,
             3 => Frame::Decline,
-            4 => Frame::Frozen,
-            5 => Frame::Switch(r.rest().to_vec()),
             6 => Frame::Abort,
             7 => Frame::Done,
             8 => Frame::Resume,
@@ -295,6 +340,13 @@ impl Frame {
             12 => Frame::Commit,
             13 => Frame::Leave,
             14 => Frame::Stay,
+            15 => Frame::Switch {
+                cut: u32::read(&mut r).map_err(|_| HandoffError::Malformed("Switch"))?,
+                sealed: r.rest().to_vec(),
+            },
+            16 => Frame::Kept {
+                cut: u32::read(&mut r).map_err(|_| HandoffError::Malformed("Kept"))?,
+            },
             k => return Err(HandoffError::UnknownKind(k)),
         };
         match r.expect_empty("frame") {
@@ -380,6 +432,20 @@ impl Splitter {
             i += self.follow_record(&data[i..])?;
         }
         Ok(())
+    }
+
+    /// [`Splitter::track`], also saying where the last record boundary in `data` falls:
+    /// `Some(i)` when `data[..i]` ends a record (the largest such `i`), `None` when no record
+    /// ends in `data`. The handshake agent counts its cut with it.
+    pub fn follow(&mut self, data: &[u8]) -> Result<Option<usize>, HandoffError> {
+        let (mut i, mut last) = (0, None);
+        while i < data.len() {
+            i += self.follow_record(&data[i..])?;
+            if self.at_boundary() {
+                last = Some(i);
+            }
+        }
+        Ok(last)
     }
 
     /// Takes a record's bytes from the front of `data` (the rest of its body, or of its
@@ -546,7 +612,7 @@ fn body_len(head: &[u8]) -> Result<usize, HandoffError> {
 mod agent_side;
 mod relay;
 
-pub use agent_side::{ExportEvent, Exporter, ImportEvent, Importer};
+pub use agent_side::{ExportEvent, ExportInput, Exporter, ImportEvent, Importer};
 pub use relay::{Action, MoveReason, Outcome, Position, Relay, Target};
 
 #[cfg(test)]

@@ -127,7 +127,8 @@ impl MoveReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Declined,
-    /// The handshake agent kept the connection (before or after the freeze).
+    /// The handshake agent kept the connection (over its plaintext cap, not extractable, or
+    /// not sealed).
     Aborted,
     Migrated,
     /// The home agent refused, broke or timed out before Ready; the handshake agent kept the
@@ -137,13 +138,21 @@ pub enum Outcome {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Relaying the handshake; the agent may ask to freeze.
+    /// Relaying the handshake, every client byte copied (the home agent's, from the cut on);
+    /// the handshake agent may cut (Switch, Kept) or keep the connection (Decline, Abort).
     Relaying,
-    /// Asked to freeze: client bytes pass up to the next record boundary. `aborted`: the
-    /// agent has already said it keeps the connection; Frozen still marks the boundary.
-    Freezing { aborted: bool },
-    /// Frozen: client bytes are held; waiting for Switch or Abort.
-    Frozen,
+    /// The agent cut: client bytes pass to it up to the end of the record they are in (its
+    /// stream must reach a boundary), then are held. `kept`: it keeps the session (Kept).
+    Finishing { kept: bool },
+    /// A Leave's answer is due while the client is in the middle of a record: its bytes pass
+    /// to the agent up to the boundary, then the Offer goes.
+    Offering {
+        home: u16,
+        binding: [u8; BINDING_LEN],
+    },
+    /// The Offer answered a Leave at a boundary: client bytes are held from there; waiting for
+    /// the agent's Switch (with cut 0), Kept or Abort.
+    Offered,
     /// Waiting for the home agent's stream.
     Connecting,
     /// Waiting for the home agent's Ready or Refused.
@@ -158,8 +167,9 @@ impl State {
     fn name(self) -> &'static str {
         match self {
             State::Relaying => "relaying",
-            State::Freezing { .. } => "freezing",
-            State::Frozen => "frozen",
+            State::Finishing { .. } => "finishing a record",
+            State::Offering { .. } => "offering",
+            State::Offered => "offered",
             State::Connecting => "connecting",
             State::Importing => "importing",
             State::Serving => "serving",
@@ -180,6 +190,8 @@ pub struct Relay {
     agent: Splitter,
     home: Splitter,
     session: Vec<u8>,
+    /// Relaying: the copy of every client byte forwarded since the Offer. After the cut (and
+    /// after a Leave's Offer): the client's bytes from the cut on, held for whoever gets them.
     held: Vec<u8>,
     actions: VecDeque<Action>,
     outcome: Option<Outcome>,
@@ -271,18 +283,21 @@ impl Relay {
         self.state == State::Serving
     }
 
-    /// Whether the shell should read from the client now (false while enough is held).
+    /// Whether the shell should read from the client now (false while enough is copied or
+    /// held). A cut, or a Leave's Offer, waits for the end of the client's current record:
+    /// that is read whatever is held, one record more at most.
     pub fn wants_client_bytes(&self) -> bool {
         self.held.len() < MAX_HELD
+            || matches!(self.state, State::Finishing { .. } | State::Offering { .. })
     }
 
-    /// Client bytes held while frozen.
+    /// Client bytes copied or held.
     pub fn held_len(&self) -> usize {
         self.held.len()
     }
 
-    /// Whether the handshake is still being relayed (the agent has neither frozen nor
-    /// declined the connection).
+    /// Whether the handshake is still being relayed (the agent has neither cut nor declined
+    /// the connection).
     pub fn is_relaying_handshake(&self) -> bool {
         self.state == State::Relaying
     }
@@ -292,37 +307,55 @@ impl Relay {
         matches!(self.state, State::Connecting | State::Importing)
     }
 
-    /// Whether the relay is waiting on the handshake agent's Switch/Abort, or on the client to
-    /// finish a record before it can freeze (the shell's timeout applies).
-    pub fn awaiting_freeze(&self) -> bool {
-        matches!(self.state, State::Freezing { .. } | State::Frozen)
+    /// Whether the relay is waiting on the client to finish a record before it can hold its
+    /// bytes (after a cut, or to answer a Leave), or on the agent's Switch after a Leave's
+    /// Offer (the shell's timeout applies; a client's EOF then waits with its held bytes).
+    pub fn awaiting_cut(&self) -> bool {
+        matches!(
+            self.state,
+            State::Finishing { .. } | State::Offering { .. } | State::Offered
+        )
     }
 
     pub fn from_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
         match self.state {
-            // Until Frozen the agent gets the client's bytes, also while it asks to leave.
-            State::Relaying | State::Serving | State::Leaving => {
+            // The handshake: forwarded, and copied for the home agent. The shell stops reading
+            // at MAX_HELD; a read may overshoot it by one buffer.
+            State::Relaying => {
+                self.client.inner.track(data)?;
+                self.held.extend_from_slice(data);
+                self.push(Action::ToAgent(data.to_vec()));
+            }
+            // Until the Offer the agent gets the client's bytes.
+            State::Serving | State::Leaving => {
                 self.client.inner.track(data)?;
                 self.push(Action::ToAgent(data.to_vec()));
             }
-            State::Freezing { aborted } => {
+            // After the cut: the rest of the current record still goes to the agent (which
+            // discards it), and all of it is held for whoever serves on.
+            State::Finishing { kept } => {
+                let n = self.client.len_to_boundary(data)?;
+                if n > 0 {
+                    self.push(Action::ToAgent(data[..n].to_vec()));
+                }
+                self.held.extend_from_slice(&data[..n]);
+                if self.client.inner.at_boundary() {
+                    self.cut_done(kept);
+                    // the rest as the next state has it: held, or the agent's again (Kept)
+                    return self.from_client(&data[n..]);
+                }
+            }
+            State::Offering { home, binding } => {
                 let n = self.client.len_to_boundary(data)?;
                 if n > 0 {
                     self.push(Action::ToAgent(data[..n].to_vec()));
                 }
                 if self.client.inner.at_boundary() {
-                    self.freeze_now();
-                    // followed too: wherever they end up, a later move needs the boundaries
-                    self.client.inner.track(&data[n..])?;
-                    self.held.extend_from_slice(&data[n..]);
-                    if aborted {
-                        self.release_to_agent();
-                        self.finish(Target::HandshakeAgent, Outcome::Aborted);
-                    }
+                    self.offer_now(home, binding);
+                    return self.from_client(&data[n..]);
                 }
             }
-            // The shell stops reading at MAX_HELD; a read may overshoot it by one buffer.
-            State::Frozen | State::Connecting | State::Importing => {
+            State::Offered | State::Connecting | State::Importing => {
                 self.client.inner.track(data)?;
                 self.held.extend_from_slice(data)
             }
@@ -356,16 +389,16 @@ impl Relay {
     }
 
     /// Moves the connection, whose agent asked to leave, to the agent `home` (its id), bound
-    /// as in an Offer: the exchange then goes on as after a Freeze.
+    /// as in an Offer. The Offer is the cut: it goes at the next client record boundary, and
+    /// the client's bytes after it are held.
     pub fn move_to(&mut self, home: u16, binding: [u8; BINDING_LEN]) {
         if self.state != State::Leaving {
             return;
         }
-        self.push(Action::ToAgent(Frame::Offer { home, binding }.to_bytes()));
         if self.client.inner.at_boundary() {
-            self.freeze_now();
+            self.offer_now(home, binding);
         } else {
-            self.state = State::Freezing { aborted: false };
+            self.state = State::Offering { home, binding };
         }
     }
 
@@ -403,34 +436,94 @@ impl Relay {
             let Some(frame) = split.frame else { continue };
             match (self.state, frame) {
                 (State::Relaying, Frame::Decline) => {
+                    self.held = Vec::new();
                     self.finish(Target::HandshakeAgent, Outcome::Declined);
                 }
-                (State::Relaying, Frame::Freeze) => {
-                    if self.client.inner.at_boundary() {
-                        self.freeze_now();
-                    } else {
-                        self.state = State::Freezing { aborted: false };
-                    }
-                }
-                // Too much plaintext before the boundary: the agent keeps the connection, and
-                // Frozen still tells it where the client's bytes stop being in the way.
-                (State::Freezing { aborted: false }, Frame::Abort) => {
-                    self.state = State::Freezing { aborted: true };
-                }
-                (State::Frozen, Frame::Abort) => {
-                    self.release_to_agent();
+                // Over the plaintext cap, or not extractable: nothing was cut, the agent reads
+                // on as after a Decline.
+                (State::Relaying, Frame::Abort) => {
+                    self.held = Vec::new();
                     self.finish(Target::HandshakeAgent, Outcome::Aborted);
                 }
-                (State::Frozen, Frame::Switch(session)) => {
-                    self.session = session;
-                    self.state = State::Connecting;
-                    self.push(Action::ConnectHome);
+                (State::Relaying, Frame::Switch { cut, sealed }) => {
+                    self.take_cut(cut, self.held.len())?;
+                    self.session = sealed;
+                    self.finish_record(false);
+                }
+                (State::Relaying, Frame::Kept { cut }) => {
+                    self.take_cut(cut, self.held.len())?;
+                    self.finish_record(true);
+                }
+                // After a Leave's Offer nothing was forwarded: the cut is the Offer.
+                (State::Offered, Frame::Switch { cut, sealed }) => {
+                    self.take_cut(cut, 0)?;
+                    self.session = sealed;
+                    self.cut_done(false);
+                }
+                (State::Offered, Frame::Kept { cut }) => {
+                    self.take_cut(cut, 0)?;
+                    self.cut_done(true);
+                }
+                (State::Offered, Frame::Abort) => {
+                    self.release_to_agent();
+                    self.finish(Target::HandshakeAgent, Outcome::Aborted);
                 }
                 (State::Serving, Frame::Leave) => self.leave(),
                 (s, f) => return Err(HandoffError::Unexpected(f.name(), s.name())),
             }
         }
         Ok(())
+    }
+
+    /// The agent cut at `cut` bytes of the copy, of which it was sent `forwarded`: a record
+    /// boundary within them, or the stream broke the protocol. The held bytes start there.
+    fn take_cut(&mut self, cut: u32, forwarded: usize) -> Result<(), HandoffError> {
+        let cut = cut as usize;
+        let bad = HandoffError::Malformed("cut");
+        if cut > forwarded || cut > self.held.len() {
+            return Err(bad);
+        }
+        // The copy starts at a boundary (the ClientHello, or a Leave's Offer): walk its record
+        // headers up to the cut, a few per handshake.
+        let mut i = 0;
+        while i < cut {
+            let Some(head) = self.held.get(i..i + super::HEADER_LEN) else {
+                return Err(bad);
+            };
+            i += super::HEADER_LEN + usize::from(u16::from_be_bytes([head[3], head[4]]));
+        }
+        if i != cut {
+            return Err(bad);
+        }
+        self.held.drain(..cut);
+        Ok(())
+    }
+
+    /// After a cut: hold from the end of the client's current record.
+    fn finish_record(&mut self, kept: bool) {
+        if self.client.inner.at_boundary() {
+            self.cut_done(kept);
+        } else {
+            self.state = State::Finishing { kept };
+        }
+    }
+
+    /// The agent's stream is at a client record boundary after its cut: import the session
+    /// at the home agent, or, if the agent keeps it, give the agent the held bytes.
+    fn cut_done(&mut self, kept: bool) {
+        if kept {
+            self.push(Action::ToAgent(Frame::Resume.to_bytes()));
+            self.release_to_agent();
+            self.finish(Target::HandshakeAgent, Outcome::Aborted);
+        } else {
+            self.state = State::Connecting;
+            self.push(Action::ConnectHome);
+        }
+    }
+
+    fn offer_now(&mut self, home: u16, binding: [u8; BINDING_LEN]) {
+        self.push(Action::ToAgent(Frame::Offer { home, binding }.to_bytes()));
+        self.state = State::Offered;
     }
 
     /// The home agent's stream is open: send it the session.
@@ -499,11 +592,6 @@ impl Relay {
         self.push(Action::ToAgent(Frame::Resume.to_bytes()));
         self.release_to_agent();
         self.finish(Target::HandshakeAgent, Outcome::FellBack(reason));
-    }
-
-    fn freeze_now(&mut self) {
-        self.state = State::Frozen;
-        self.push(Action::ToAgent(Frame::Frozen.to_bytes()));
     }
 
     fn release_to_agent(&mut self) {
