@@ -555,7 +555,7 @@ async fn connect(
 }
 
 /// `handoff`: every connection is offered (its offer went out with the client's first bytes,
-/// [`plan_for`]), so its agent says when the handshake is over (Freeze, or Decline when it is
+/// [`plan_for`]), so its agent says when the handshake is over (Switch, or Decline when it is
 /// the home agent already) and the router balances handshakes; a full handshake on an agent
 /// other than the client's home agent migrates.
 async fn handoff(
