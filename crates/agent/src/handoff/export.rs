@@ -124,7 +124,10 @@ pub async fn hand_off(
         x,
         how,
         plain,
-        thread_cpu().saturating_sub(t),
+        Metered {
+            before: std::time::Duration::ZERO,
+            open_since: Some(t),
+        },
         info,
         shared,
     )
@@ -220,7 +223,11 @@ pub(crate) async fn leave(
         why: Why::Drain,
         cut: 0,
     };
-    switch(stream, x, how, plain, cpu, info, shared).await
+    let metered = Metered {
+        before: cpu,
+        open_since: None,
+    };
+    switch(stream, x, how, plain, metered, info, shared).await
 }
 
 /// A move under way, from the handshake agent's side.
@@ -254,14 +261,22 @@ async fn keep_after_abort(
     stream.keep(plain)
 }
 
+/// The export's thread CPU so far: `before`, closed sections, and the one still open since
+/// `open_since` (the decryption right before, with no await between: one clock read fewer
+/// per migration, a `CLOCK_THREAD_CPUTIME_ID` read being a real system call here).
+struct Metered {
+    before: std::time::Duration,
+    open_since: Option<std::time::Duration>,
+}
+
 /// At the cut, every record before it decrypted into `plain`: extracts, seals, switches (the
-/// held tickets with it), and waits for the verdict. `cpu`: the decryption's, metered so far.
+/// held tickets with it), and waits for the verdict.
 async fn switch(
     mut stream: Engine,
     mut x: Exporter,
     how: Move,
     plain: Vec<u8>,
-    cpu: std::time::Duration,
+    metered: Metered,
     info: &ConnInfo,
     shared: &Shared,
 ) -> Exported {
@@ -280,7 +295,7 @@ async fn switch(
     };
     let ring = shared.tls.cluster_ring();
 
-    let t = thread_cpu();
+    let t = metered.open_since.unwrap_or_else(thread_cpu);
     if !stream.extractable() {
         m.failure(HandoffFailure::Export);
         return keep_after_abort(stream, &mut x, plain, None).await;
@@ -309,7 +324,10 @@ async fn switch(
             obj.seal(&ring, cfg.agent_id, &offer.binding)
         })
         .filter(|s| Frame::fits(s.len()) && !keyless);
-    m.cpu(Side::Export, cpu + thread_cpu().saturating_sub(t));
+    m.cpu(
+        Side::Export,
+        metered.before + thread_cpu().saturating_sub(t),
+    );
     let (frame, kept) = match sealed {
         Some(sealed) => (x.switch(cut, sealed, tokio_now()), false),
         None => {
