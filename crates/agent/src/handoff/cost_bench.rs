@@ -19,33 +19,13 @@ use std::time::{Duration, SystemTime};
 
 use baton_ops::process::thread_cpu;
 use baton_session::migration::{ReplayGuard, SessionObject};
-use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, ServerConnection};
 
-use super::harness::{client_config, cluster_ring, pattern, server_config};
-use super::secrets::{self, SecretLog, TrafficSecrets};
+use super::harness::{cluster_ring, pattern};
+use super::into_layer_test::{established_with, flight};
+use super::secrets::{SecretLog, TrafficSecrets};
 use super::session::{self, Extras};
 use crate::http::ConnInfo;
-
-fn flight(
-    from: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    while from.wants_write() {
-        from.write_tls(&mut out).unwrap();
-    }
-    out
-}
-
-fn feed(
-    to: &mut impl std::ops::DerefMut<Target = rustls::ConnectionCommon<impl Sized>>,
-    mut bytes: &[u8],
-) {
-    while !bytes.is_empty() {
-        to.read_tls(&mut bytes).unwrap();
-        to.process_new_packets().unwrap();
-    }
-}
 
 /// A session after its handshake, as the handshake agent holds it at the freeze: the tickets
 /// sent, the client's first request (1 KiB, like bench-handoff's) not yet given to rustls.
@@ -57,22 +37,9 @@ struct Frozen {
 }
 
 fn frozen(log: &Arc<SecretLog>, tls13: bool) -> Frozen {
-    let name = ServerName::try_from("localhost").unwrap();
-    let mut client = ClientConnection::new(client_config(tls13), name).unwrap();
-    let mut server = ServerConnection::new(server_config(log.clone())).unwrap();
-    let mut expected = None;
-    while client.is_handshaking() || server.is_handshaking() {
-        let bytes = flight(&mut client);
-        if expected.is_none() {
-            expected = secrets::client_random(&bytes).and_then(|r| log.expect(r));
-        }
-        feed(&mut server, &bytes);
-        let bytes = flight(&mut server);
-        feed(&mut client, &bytes);
-    }
+    let (mut client, server, secrets) = established_with(log, tls13);
     client.writer().write_all(&pattern(0, 1024)).unwrap();
     let request = flight(&mut client);
-    let secrets = expected.map(|e| e.take()).unwrap_or_default();
     Frozen {
         client,
         server,

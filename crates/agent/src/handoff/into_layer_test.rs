@@ -16,7 +16,7 @@ use super::secrets::{self, SecretLog, TrafficSecrets};
 use super::session;
 
 /// Everything `from` wants to send.
-fn flight<C, D>(from: &mut C) -> Vec<u8>
+pub(super) fn flight<C, D>(from: &mut C) -> Vec<u8>
 where
     C: DerefMut<Target = ConnectionCommon<D>>,
 {
@@ -27,7 +27,7 @@ where
     out
 }
 
-fn feed<C, D>(to: &mut C, mut bytes: &[u8])
+pub(super) fn feed<C, D>(to: &mut C, mut bytes: &[u8])
 where
     C: DerefMut<Target = ConnectionCommon<D>>,
 {
@@ -48,7 +48,14 @@ where
 
 /// A handshake between a rustls client and server whose secrets the log captured.
 fn established(tls13: bool) -> (ClientConnection, ServerConnection, TrafficSecrets) {
-    let log = Arc::new(SecretLog::default());
+    established_with(&Arc::new(SecretLog::default()), tls13)
+}
+
+/// The same, with the server's key log given (one log for many sessions, as an agent's).
+pub(super) fn established_with(
+    log: &Arc<SecretLog>,
+    tls13: bool,
+) -> (ClientConnection, ServerConnection, TrafficSecrets) {
     let name = ServerName::try_from("localhost").unwrap();
     let mut client = ClientConnection::new(client_config(tls13), name).unwrap();
     let mut server = ServerConnection::new(server_config(log.clone())).unwrap();
