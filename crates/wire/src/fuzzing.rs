@@ -5,6 +5,7 @@
 use std::mem::discriminant;
 
 use crate::hello::{ClientHello, HelloReader, Progress};
+use crate::message::FirstMessage;
 use crate::server_hello::{ServerHello, ServerHelloReader};
 use crate::DEFAULT_MESSAGE_LIMIT;
 

@@ -12,11 +12,11 @@ use crate::codec::{
     encode_bytes, encode_list, encode_vec, read_list, read_vec, Codec, Len, Reader,
 };
 use crate::enums::{
-    CipherSuite, Compression, ContentType, ExtensionType, HandshakeType, NamedGroup,
-    ProtocolVersion, PskKeyExchangeMode, ServerNameType, SignatureScheme,
+    CipherSuite, Compression, ExtensionType, HandshakeType, NamedGroup, ProtocolVersion,
+    PskKeyExchangeMode, ServerNameType, SignatureScheme,
 };
 use crate::error::{Error, Malformed};
-use crate::record::{self, HandshakeAssembler, DEFAULT_MESSAGE_LIMIT};
+pub use crate::message::{FirstMessage, MessageReader, Progress};
 
 /// The longest legacy session id (RFC 5246 7.4.1.2).
 pub const MAX_SESSION_ID_LEN: usize = 32;
@@ -354,44 +354,16 @@ impl Codec for ClientHello {
     }
 }
 
+impl FirstMessage for ClientHello {
+    const TYPE: HandshakeType = HandshakeType::CLIENT_HELLO;
+    const NAME: &'static str = "ClientHello";
+    const MESSAGE: &'static str = "ClientHello message";
+    // a client's first flight: the widest-compatible legacy record version
+    const RECORD_VERSION: ProtocolVersion = ProtocolVersion::TLSV1_0;
+    const MAY_BE_FOLLOWED: bool = false;
+}
+
 impl ClientHello {
-    /// Reads a whole handshake message (4-byte header included) that must be a ClientHello.
-    pub fn read_message(msg: &[u8]) -> Result<Self, Error> {
-        let mut r = Reader::new(msg);
-        let typ = HandshakeType::read(&mut r)?;
-        if typ != HandshakeType::CLIENT_HELLO {
-            return Err(crate::NotTls::UnexpectedMessage {
-                got: typ,
-                expected: HandshakeType::CLIENT_HELLO,
-            }
-            .into());
-        }
-        let mut body = r.sub(Len::U24, "ClientHello")?;
-        r.expect_empty("ClientHello message")?;
-        let hello = Self::read(&mut body)?;
-        body.expect_empty("ClientHello")?;
-        Ok(hello)
-    }
-
-    /// Appends the hello as a handshake message (with its 4-byte header).
-    pub fn encode_message(&self, out: &mut Vec<u8>) {
-        HandshakeType::CLIENT_HELLO.encode(out);
-        encode_vec(out, Len::U24, |o| self.encode(o));
-    }
-
-    /// Appends the hello as a first flight: handshake records of at most `max_fragment` bytes.
-    pub fn encode_records(&self, out: &mut Vec<u8>, max_fragment: usize) {
-        let mut msg = Vec::new();
-        self.encode_message(&mut msg);
-        record::encode_records(
-            out,
-            ContentType::HANDSHAKE,
-            ProtocolVersion::TLSV1_0,
-            &msg,
-            max_fragment,
-        );
-    }
-
     /// The extension of type `typ`, if sent.
     pub fn extension(&self, typ: ExtensionType) -> Option<&ClientExtension> {
         self.extensions.iter().find(|e| e.typ() == typ)
@@ -506,76 +478,8 @@ impl ClientHello {
     }
 }
 
-/// What a [`HelloReader`] (or [`ServerHelloReader`](crate::ServerHelloReader)) made of the
-/// bytes so far.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Progress<T = ClientHello> {
-    /// All input was consumed; the message is not complete yet.
-    NeedMore,
-    /// The message is complete after the first `.1` bytes of the last input.
-    Done(T, usize),
-}
-
-/// Sans-IO: peeks the ClientHello out of the first bytes a client sends, across as many records
-/// as it takes, holding at most a configurable number of bytes.
-///
-/// The dispatcher pushes each read into it, and forwards the same bytes to the agent untouched:
-/// the parse is a peek. After `Done` or an error the reader is finished; later pushes consume
-/// nothing and repeat the outcome.
-#[derive(Debug, Clone)]
-pub struct HelloReader {
-    assembler: HandshakeAssembler,
-    parsed: Option<Result<ClientHello, Error>>,
-}
-
-impl Default for HelloReader {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl HelloReader {
-    /// A reader holding at most [`DEFAULT_MESSAGE_LIMIT`] bytes of hello.
-    pub fn new() -> Self {
-        Self::with_limit(DEFAULT_MESSAGE_LIMIT)
-    }
-
-    /// A reader holding at most `limit` bytes of hello (its 4-byte handshake header included).
-    pub fn with_limit(limit: usize) -> Self {
-        Self {
-            assembler: HandshakeAssembler::new(HandshakeType::CLIENT_HELLO, limit, false),
-            parsed: None,
-        }
-    }
-
-    /// Takes the next bytes the client sent.
-    pub fn push(&mut self, input: &[u8]) -> Result<Progress, Error> {
-        if let Some(parsed) = &self.parsed {
-            return parsed.clone().map(|h| Progress::Done(h, 0));
-        }
-        let Some(used) = self.assembler.push(input)? else {
-            return Ok(Progress::NeedMore);
-        };
-        let parsed = ClientHello::read_message(self.assembler.message());
-        self.parsed = Some(parsed.clone());
-        parsed.map(|h| Progress::Done(h, used))
-    }
-
-    /// Bytes of hello held; never more than the limit.
-    pub fn buffered(&self) -> usize {
-        self.assembler.buffered()
-    }
-
-    /// The limit this reader was made with.
-    pub fn limit(&self) -> usize {
-        self.assembler.limit()
-    }
-
-    /// Bytes of the stream consumed by pushes that needed more or completed the hello.
-    pub fn consumed(&self) -> usize {
-        self.assembler.consumed()
-    }
-}
+/// Sans-IO: peeks the ClientHello out of the first bytes a client sends (see [`MessageReader`]).
+pub type HelloReader = MessageReader<ClientHello>;
 
 #[cfg(test)]
 #[path = "hello_test.rs"]

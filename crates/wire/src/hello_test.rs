@@ -1,4 +1,5 @@
 use super::*;
+use crate::enums::ContentType;
 use crate::error::NotTls;
 
 fn sample() -> ClientHello {

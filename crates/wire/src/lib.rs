@@ -32,6 +32,7 @@ pub mod fuzzing;
 pub mod handoff;
 pub mod handover;
 pub mod hello;
+pub mod message;
 pub mod names;
 pub mod proxy_v2;
 pub mod record;
@@ -47,5 +48,6 @@ pub use hello::{
     ClientExtension, ClientHello, HelloReader, KeyShareEntry, OfferedPsks, Progress, PskIdentity,
     ServerName,
 };
+pub use message::{FirstMessage, MessageReader};
 pub use record::{RecordHeader, DEFAULT_MESSAGE_LIMIT};
 pub use server_hello::{ServerExtension, ServerHello, ServerHelloReader};

@@ -6,12 +6,10 @@
 use crate::codec::{
     encode_bytes, encode_list, encode_vec, read_list, read_vec, Codec, Len, Reader,
 };
-use crate::enums::{
-    CipherSuite, Compression, ContentType, ExtensionType, HandshakeType, ProtocolVersion,
-};
-use crate::error::{Error, Malformed, NotTls};
-use crate::hello::{check_extensions, Progress, MAX_SESSION_ID_LEN};
-use crate::record::{self, HandshakeAssembler, DEFAULT_MESSAGE_LIMIT};
+use crate::enums::{CipherSuite, Compression, ExtensionType, HandshakeType, ProtocolVersion};
+use crate::error::{Error, Malformed};
+use crate::hello::{check_extensions, MAX_SESSION_ID_LEN};
+use crate::message::{FirstMessage, MessageReader};
 
 /// The `random` of a HelloRetryRequest: SHA-256("HelloRetryRequest") (RFC 8446 4.1.3). An HRR
 /// travels as a ServerHello with this random.
@@ -125,44 +123,16 @@ impl Codec for ServerHello {
     }
 }
 
+impl FirstMessage for ServerHello {
+    const TYPE: HandshakeType = HandshakeType::SERVER_HELLO;
+    const NAME: &'static str = "ServerHello";
+    const MESSAGE: &'static str = "ServerHello message";
+    const RECORD_VERSION: ProtocolVersion = ProtocolVersion::TLSV1_2;
+    // Certificate, ServerHelloDone (TLS 1.2) may share its record
+    const MAY_BE_FOLLOWED: bool = true;
+}
+
 impl ServerHello {
-    /// Reads a whole handshake message (4-byte header included) that must be a ServerHello.
-    pub fn read_message(msg: &[u8]) -> Result<Self, Error> {
-        let mut r = Reader::new(msg);
-        let typ = HandshakeType::read(&mut r)?;
-        if typ != HandshakeType::SERVER_HELLO {
-            return Err(NotTls::UnexpectedMessage {
-                got: typ,
-                expected: HandshakeType::SERVER_HELLO,
-            }
-            .into());
-        }
-        let mut body = r.sub(Len::U24, "ServerHello")?;
-        r.expect_empty("ServerHello message")?;
-        let hello = Self::read(&mut body)?;
-        body.expect_empty("ServerHello")?;
-        Ok(hello)
-    }
-
-    /// Appends the hello as a handshake message (with its 4-byte header).
-    pub fn encode_message(&self, out: &mut Vec<u8>) {
-        HandshakeType::SERVER_HELLO.encode(out);
-        encode_vec(out, Len::U24, |o| self.encode(o));
-    }
-
-    /// Appends the hello as handshake records of at most `max_fragment` bytes.
-    pub fn encode_records(&self, out: &mut Vec<u8>, max_fragment: usize) {
-        let mut msg = Vec::new();
-        self.encode_message(&mut msg);
-        record::encode_records(
-            out,
-            ContentType::HANDSHAKE,
-            ProtocolVersion::TLSV1_2,
-            &msg,
-            max_fragment,
-        );
-    }
-
     /// The negotiated version: supported_versions if present (RFC 8446 4.2.1), else
     /// `legacy_version`.
     pub fn version(&self) -> ProtocolVersion {
@@ -192,57 +162,16 @@ impl ServerHello {
     }
 }
 
-/// Sans-IO: peeks the ServerHello out of the first bytes a server sends. Unlike a ClientHello,
-/// other handshake messages may follow it in the same record (Certificate, ServerHelloDone in
-/// TLS 1.2; in TLS 1.3 the next records are encrypted): `Done`'s count ends at the ServerHello.
-#[derive(Debug, Clone)]
-pub struct ServerHelloReader {
-    assembler: HandshakeAssembler,
-    parsed: Option<Result<ServerHello, Error>>,
-}
-
-impl Default for ServerHelloReader {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ServerHelloReader {
-    /// A reader holding at most [`DEFAULT_MESSAGE_LIMIT`] bytes of hello.
-    pub fn new() -> Self {
-        Self::with_limit(DEFAULT_MESSAGE_LIMIT)
-    }
-
-    /// A reader holding at most `limit` bytes of hello (its 4-byte handshake header included).
-    pub fn with_limit(limit: usize) -> Self {
-        Self {
-            assembler: HandshakeAssembler::new(HandshakeType::SERVER_HELLO, limit, true),
-            parsed: None,
-        }
-    }
-
-    /// Takes the next bytes the server sent.
-    pub fn push(&mut self, input: &[u8]) -> Result<Progress<ServerHello>, Error> {
-        if let Some(parsed) = &self.parsed {
-            return parsed.clone().map(|h| Progress::Done(h, 0));
-        }
-        let Some(used) = self.assembler.push(input)? else {
-            return Ok(Progress::NeedMore);
-        };
-        let parsed = ServerHello::read_message(self.assembler.message());
-        self.parsed = Some(parsed.clone());
-        parsed.map(|h| Progress::Done(h, used))
-    }
-
-    /// Bytes of hello held; never more than the limit.
-    pub fn buffered(&self) -> usize {
-        self.assembler.buffered()
-    }
-}
+/// Sans-IO: peeks the ServerHello out of the first bytes a server sends (see
+/// [`MessageReader`]): `Done`'s count ends at the ServerHello, not at its record's end.
+pub type ServerHelloReader = MessageReader<ServerHello>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::enums::ContentType;
+    use crate::message::Progress;
+    use crate::record;
 
     fn hello(session_id: &[u8], extensions: Vec<ServerExtension>) -> ServerHello {
         ServerHello {

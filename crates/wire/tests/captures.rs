@@ -3,6 +3,7 @@
 //! give the fields the client was asked to send.
 
 use baton_wire::record::{RecordHeader, HEADER_LEN};
+use baton_wire::FirstMessage;
 use baton_wire::{
     ClientHello, ContentType, ExtensionType, HelloReader, NamedGroup, Progress, ProtocolVersion,
     PskKeyExchangeMode,

@@ -5,6 +5,7 @@
 
 use baton_wire::codec::Codec;
 use baton_wire::record::{RecordHeader, MAX_PLAINTEXT_LEN};
+use baton_wire::FirstMessage;
 use baton_wire::{
     fuzzing, CipherSuite, ClientExtension, ClientHello, Compression, ContentType, ExtensionType,
     HelloReader, KeyShareEntry, NamedGroup, OfferedPsks, Progress, ProtocolVersion, PskIdentity,
