@@ -48,8 +48,9 @@ fn curl_keep_alive_across_the_move_tls12_and_tls13() {
     ] {
         let before = migrated_out(&up);
         let mut bodies = Vec::new();
-        // Consecutive full handshakes alternate between the agents (least-loaded, ties in
-        // turn), so among four connections some run the handshake away from home and move.
+        // Consecutive full handshakes alternate between the agents (least-loaded, the home
+        // first on a tie), so among four connections some run the handshake away from home
+        // and move.
         for _ in 0..4 {
             let dir = TempDir::new("curl-handoff");
             let (a, b) = (dir.arg("a"), dir.arg("b"));
@@ -458,6 +459,15 @@ fn source_with_home(home: usize) -> IpAddr {
         .unwrap()
 }
 
+/// One full handshake from `src` (at home on agent 1) while the loads are level: it goes home
+/// (the home first on a tie), so the next full handshake goes to agent 0, the least loaded, and
+/// its session is offered to agent 1.
+fn level_towards_agent_0(src: IpAddr, d: &Dispatcher, pki: &Pki, agents: &[Agent]) {
+    let out = curl_from(src, d, pki, "/bytes/1");
+    assert!(out.status.success(), "{}", text_of(&out));
+    assert_eq!((agents[0].served(), agents[1].served()), (0, 1));
+}
+
 fn curl_from(src: IpAddr, d: &Dispatcher, pki: &Pki, path: &str) -> std::process::Output {
     let resolve = format!("localhost:{}:127.0.0.1", d.addr.port());
     let src = src.to_string();
@@ -478,9 +488,9 @@ fn home_agent_dead_or_hung_the_handshake_agent_serves_it() {
     for fault in ["KILL", "STOP"] {
         let mut c = agents(true);
         let d = dispatcher(&c);
-        // The first full handshake goes to agent 0 (least-loaded, ties from the first); a
-        // client whose home is agent 1 makes it migrate there.
+        // A client whose home is agent 1, its full handshake on agent 0: it migrates there.
         let src = source_with_home(1);
+        level_towards_agent_0(src, &d, &c.pki, &c.agents);
         c.agents[1].signal(fault);
         let out = curl_from(src, &d, &c.pki, "/bytes/4321");
         assert!(out.status.success(), "{fault}: {}", text_of(&out));
@@ -507,7 +517,7 @@ fn home_agent_dead_or_hung_the_handshake_agent_serves_it() {
                 c.agents[1].metric("baton_sessions_migrated_total{direction=\"in\"}"),
                 0.0
             );
-            assert_eq!(c.agents[1].served(), 0);
+            assert_eq!(c.agents[1].served(), 1, "only the first client's request");
         } else {
             // Killed: its links close at once, the dispatcher has no link to send it to,
             // and the handshake agent keeps the client (declines) or falls back.
@@ -526,6 +536,7 @@ fn refused_session_objects_fall_back_and_the_client_never_notices() {
     let c = agents(false);
     let d = dispatcher(&c);
     let src = source_with_home(1);
+    level_towards_agent_0(src, &d, &c.pki, &c.agents);
     let out = curl_from(src, &d, &c.pki, "/bytes/999");
     assert!(out.status.success(), "{}", text_of(&out));
     assert_eq!(out.stdout.len(), 999);

@@ -10,8 +10,9 @@
 //!   issued its ticket (the issuer id is in the ticket's clear header) or that holds its TLS 1.2
 //!   session id (learned from ServerHellos); anything else to the least-loaded agent.
 //! - `handoff` (CSSL-SF): every client has a *home agent* (by address, as `client-ip`). A
-//!   resumption, cheap, goes straight home; a full handshake goes to the least-loaded agent,
-//!   which then hands the session to the home agent ([`Router::home_of`], `baton_wire::handoff`).
+//!   resumption, cheap, goes straight home; a full handshake goes to the least-loaded agent
+//!   (the home agent first when it is among them), which then hands the session to the home
+//!   agent ([`Router::home_of`], `baton_wire::handoff`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -44,7 +45,8 @@ pub enum Reason {
     /// `session`/`client-ip`/`handoff`: the preferred agent is down or draining, so another:
     /// the least loaded, or for a home the client's second choice.
     Fallback,
-    /// `handoff`: a full handshake, on the least-loaded agent (the session moves home after).
+    /// `handoff`: a full handshake, on the least-loaded agent (the session moves home after,
+    /// unless that is the home).
     Handshake,
     /// `handoff`: a resumption, straight to the client's home agent.
     Home,
@@ -319,7 +321,17 @@ impl Router {
         if hello.is_some_and(offers_resumption) {
             return self.home_with_reason(client, Reason::Home);
         }
-        self.least_handshaking().map(|a| (a, Reason::Handshake))
+        let least = self.least_handshaking()?;
+        // Among the least loaded, the client's home first: a handshake there has nothing to
+        // move. Only on a tie, so the loads stay as level as by turn alone, and sessions move
+        // only as much as levelling them needs: when homes are uneven (Scenario A: two client
+        // hosts at home on one agent, one on the other) a third as many moves as by turn.
+        let load = |a: &AgentState| (a.handshaking, a.handshakes);
+        let pick = match self.home_of(client) {
+            Some(home) if load(&self.agents[home]) == load(&self.agents[least]) => home,
+            _ => least,
+        };
+        Some((pick, Reason::Handshake))
     }
 
     /// The healthy agent running the fewest handshakes. Handshakes, not connections: after a
@@ -474,7 +486,9 @@ mod tests {
             assert_eq!(r.route(full.as_ref(), c).unwrap().0, a);
             r.handshake_done(a);
         }
-        assert_eq!(r.route(full.as_ref(), c).unwrap().0, b);
+        // level again (3 each): the client's home
+        let home = r.home_of(c).unwrap();
+        assert_eq!(r.route(full.as_ref(), c).unwrap().0, home);
     }
 
     #[test]
@@ -596,6 +610,34 @@ mod tests {
             let home = r.home_of(client).unwrap();
             assert_eq!(r.route(Some(&zero_rtt), client), Some((home, Reason::Home)));
         }
+    }
+
+    #[test]
+    fn a_full_handshake_goes_home_when_home_is_among_the_least_loaded() {
+        let mut r = Router::new(Policy::Handoff, 2);
+        // two clients at home on one agent, one on the other (Scenario A's shape)
+        let mut at = [Vec::new(), Vec::new()];
+        for last in 1..=60u8 {
+            let c = IpAddr::from([127, 0, 0, last]);
+            at[r.home_of(c).unwrap()].push(c);
+        }
+        let (x, y) = if at[0].len() >= 2 { (0, 1) } else { (1, 0) };
+        let clients = [at[x][0], at[x][1], at[y][0]];
+        let (mut moves, mut done) = (0, [0usize; 2]);
+        for i in 0..3000 {
+            let c = clients[i % 3];
+            let (a, reason) = r.route(Some(&hello()), c).unwrap();
+            assert_eq!(reason, Reason::Handshake);
+            r.handshake_done(a);
+            done[a] += 1;
+            if a != r.home_of(c).unwrap() {
+                moves += 1;
+            }
+        }
+        // level: 1,500 each; only x's clients that must handshake on y move (500), where
+        // turn-taking alone would move about half of everything
+        assert_eq!(done, [1500, 1500]);
+        assert_eq!(moves, 500);
     }
 
     #[test]
