@@ -646,11 +646,13 @@ async fn learn_session_id<S: AsyncRead + Unpin>(
     shared: &Shared,
 ) -> std::io::Result<u64> {
     let mut reader = ServerHelloReader::new();
-    let mut buf = [0u8; 4096];
+    // on the heap, not in the connection's future (moved when it is spawned), never zeroed
+    let mut buf = Vec::with_capacity(4096);
     let mut forwarded = 0u64;
     let deadline = tokio::time::Instant::now() + shared.config.hello_timeout;
     loop {
-        let n = match tokio::time::timeout_at(deadline, agent.read(&mut buf)).await {
+        buf.clear();
+        let n = match tokio::time::timeout_at(deadline, agent.read_buf(&mut buf)).await {
             Ok(r) => r?,
             Err(_) => return Ok(forwarded), // let the splice carry on; nothing learned
         };

@@ -12,10 +12,11 @@
 //!   `shutdown` first, which by then usually fails anyway (ENOTCONN) and costs a system call
 //!   per connection.
 
+use std::future::Future;
 use std::io;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use baton_wire::handoff::{HandoffError, Passed, Relay};
@@ -45,21 +46,47 @@ where
     let clock = Clock::new();
     let mut client = Side::new(client, &clock, true);
     let mut agent = Side::new(agent, &clock, false);
-    let copy = tokio::io::copy_bidirectional(&mut client, &mut agent);
-    tokio::pin!(copy);
-    loop {
-        let deadline = clock.deadline(limits);
-        tokio::select! {
-            r = &mut copy => return r,
-            // a side ended: the shorter bound applies from now on
-            _ = clock.ended.notified() => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                // activity since the timer was set moves the deadline on
-                if clock.deadline(limits) <= Instant::now() {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "splice silent too long"));
-                }
-            }
+    let mut copy = pin!(tokio::io::copy_bidirectional(&mut client, &mut agent));
+    let mut timer = pin!(tokio::time::sleep_until(clock.deadline(limits)));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = copy.as_mut().poll(cx) {
+            return Poll::Ready(r);
         }
+        ready!(clock.poll_silence(timer.as_mut(), limits, cx));
+        Poll::Ready(Err(silent()))
+    })
+    .await
+}
+
+fn silent() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "splice silent too long")
+}
+
+/// A stop signal between the parts of one watched splice, which one task polls together: a
+/// flag, not a `CancellationToken` (an allocation per splice, and a mutex taken and a waiter
+/// registered at every look, every read and write). Whoever raises one also sets `raised`, and
+/// the splice's poll then polls its parts again at once, so a part waiting on a flag is never
+/// left asleep (waiting on a flag registers no waker).
+struct Flags {
+    /// The agent asked to leave: the client's direction stops between two chunks.
+    left: AtomicBool,
+    /// `stop` resolved: both directions stop between two chunks.
+    halt: AtomicBool,
+    raised: AtomicBool,
+}
+
+impl Flags {
+    fn raise(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::Relaxed);
+        self.raised.store(true, Ordering::Relaxed);
+    }
+
+    /// Resolves once `flag` is up (polled again by the splice when it is raised).
+    fn up(flag: &AtomicBool) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |_| match flag.load(Ordering::Relaxed) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        })
     }
 }
 
@@ -95,13 +122,13 @@ pub(crate) struct Owed {
 async fn write_unless<W: AsyncWrite + Unpin>(
     w: &mut W,
     data: &[u8],
-    halt: &tokio_util::sync::CancellationToken,
+    halt: &AtomicBool,
 ) -> io::Result<usize> {
     let mut off = 0;
     while off < data.len() {
         let n = tokio::select! {
             biased;
-            _ = halt.cancelled() => return Ok(off),
+            _ = Flags::up(halt) => return Ok(off),
             r = w.write(&data[off..]) => r?,
         };
         if n == 0 {
@@ -139,22 +166,28 @@ where
     let (mut agent_rd, mut agent_wr) = tokio::io::split(agent);
     // The agent's Leave stops the client's direction, but only between two chunks: a write
     // to the agent is never cut short (cancelling it would lose count of what went).
-    let left = tokio_util::sync::CancellationToken::new();
     // `stop` stops both directions, each between two chunks.
-    let halt = tokio_util::sync::CancellationToken::new();
+    let flags = Flags {
+        left: AtomicBool::new(false),
+        halt: AtomicBool::new(false),
+        raised: AtomicBool::new(false),
+    };
+    let (left, halt) = (&flags.left, &flags.halt);
     // The client ended its half (its FIN was read): once the agent ends too, the caller
     // closes the socket (a FIN all the same), so the shutdown is skipped, as in [`splice`].
     let client_eof = AtomicBool::new(false);
     let up = async {
-        let mut buf = vec![0u8; BUF];
+        // Read into spare capacity (`read_buf`): nothing is zeroed that a read then overwrites.
+        let mut buf = Vec::with_capacity(BUF);
         let mut side = Side::new(&mut client_rd, &clock, true);
         let mut n_up = 0u64;
         loop {
+            buf.clear();
             let n = tokio::select! {
                 biased;
-                _ = left.cancelled() => return Ok::<_, io::Error>((n_up, false, Vec::new())),
-                _ = halt.cancelled() => return Ok((n_up, false, Vec::new())),
-                r = side.read(&mut buf) => r?,
+                _ = Flags::up(left) => return Ok::<_, io::Error>((n_up, false, Vec::new())),
+                _ = Flags::up(halt) => return Ok((n_up, false, Vec::new())),
+                r = side.read_buf(&mut buf) => r?,
             };
             if n == 0 {
                 // the client's FIN: the agent's stream ends its half too
@@ -163,7 +196,7 @@ where
                 return Ok((n_up, true, Vec::new()));
             }
             watch(&mut |r| r.watch_client(&buf[..n]).map(|()| Passed::default()))?;
-            let wrote = write_unless(&mut agent_wr, &buf[..n], &halt).await?;
+            let wrote = write_unless(&mut agent_wr, &buf[..n], halt).await?;
             n_up += wrote as u64;
             if wrote < n {
                 // an agent that does not read must not hold the handover: the rest is owed
@@ -172,22 +205,23 @@ where
         }
     };
     let down = async {
-        let mut buf = vec![0u8; BUF];
+        let mut buf = Vec::with_capacity(BUF);
         let mut side = Side::new(&mut agent_rd, &clock, false);
         let mut n_down = 0u64;
         let after_leave =
             || io::Error::new(io::ErrorKind::InvalidData, "bytes after the agent's Leave");
         loop {
+            buf.clear();
             let n = tokio::select! {
                 biased;
-                _ = halt.cancelled() => return Ok((n_down, false, Vec::new())),
-                r = side.read(&mut buf) => r?,
+                _ = Flags::up(halt) => return Ok((n_down, false, Vec::new())),
+                r = side.read_buf(&mut buf) => r?,
             };
             if n == 0 {
                 // Both ends are done and the splice ends as `Ended` (halt not cancelled; the
                 // client's direction is over): the caller closes the socket next. Otherwise
                 // (a handover passes the socket on) the client gets its FIN now.
-                if !client_eof.load(Ordering::Relaxed) || halt.is_cancelled() {
+                if !client_eof.load(Ordering::Relaxed) || halt.load(Ordering::Relaxed) {
                     let _ = client_wr.shutdown().await;
                 }
                 return Ok::<_, io::Error>((n_down, false, Vec::new()));
@@ -196,7 +230,7 @@ where
             while !data.is_empty() {
                 let passed = watch(&mut |r| r.watch_agent(data))?;
                 let tls = &data[..passed.tls];
-                let wrote = write_unless(&mut client_wr, tls, &halt).await?;
+                let wrote = write_unless(&mut client_wr, tls, halt).await?;
                 n_down += wrote as u64;
                 data = &data[passed.consumed..];
                 if wrote < tls.len() {
@@ -220,47 +254,58 @@ where
                     if !data.is_empty() {
                         return Err(after_leave());
                     }
-                    left.cancel();
+                    flags.raise(left);
                     return Ok((n_down, true, Vec::new()));
                 }
             }
         }
     };
-    let both = async { tokio::try_join!(up, down) };
-    tokio::pin!(both);
-    tokio::pin!(stop);
-    loop {
-        let deadline = clock.deadline(limits);
-        tokio::select! {
-            r = &mut both => {
-                let ((n_up, client_ended, to_agent), (n_down, leave, to_client)) = r?;
-                let how = if leave {
-                    Watched::Left { client_ended }
-                } else if halt.is_cancelled() {
-                    Watched::Stopped { client_ended, owed: Owed { to_client, to_agent } }
-                } else {
-                    Watched::Ended
-                };
-                return Ok((n_up, n_down, how));
+    let mut both = pin!(async { tokio::try_join!(up, down) });
+    let mut stop = pin!(stop);
+    let mut timer = pin!(tokio::time::sleep_until(clock.deadline(limits)));
+    let r = std::future::poll_fn(|cx| {
+        loop {
+            if !halt.load(Ordering::Relaxed) && stop.as_mut().poll(cx).is_ready() {
+                flags.raise(halt);
             }
-            _ = &mut stop, if !halt.is_cancelled() => halt.cancel(),
-            _ = clock.ended.notified() => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                if clock.deadline(limits) <= Instant::now() {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "splice silent too long"));
-                }
+            flags.raised.store(false, Ordering::Relaxed);
+            if let Poll::Ready(r) = both.as_mut().poll(cx) {
+                return Poll::Ready(r);
+            }
+            // a part raised a flag the others wait on (they registered no waker for it)
+            if !flags.raised.load(Ordering::Relaxed) {
+                break;
             }
         }
-    }
+        ready!(clock.poll_silence(timer.as_mut(), limits, cx));
+        Poll::Ready(Err(silent()))
+    })
+    .await;
+    let ((n_up, client_ended, to_agent), (n_down, leave, to_client)) = r?;
+    let how = if leave {
+        Watched::Left { client_ended }
+    } else if halt.load(Ordering::Relaxed) {
+        Watched::Stopped {
+            client_ended,
+            owed: Owed {
+                to_client,
+                to_agent,
+            },
+        }
+    } else {
+        Watched::Ended
+    };
+    Ok((n_up, n_down, how))
 }
 
 /// When the splice last read a byte, and whether a side has ended. Atomics, not cells: the
-/// splice's future must stay `Send`, and both wrapped streams and the timer loop see it.
+/// splice's future must stay `Send`, and both wrapped streams and the timer see it. The reads
+/// happen in the splice's own poll, which looks at the deadline right after them
+/// ([`Clock::poll_silence`]): no signal is needed when a side ends.
 struct Clock {
     start: Instant,
     last_read_ms: AtomicU64,
     half_closed: AtomicBool,
-    ended: tokio::sync::Notify,
 }
 
 impl Clock {
@@ -269,15 +314,12 @@ impl Clock {
             start: Instant::now(),
             last_read_ms: AtomicU64::new(0),
             half_closed: AtomicBool::new(false),
-            ended: tokio::sync::Notify::new(),
         }
     }
 
     fn read(&self, n: usize) {
         if n == 0 {
-            if !self.half_closed.swap(true, Ordering::Relaxed) {
-                self.ended.notify_one();
-            }
+            self.half_closed.store(true, Ordering::Relaxed);
         } else {
             let ms = self.start.elapsed().as_millis() as u64;
             self.last_read_ms.store(ms, Ordering::Relaxed);
@@ -290,6 +332,27 @@ impl Clock {
             limits.half_closed
         } else {
             limits.idle
+        }
+    }
+
+    /// Ready once the splice has been silent past its bound. `timer` is armed for a deadline
+    /// that activity may since have moved later (it is re-armed when it fires: no timer work
+    /// per read) or a side's end earlier (the shorter bound: re-armed at once).
+    fn poll_silence(
+        &self,
+        mut timer: Pin<&mut tokio::time::Sleep>,
+        limits: Limits,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        loop {
+            let deadline = self.deadline(limits);
+            if timer.is_elapsed() || deadline < timer.deadline() {
+                if deadline <= Instant::now() {
+                    return Poll::Ready(());
+                }
+                timer.as_mut().reset(deadline);
+            }
+            ready!(timer.as_mut().poll(cx));
         }
     }
 }

@@ -3,15 +3,16 @@
 
 use std::net::SocketAddr;
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
-const SOURCE: &str = "baton-source";
-const DESTINATION: &str = "baton-destination";
-const TOKEN: &str = "baton-token";
-const MOVE: &str = "baton-move";
-const SHED: &str = "baton-shed";
-const FOLLOWS: &str = "baton-follows";
-const REATTACH: &str = "baton-reattach";
+// Names made once, not parsed from a string by every insert and look-up (every stream).
+static SOURCE: HeaderName = HeaderName::from_static("baton-source");
+static DESTINATION: HeaderName = HeaderName::from_static("baton-destination");
+static TOKEN: HeaderName = HeaderName::from_static("baton-token");
+static MOVE: HeaderName = HeaderName::from_static("baton-move");
+static SHED: HeaderName = HeaderName::from_static("baton-shed");
+static FOLLOWS: HeaderName = HeaderName::from_static("baton-follows");
+static REATTACH: HeaderName = HeaderName::from_static("baton-reattach");
 /// The trailer of a dispatcher handover: the token from the dispatcher, `ack` from the agent.
 pub(crate) const HANDOVER: &str = "baton-handover";
 const ACK: &str = "ack";
@@ -55,41 +56,45 @@ impl StreamMeta {
     }
 
     pub fn write(&self, headers: &mut HeaderMap) {
-        let v = |s: String| HeaderValue::from_str(&s).expect("addresses and hex are header-safe");
-        headers.insert(SOURCE, v(self.source.to_string()));
-        headers.insert(DESTINATION, v(self.destination.to_string()));
+        // the String becomes the value as is (no copy)
+        let v = |s: String| HeaderValue::try_from(s).expect("addresses and hex are header-safe");
+        headers.insert(&SOURCE, v(self.source.to_string()));
+        headers.insert(&DESTINATION, v(self.destination.to_string()));
         if let Some(t) = self.token {
-            headers.insert(TOKEN, v(hex(&t)));
+            headers.insert(&TOKEN, v(hex(&t)));
         }
         if let Some(t) = self.reattach {
-            headers.insert(REATTACH, v(hex(&t)));
+            headers.insert(&REATTACH, v(hex(&t)));
         }
         if self.drain {
-            headers.insert(MOVE, HeaderValue::from_static("drain"));
+            headers.insert(&MOVE, HeaderValue::from_static("drain"));
         }
         if self.follows {
-            headers.insert(FOLLOWS, HeaderValue::from_static("1"));
+            headers.insert(&FOLLOWS, HeaderValue::from_static("1"));
         }
         if let Some(shed) = self.shed {
-            headers.insert(SHED, HeaderValue::from_static(if shed { "1" } else { "0" }));
+            headers.insert(
+                &SHED,
+                HeaderValue::from_static(if shed { "1" } else { "0" }),
+            );
         }
     }
 
     /// `None` if an address is missing or malformed, or a token is not 32 hex digits.
     pub fn read(headers: &HeaderMap) -> Option<Self> {
-        let addr = |name: &str| headers.get(name)?.to_str().ok()?.parse().ok();
-        let token = |name: &str| match headers.get(name) {
+        let addr = |name: &HeaderName| headers.get(name)?.to_str().ok()?.parse().ok();
+        let token = |name: &HeaderName| match headers.get(name) {
             None => Some(None),
             Some(v) => Some(Some(hex16(v.to_str().ok()?)?)),
         };
         Some(Self {
-            source: addr(SOURCE)?,
-            destination: addr(DESTINATION)?,
-            token: token(TOKEN)?,
-            reattach: token(REATTACH)?,
-            drain: headers.get(MOVE).is_some_and(|v| v == "drain"),
-            follows: headers.get(FOLLOWS).is_some_and(|v| v == "1"),
-            shed: match headers.get(SHED).map(|v| v.as_bytes()) {
+            source: addr(&SOURCE)?,
+            destination: addr(&DESTINATION)?,
+            token: token(&TOKEN)?,
+            reattach: token(&REATTACH)?,
+            drain: headers.get(&MOVE).is_some_and(|v| v == "drain"),
+            follows: headers.get(&FOLLOWS).is_some_and(|v| v == "1"),
+            shed: match headers.get(&SHED).map(|v| v.as_bytes()) {
                 None => None,
                 Some(b"1") => Some(true),
                 Some(b"0") => Some(false),
@@ -178,17 +183,17 @@ mod tests {
         let mut h = HeaderMap::new();
         plain.write(&mut h);
         assert_eq!(StreamMeta::read(&h), Some(plain));
-        h.insert(TOKEN, HeaderValue::from_static("abc"));
+        h.insert(&TOKEN, HeaderValue::from_static("abc"));
         assert_eq!(StreamMeta::read(&h), None);
-        h.remove(TOKEN);
+        h.remove(&TOKEN);
         h.insert(
-            REATTACH,
+            &REATTACH,
             HeaderValue::from_static("+bababababababababababababababab"),
         );
         assert_eq!(StreamMeta::read(&h), None, "a sign is not a hex digit");
-        h.remove(REATTACH);
+        h.remove(&REATTACH);
         assert_eq!(StreamMeta::read(&h), Some(plain));
-        h.insert(SOURCE, HeaderValue::from_static("not an address"));
+        h.insert(&SOURCE, HeaderValue::from_static("not an address"));
         assert_eq!(StreamMeta::read(&h), None);
         assert_eq!(StreamMeta::read(&HeaderMap::new()), None);
     }

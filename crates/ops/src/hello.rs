@@ -18,20 +18,23 @@ pub const RAW_LIMIT: usize = baton_wire::DEFAULT_MESSAGE_LIMIT + 64;
 pub async fn read<S: AsyncRead + Unpin>(
     s: &mut S,
 ) -> std::io::Result<(Vec<u8>, Option<ClientHello>)> {
+    use bytes::BufMut;
     let mut reader = HelloReader::new();
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 4096];
+    // Read straight into `bytes`' spare capacity: no buffer in the caller's future (the
+    // dispatcher's is moved when a connection is spawned), no copy, nothing zeroed.
+    let mut bytes = Vec::with_capacity(4096);
     loop {
-        let room = RAW_LIMIT.saturating_sub(bytes.len()).min(buf.len());
+        let room = RAW_LIMIT.saturating_sub(bytes.len()).min(4096);
         if room == 0 {
             return Ok((bytes, None));
         }
-        let n = s.read(&mut buf[..room]).await?;
+        let start = bytes.len();
+        bytes.reserve(room);
+        let n = s.read_buf(&mut (&mut bytes).limit(room)).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-        bytes.extend_from_slice(&buf[..n]);
-        match reader.push(&buf[..n]) {
+        match reader.push(&bytes[start..]) {
             Ok(Progress::NeedMore) => continue,
             Ok(Progress::Done(hello, _)) => return Ok((bytes, Some(hello))),
             Err(_) => return Ok((bytes, None)),
