@@ -251,8 +251,10 @@ async fn drive(
                 return Ok((conn.agent_idx, conn.up, conn.down));
             };
             shared.router().moved(conn.agent_idx, ends.home_idx);
-            // Done: a reset with NO_ERROR, one frame, and the agent owes no END back.
-            std::mem::replace(&mut agent, home).release();
+            // Done: a reset with NO_ERROR, one frame, and the agent owes no END back. It
+            // waits for the next frame to that agent's link (at most a few ms), so that it
+            // costs no write, wake-up and read of its own (`LinkStream::release_later`).
+            std::mem::replace(&mut agent, home).release_later();
             conn.agent_idx = ends.home_idx;
         }
     }

@@ -207,6 +207,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
                     if left > 0 {
                         tracing::warn!(connections = left, "handover: connections not passed close now");
                     }
+                    settle().await;
                     return Ok(());
                 }
                 // The successor failed once ready: accept again here.
@@ -226,7 +227,14 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     tracker.close();
     // Relayed connections carry on until their ends close, for a bounded time.
     let _ = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
+    settle().await;
     Ok(())
+}
+
+/// Before the process ends: the Done releases that wait for company on the links go out
+/// (`LinkStream::release_later`), so that no handshake agent sees its stream fail instead.
+async fn settle() {
+    tokio::time::sleep(baton_link::RELEASE_DELAY * 2).await;
 }
 
 /// Accepts clients on `listeners`, and serves the admin endpoint and metrics, until

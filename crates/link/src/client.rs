@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::auth::{self, AgentHello};
 use crate::coalesce::{flushing, Coalesced};
+use crate::later::Later;
 use crate::{LinkStream, StreamMeta};
 
 /// Reconnection backoff after a failed or lost link connection.
@@ -25,6 +26,8 @@ pub struct LinkHandle {
     id: [u8; 16],
     send: h2::client::SendRequest<Bytes>,
     alive: Arc<AtomicBool>,
+    /// Stream releases waiting for this connection's next write.
+    later: Arc<Later>,
 }
 
 impl LinkHandle {
@@ -47,7 +50,13 @@ impl LinkHandle {
         *request.uri_mut() = http::Uri::from_static("http://baton/link");
         meta.write(request.headers_mut());
         let (response, stream) = send.send_request(request, false).map_err(broken)?;
-        Ok(LinkStream::client(stream, response, meta, self.id))
+        Ok(LinkStream::client(
+            stream,
+            response,
+            meta,
+            self.id,
+            self.later.clone(),
+        ))
     }
 }
 
@@ -169,14 +178,16 @@ async fn connect(
         .max_concurrent_streams(crate::MAX_STREAMS)
         .max_concurrent_reset_streams(4096)
         .handshake::<_, Bytes>(io);
-    let (send, connection) = flushing(handshake, out.clone())
+    let (send, connection) = flushing(handshake, out.clone(), None)
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let connection: Connection = Box::pin(flushing(connection, out));
+    let later = Arc::new(Later::default());
+    let connection: Connection = Box::pin(flushing(connection, out, Some(later.clone())));
     let handle = LinkHandle {
         id: link_id,
         send,
         alive: Arc::new(AtomicBool::new(true)),
+        later,
     };
     Ok((handle, connection))
 }

@@ -22,6 +22,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
+use crate::later::Later;
+
+/// Closes a link's release queue when its driver ends.
+struct Closing(Arc<Later>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// Buffered bytes past which a write waits for the socket (h2 adds at most one frame, 16 KiB
 /// and its header, beyond it).
 const HIGH: usize = 64 * 1024;
@@ -100,14 +111,45 @@ impl Pending {
 /// Runs `fut` (what drives an h2 connection over the [`Coalesced`] that `out` belongs to),
 /// writing out after each of its polls what it buffered. Ends when `fut` has ended and its
 /// last bytes are written (or the socket failed: its next user learns that from the socket).
-pub(crate) async fn flushing<F: Future>(fut: F, out: Arc<Out>) -> F::Output {
+/// With `later` (the dispatcher's end), the stream releases waiting there leave with the
+/// first write that goes anyway, or alone once due ([`crate::later`]).
+pub(crate) async fn flushing<F: Future>(
+    fut: F,
+    out: Arc<Out>,
+    later: Option<Arc<Later>>,
+) -> F::Output {
     let mut fut = pin!(fut);
     let mut done = None;
     let mut told = false;
+    // the timer of a release that waits alone, made when one first does
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    // the queue is closed when this ends, however it ends (its streams hold it)
+    let _closing = later.clone().map(Closing);
     std::future::poll_fn(move |cx| {
         if done.is_none() {
             if let Poll::Ready(v) = fut.as_mut().poll(cx) {
                 done = Some(v);
+            }
+        }
+        if let Some(l) = later.as_ref().filter(|_| done.is_none()) {
+            if let Some(due) = l.due(cx.waker()) {
+                // company: this poll writes anyway; or alone, once due
+                if out.lock().buffered() > 0 || due <= tokio::time::Instant::now() {
+                    l.release_all();
+                    // h2 writes the resets it was just given into this same write
+                    if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                        done = Some(v);
+                    }
+                } else {
+                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                    if t.deadline() != due {
+                        t.as_mut().reset(due);
+                    }
+                    if t.as_mut().poll(cx).is_ready() {
+                        // due meanwhile: poll again at once
+                        cx.waker().wake_by_ref();
+                    }
+                }
             }
         }
         let drained = out.lock().poll_drain(cx);
@@ -219,7 +261,7 @@ mod tests {
             io.flush().await.unwrap();
             std::future::pending::<()>().await;
         };
-        let task = tokio::spawn(flushing(driver, out));
+        let task = tokio::spawn(flushing(driver, out, None));
         let mut got = [0u8; 7];
         b.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"one two");
@@ -241,7 +283,7 @@ mod tests {
             io.shutdown().await.unwrap();
             sent
         };
-        let task = tokio::spawn(flushing(driver, out));
+        let task = tokio::spawn(flushing(driver, out, None));
         // nobody reads: the writer stalls with a bounded buffer
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         assert!(!task.is_finished());
@@ -269,7 +311,7 @@ mod tests {
             io.write_all(b"last words").await.unwrap();
             7
         };
-        assert_eq!(flushing(driver, out).await, 7);
+        assert_eq!(flushing(driver, out, None).await, 7);
         let mut got = [0u8; 10];
         b.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"last words");

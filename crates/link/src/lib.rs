@@ -43,6 +43,7 @@
 pub mod auth;
 mod client;
 mod coalesce;
+mod later;
 mod meta;
 mod rejoin;
 mod server;
@@ -50,6 +51,7 @@ mod stats;
 mod stream;
 
 pub use client::{LinkHandle, LinkPool};
+pub use later::RELEASE_DELAY;
 pub use meta::StreamMeta;
 pub use server::LinkListener;
 pub use stats::LinkStats;

@@ -147,7 +147,7 @@ async fn accept_loop(
             };
             stats.connections.fetch_add(1, Ordering::Relaxed);
             let (io, out) = Coalesced::new(tcp);
-            if let Err(e) = flushing(serve(io, link_id, &shared, drain), out).await {
+            if let Err(e) = flushing(serve(io, link_id, &shared, drain), out, None).await {
                 tracing::debug!(%peer, error = %e, "link connection ended");
             }
             stats.connections.fetch_sub(1, Ordering::Relaxed);

@@ -27,6 +27,7 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::later::Later;
 use crate::meta::{self, StreamMeta};
 use crate::rejoin::{Found, Registry, Slot};
 
@@ -61,6 +62,8 @@ pub struct LinkStream {
     link_id: [u8; 16],
     /// Agent side: what a handover needs.
     rejoin: Option<Rejoin>,
+    /// Dispatcher side: its link connection's queue of releases ([`LinkStream::release_later`]).
+    later: Option<Arc<Later>>,
 }
 
 /// An agent stream's part in a handover.
@@ -132,8 +135,11 @@ impl LinkStream {
         response: h2::client::ResponseFuture,
         meta: StreamMeta,
         link_id: [u8; 16],
+        later: Arc<Later>,
     ) -> Self {
-        Self::new(Send::Open(send), Recv::Waiting(response), meta, link_id)
+        let mut s = Self::new(Send::Open(send), Recv::Waiting(response), meta, link_id);
+        s.later = Some(later);
+        s
     }
 
     fn new(send: Send, recv: Recv, meta: StreamMeta, link_id: [u8; 16]) -> Self {
@@ -147,6 +153,7 @@ impl LinkStream {
             meta,
             link_id,
             rejoin: None,
+            later: None,
         }
     }
 
@@ -645,6 +652,17 @@ impl LinkStream {
             Send::Unanswered(respond) => respond.send_reset(h2::Reason::NO_ERROR),
             Send::Open(s) => s.send_reset(h2::Reason::NO_ERROR),
             Send::Gone => {}
+        }
+    }
+
+    /// [`release`](Self::release), but the reset waits (at most
+    /// [`RELEASE_DELAY`](crate::RELEASE_DELAY)) for the next frame this side writes on the
+    /// link connection, to leave in the same write ([`crate::later`]). For a release nobody
+    /// waits on: the dispatcher's Done. At once on a stream without a queue (an agent's).
+    pub fn release_later(mut self) {
+        match self.later.take() {
+            Some(later) => later.push(self),
+            None => self.release(),
         }
     }
 

@@ -191,6 +191,47 @@ async fn reset_and_release_read_as_errors_and_only_release_as_a_verdict() {
     assert_eq!(n, 0);
 }
 
+/// A release that waits for company (the dispatcher's Done) reaches the agent as a release
+/// both ways: alone on an idle link (its delay runs out), and with the next frame.
+#[tokio::test]
+async fn a_later_release_arrives_alone_or_with_the_next_frame() {
+    let (agent, addr) = listener(2, KEY).await;
+    let pool = LinkPool::new(addr, 2, ring(KEY), 1);
+    up(&pool).await;
+    let mut buf = [0u8; 16];
+
+    // idle link: nothing else is written
+    let (d, mut a) = pair(&pool, &agent, 1).await;
+    d.release_later();
+    let e = timeout(WAIT, a.read(&mut buf)).await.unwrap().unwrap_err();
+    assert!(is_release(&e), "{e}");
+
+    // another stream's bytes go next: the release goes with them
+    let (d1, mut a1) = pair(&pool, &agent, 2).await;
+    let (mut d2, mut a2) = pair(&pool, &agent, 3).await;
+    d1.release_later();
+    d2.write_all(b"y").await.unwrap();
+    let n = timeout(WAIT, a2.read(&mut buf)).await.unwrap().unwrap();
+    assert_eq!(&buf[..n], b"y");
+    let e = timeout(WAIT, a1.read(&mut buf)).await.unwrap().unwrap_err();
+    assert!(is_release(&e), "{e}");
+
+    // many at once, then the link goes on carrying bytes
+    let mut agents = Vec::new();
+    for port in 10..20 {
+        let (d, a) = pair(&pool, &agent, port).await;
+        d.release_later();
+        agents.push(a);
+    }
+    for mut a in agents {
+        let e = timeout(WAIT, a.read(&mut buf)).await.unwrap().unwrap_err();
+        assert!(is_release(&e), "{e}");
+    }
+    d2.write_all(b"z").await.unwrap();
+    let n = timeout(WAIT, a2.read(&mut buf)).await.unwrap().unwrap();
+    assert_eq!(&buf[..n], b"z");
+}
+
 #[tokio::test]
 async fn a_dispatcher_without_the_key_gets_no_link() {
     let (agent, addr) = listener(4, KEY).await;
