@@ -322,13 +322,12 @@ impl Router {
             return self.home_with_reason(client, Reason::Home);
         }
         let least = self.least_handshaking()?;
-        // Among the least loaded, the client's home first: a handshake there has nothing to
-        // move. Only on a tie, so the loads stay as level as by turn alone, and sessions move
-        // only as much as levelling them needs: when homes are uneven (Scenario A: two client
-        // hosts at home on one agent, one on the other) a third as many moves as by turn.
-        let load = |a: &AgentState| (a.handshaking, a.handshakes);
+        // The client's home when it is level with the least loaded ([`level_with`]): a
+        // handshake there has nothing to move, so sessions move only as much as levelling the
+        // loads needs. When homes are uneven (Scenario A: two client hosts at home on one
+        // agent, one on the other) that is a third as many moves as spreading alone.
         let pick = match self.home_of(client) {
-            Some(home) if load(&self.agents[home]) == load(&self.agents[least]) => home,
+            Some(home) if level_with(&self.agents[home], &self.agents[least]) => home,
             _ => least,
         };
         Some((pick, Reason::Handshake))
@@ -418,6 +417,15 @@ impl SessionIds {
     }
 }
 
+/// `handoff`: whether a client's home may take its full handshake instead of the least-loaded
+/// agent: no more handshakes done so far (so the counts cannot drift apart by preferring homes)
+/// and at most one more in flight (under load the in-flight counts are seldom equal, and one
+/// handshake queued at the home costs less than moving a session: its export, import and
+/// five link messages).
+fn level_with(home: &AgentState, least: &AgentState) -> bool {
+    home.handshakes <= least.handshakes && home.handshaking <= least.handshaking + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,26 +477,35 @@ mod tests {
     }
 
     #[test]
-    fn level_handoff_loads_go_to_the_agent_with_fewer_handshakes_so_far() {
+    fn handshakes_go_to_the_least_loaded_and_home_when_it_is_level() {
         let mut r = Router::new(Policy::Handoff, 2);
         let c = ip("127.0.0.9");
         let full = Some(hello());
-        // agent a is busy with one long handshake while b does three
-        let (a, _) = r.route(full.as_ref(), c).unwrap();
-        let b = 1 - a;
-        for _ in 0..3 {
-            assert_eq!(r.route(full.as_ref(), c).unwrap().0, b);
-            r.handshake_done(b);
-        }
-        r.handshake_done(a);
-        // level loads: a (1 done) before b (3 done), twice, whatever the turn says
-        for _ in 0..2 {
-            assert_eq!(r.route(full.as_ref(), c).unwrap().0, a);
-            r.handshake_done(a);
-        }
-        // level again (3 each): the client's home
         let home = r.home_of(c).unwrap();
-        assert_eq!(r.route(full.as_ref(), c).unwrap().0, home);
+        let away = 1 - home;
+        // (agent, then done at once?): level, the home first; it stays busy with that one
+        let expect = |r: &mut Router, agent: usize, done: bool| {
+            assert_eq!(r.route(full.as_ref(), c).unwrap().0, agent);
+            if done {
+                r.handshake_done(agent);
+            }
+        };
+        expect(&mut r, home, false);
+        // the home has done more: away
+        expect(&mut r, away, true);
+        // one more in flight at home than away, as many done: still the home (one handshake
+        // queued there costs less than a move)...
+        expect(&mut r, home, false);
+        // ...but not two more in flight
+        expect(&mut r, away, true);
+        expect(&mut r, away, true);
+        r.handshake_done(home);
+        r.handshake_done(home);
+        // the home has done fewer (2 against 3): it is the least loaded; then level (3
+        // each): the home; then it has done more: away
+        expect(&mut r, home, true);
+        expect(&mut r, home, true);
+        expect(&mut r, away, true);
     }
 
     #[test]
