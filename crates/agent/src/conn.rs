@@ -764,17 +764,18 @@ async fn close(stream: &mut Engine, within: std::time::Duration) {
 /// HTTP/1.1 keeps the connection unless the request says `Connection: close`; 1.0 only with
 /// `Connection: keep-alive`.
 fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
-    let conn = req
-        .headers()
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .collect::<Vec<_>>();
+    // the tokens compared in place: no allocation per request
+    let has = |token: &str| {
+        req.headers()
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
     match req.version() {
-        http::Version::HTTP_11 => !conn.iter().any(|t| t == "close"),
-        http::Version::HTTP_10 => conn.iter().any(|t| t == "keep-alive"),
+        http::Version::HTTP_11 => !has("close"),
+        http::Version::HTTP_10 => has("keep-alive"),
         _ => false,
     }
 }

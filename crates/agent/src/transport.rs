@@ -113,8 +113,21 @@ impl AgentIo {
 
     /// Sends what is held. Pending until all of it is in the socket's send buffer.
     fn poll_send_held(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_send_held_then(cx, false)
+    }
+
+    /// Sends what is held; `fin_follows`: the caller shuts the socket down next, so a TCP
+    /// socket's send says `MSG_MORE` and the bytes wait in the kernel for that shutdown, whose
+    /// FIN then rides on their last segment (one segment, and one receive on the client's
+    /// side, fewer per connection; `shutdown` pushes whatever is queued at once).
+    fn poll_send_held_then(
+        &mut self,
+        cx: &mut Context<'_>,
+        fin_follows: bool,
+    ) -> Poll<io::Result<()>> {
         while !self.held.is_empty() {
             let n = match &mut self.kind {
+                Kind::Tcp(t) if fin_follows => ready!(poll_send_more(t, cx, &self.held))?,
                 Kind::Tcp(t) => ready!(Pin::new(t).poll_write(cx, &self.held))?,
                 Kind::Link(stream) => ready!(Pin::new(stream.as_mut()).poll_write(cx, &self.held))?,
             };
@@ -236,8 +249,47 @@ impl AgentIo {
             return Ok(take_ahead(&mut self.ahead, buf));
         }
         match &mut self.kind {
-            Kind::Tcp(t) => t.try_read(buf),
+            Kind::Tcp(t) => try_read_tcp(t, buf),
             Kind::Link(stream) => stream.try_read(buf),
+        }
+    }
+}
+
+/// A read of what a socket holds, without waiting. Unlike `TcpStream::try_read` alone, a
+/// short read (fewer bytes than asked for: the socket was drained) clears the socket's
+/// readiness, as `poll_read` does, so the next read (hyper's, after the request that
+/// `Engine::wait_request` read here) waits for the next event instead of making a system call
+/// that finds nothing. The readiness is cleared as of before the read (`try_io` takes its
+/// event first): bytes that arrived since have set it again.
+fn try_read_tcp(t: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let asked = buf.len();
+    let mut short = None;
+    let read = t.try_io(tokio::io::Interest::READABLE, || match t.try_read(buf) {
+        Ok(n) if n > 0 && n < asked => {
+            short = Some(n);
+            Err(io::ErrorKind::WouldBlock.into()) // what makes try_io clear the readiness
+        }
+        r => r,
+    });
+    match short {
+        Some(n) => Ok(n),
+        None => read,
+    }
+}
+
+/// A send of `buf` with `MSG_MORE`: queued, not pushed, until the shutdown that follows (see
+/// [`AgentIo::poll_send_held_then`]). If that shutdown never comes, the close does the same.
+fn poll_send_more(t: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    use rustix::net::SendFlags;
+    loop {
+        ready!(t.poll_write_ready(cx))?;
+        let sent = t.try_io(tokio::io::Interest::WRITABLE, || {
+            rustix::net::send(t, buf, SendFlags::MORE | SendFlags::NOSIGNAL)
+                .map_err(io::Error::from)
+        });
+        match sent {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return Poll::Ready(r),
         }
     }
 }
@@ -339,7 +391,7 @@ impl AsyncWrite for AgentIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        ready!(this.poll_send_held(cx))?;
+        ready!(this.poll_send_held_then(cx, true))?;
         match &mut this.kind {
             Kind::Tcp(t) => Pin::new(t).poll_shutdown(cx),
             Kind::Link(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
