@@ -453,19 +453,22 @@ impl Sut {
 
     /// Every server's counters once they account for the run: nginx writes its access log
     /// every second and HAProxy logs a connection when both sides have closed, both a moment
-    /// after the client is done. Waits (at most 10 s) until the servers counted `requests`
-    /// more than `before` and HAProxy logged every connection it passed on.
+    /// after the client is done; a handshake agent counts a session handed off when the
+    /// dispatcher releases its stream, which waits for the next frame to that agent or a few
+    /// milliseconds (`baton_link::RELEASE_DELAY`), so the last migrations' imports can be
+    /// counted before their hand-offs. Waits (at most 10 s) until the servers counted
+    /// `requests` more than `before`, as many sessions handed off as imported, and HAProxy
+    /// logged every connection it passed on.
     fn settled(&self, before: &[ServerCounts], requests: u64) -> anyhow::Result<Vec<ServerCounts>> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let now = self.snapshot()?;
-            let counted: u64 = now
-                .iter()
-                .zip(before)
-                .map(|(n, b)| n.requests.saturating_sub(b.requests))
-                .sum();
+            let run: Vec<ServerCounts> = now.iter().zip(before).map(|(n, b)| n.minus(b)).collect();
+            let counted: u64 = run.iter().map(|c| c.requests).sum();
+            let out: u64 = run.iter().map(|c| c.migrated_out).sum();
+            let into: u64 = run.iter().map(|c| c.migrated_in).sum();
             let logged = self.haproxy.as_ref().is_none_or(|h| h.all_logged());
-            if (counted >= requests && logged) || Instant::now() >= deadline {
+            if (counted >= requests && out == into && logged) || Instant::now() >= deadline {
                 return Ok(now);
             }
             std::thread::sleep(Duration::from_millis(200));
