@@ -362,7 +362,15 @@ fn an_agent_drained_under_keep_alive_load_loses_no_request_and_no_connection() {
 fn under_the_handoff_policy_the_home_agent_drains_and_its_migrated_sessions_move_on() {
     // Every client here is 127.0.0.1: one home. Full handshakes run on either agent and move
     // home (record layer); then the home agent stops, and they all move to the other.
-    let up = Up::start(&["--agents", "2", "--policy", "handoff", "--store", "peers"]);
+    let up = Up::start(&[
+        "--agents",
+        "2",
+        "--policy",
+        "handoff",
+        "--store",
+        "peers",
+        "--dispatcher-arg=--handoff-window=0",
+    ]);
     let mut config = up.client(&rustls::version::TLS13);
     config.resumption = rustls::client::Resumption::disabled();
     let config = Arc::new(config);
@@ -424,6 +432,7 @@ fn a_resumption_whose_agent_drains_before_its_finished_gets_its_first_response()
         "handoff",
         "--store",
         "peers",
+        "--dispatcher-arg=--handoff-window=0",
         "--agent-arg=--workers=1",
     ]);
     const CLIENTS: usize = 6;

@@ -17,8 +17,12 @@ use baton_wire::handoff::{Frame, RefuseReason, Splitter};
 use common::*;
 use rustls::pki_types::ServerName;
 
+/// A handoff cluster whose dispatcher sends a full handshake home only when the home has done
+/// no more than the other agent (`--handoff-window 0`): a few sequential connections then
+/// alternate, and some move.
 fn handoff_cluster(extra: &[&str]) -> Up {
     let mut args = vec!["--agents", "2", "--policy", "handoff", "--store", "peers"];
+    args.push("--dispatcher-arg=--handoff-window=0");
     args.extend_from_slice(extra);
     Up::start(&args)
 }
@@ -440,6 +444,8 @@ fn dispatcher(c: &Cluster) -> Dispatcher {
         &[
             "--policy",
             "handoff",
+            "--handoff-window",
+            "0",
             "--cluster-key-file",
             &c.dispatcher_key,
             "--handoff-timeout",

@@ -81,6 +81,12 @@ pub struct DispatchArgs {
     /// Default 1s.
     #[arg(long, value_name = "SECONDS")]
     pub handoff_timeout: Option<f64>,
+    /// `handoff`: full handshakes a client's home agent may have done beyond the least-loaded
+    /// agent and still take the client's next full handshake (no migration). Wider moves
+    /// fewer sessions; the handshake counts stay within about this many of each other.
+    /// Default 8; 0 sends a handshake home only when the home has done no more.
+    #[arg(long, value_name = "N")]
+    pub handoff_window: Option<u64>,
     /// Time between health checks of each agent. Default 0.5s; two failures in a row take an
     /// agent out, one success brings it back.
     #[arg(long, value_name = "SECONDS")]
@@ -134,6 +140,7 @@ pub struct DispatchConfig {
     pub hello_timeout: Duration,
     pub connect_timeout: Duration,
     pub handoff_timeout: Duration,
+    pub handoff_window: u64,
     pub health_interval: Duration,
     pub idle_timeout: Duration,
     pub half_close_timeout: Duration,
@@ -242,6 +249,7 @@ impl DispatchArgs {
             hello_timeout: secs(args.hello_timeout, 10.0, "hello-timeout")?,
             connect_timeout: secs(args.connect_timeout, 2.0, "connect-timeout")?,
             handoff_timeout: secs(args.handoff_timeout, 1.0, "handoff-timeout")?,
+            handoff_window: args.handoff_window.unwrap_or(8),
             health_interval: secs(args.health_interval, 0.5, "health-interval")?,
             idle_timeout: secs(args.idle_timeout, 120.0, "idle-timeout")?,
             half_close_timeout: secs(args.half_close_timeout, 10.0, "half-close-timeout")?,
@@ -278,6 +286,7 @@ impl DispatchArgs {
             hello_timeout: self.hello_timeout.or(file.hello_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
             handoff_timeout: self.handoff_timeout.or(file.handoff_timeout),
+            handoff_window: self.handoff_window.or(file.handoff_window),
             health_interval: self.health_interval.or(file.health_interval),
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
             half_close_timeout: self.half_close_timeout.or(file.half_close_timeout),

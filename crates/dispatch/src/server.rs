@@ -92,7 +92,9 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     // The path of this binary before anything else: one renamed away later (an upgrade moves
     // the old file aside) must not be what a successor starts.
     let handover = crate::handover::Handover::new();
-    let router = Arc::new(Mutex::new(Router::new(config.policy, 0)));
+    let router = Arc::new(Mutex::new(
+        Router::new(config.policy, 0).with_home_window(config.handoff_window),
+    ));
     let (roster, initial) = Roster::start(&config)?;
     let roster = Arc::new(roster);
     roster
