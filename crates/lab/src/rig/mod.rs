@@ -56,6 +56,11 @@ impl Lab {
         Confine::new(self.cap, name, self.quota, index)
     }
 
+    /// Each server's CPU cap in cores, where cgroups cap it.
+    fn cap_cores(&self) -> Option<f64> {
+        (self.cap == CapMode::Cgroup).then(|| f64::from(self.quota) / 100.0)
+    }
+
     /// Certificates for `kind`, generated once per lab run.
     pub fn pki(&self, kind: KeyKind) -> anyhow::Result<Pki> {
         let dir = self
@@ -166,6 +171,7 @@ impl Lab {
             balancer_cpu_s: balancer0.zip(balancer1).map(|(b, a)| a - b),
             client_cpu_s: client_cpu,
             wall_s: wall,
+            cap_cores: self.cap_cores(),
         })
     }
 
@@ -246,6 +252,7 @@ impl Lab {
             balancer_cpu_s: balancer0.zip(balancer1).map(|(b, a)| a - b),
             client_cpu_s: client_cpu,
             wall_s: wall,
+            cap_cores: self.cap_cores(),
         })
     }
 }
@@ -273,6 +280,10 @@ fn merge_reports(dir: &Path, reports: &[Report]) -> anyhow::Result<Report> {
     Ok(merged)
 }
 
+/// The share of its CPU cap the busiest server must use over a run for the servers to count
+/// as its limit ([`Run::servers_bound`]).
+pub const AT_CAP: f64 = 0.85;
+
 /// What one bench run measured, client side and server side.
 #[derive(Debug)]
 pub struct Run {
@@ -285,6 +296,8 @@ pub struct Run {
     /// CPU-seconds of the lab process during the run (the bench and the delay proxy).
     pub client_cpu_s: f64,
     pub wall_s: f64,
+    /// Each server's CPU cap in cores (cgroup quotas; `None` when servers are pinned instead).
+    pub cap_cores: Option<f64>,
 }
 
 impl Run {
@@ -325,11 +338,23 @@ impl Run {
             .map(|c| c * 1e3 / n as f64)
     }
 
-    /// Whether every server hit its cap during the run (the servers, not the client, limited
-    /// the throughput). `None` without cgroups.
+    /// Whether the servers, not the client, the RTT or the balancer, limited the throughput:
+    /// the busiest server used at least [`AT_CAP`] of its cap over the run, and every server
+    /// was throttled at some point. (Throttled once is not enough: a run whose clients wait
+    /// on round trips most of the time still meets the cap in bursts.) `None` without cgroups.
     pub fn servers_bound(&self) -> Option<bool> {
         let t: Option<Vec<u64>> = self.per_server.iter().map(|s| s.throttled).collect();
-        t.map(|t| t.iter().all(|&n| n > 0))
+        let throttled = t.map(|t| t.iter().all(|&n| n > 0))?;
+        let busiest = self
+            .per_server
+            .iter()
+            .filter_map(|s| s.cpu_s)
+            .fold(0.0f64, f64::max);
+        let used = match self.cap_cores {
+            Some(cap) if cap > 0.0 && self.wall_s > 0.0 => busiest / (cap * self.wall_s),
+            _ => 1.0,
+        };
+        Some(throttled && used >= AT_CAP)
     }
 }
 
