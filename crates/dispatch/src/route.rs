@@ -558,19 +558,24 @@ mod tests {
         expect(&mut r, away, true);
     }
 
-    /// Scenario A's shape with handshakes in flight, the heavier home (which carries two
-    /// thirds of the bulk too) slower: it runs up to eight at once where the other runs four,
-    /// the oldest finishing as a new one comes. (Sessions moved, handshakes per agent) for a
-    /// home window.
-    fn scenario_a_in_flight(window: u64) -> (u32, [u64; 2]) {
-        let mut r = Router::new(Policy::Handoff, 2).with_home_window(window);
+    /// Scenario A's client hosts: two at home on one agent (`x`), one on the other (`y`).
+    fn scenario_a_clients(r: &Router) -> ([IpAddr; 3], usize, usize) {
         let mut at = [Vec::new(), Vec::new()];
         for last in 1..=60u8 {
             let c = IpAddr::from([127, 0, 0, last]);
             at[r.home_of(c).unwrap()].push(c);
         }
         let (x, y) = if at[0].len() >= 2 { (0, 1) } else { (1, 0) };
-        let clients = [at[x][0], at[x][1], at[y][0]];
+        ([at[x][0], at[x][1], at[y][0]], x, y)
+    }
+
+    /// Scenario A's shape with handshakes in flight, the heavier home (which carries two
+    /// thirds of the bulk too) slower: it runs up to eight at once where the other runs four,
+    /// the oldest finishing as a new one comes. (Sessions moved, handshakes per agent) for a
+    /// home window.
+    fn scenario_a_in_flight(window: u64) -> (u32, [u64; 2]) {
+        let mut r = Router::new(Policy::Handoff, 2).with_home_window(window);
+        let (clients, x, y) = scenario_a_clients(&r);
         let (mut moves, mut done) = (0, [0u64; 2]);
         let mut running = [0u32; 2];
         let mut at_once = [0u32; 2];
@@ -771,14 +776,7 @@ mod tests {
     #[test]
     fn a_full_handshake_goes_home_when_home_is_among_the_least_loaded() {
         let mut r = Router::new(Policy::Handoff, 2);
-        // two clients at home on one agent, one on the other (Scenario A's shape)
-        let mut at = [Vec::new(), Vec::new()];
-        for last in 1..=60u8 {
-            let c = IpAddr::from([127, 0, 0, last]);
-            at[r.home_of(c).unwrap()].push(c);
-        }
-        let (x, y) = if at[0].len() >= 2 { (0, 1) } else { (1, 0) };
-        let clients = [at[x][0], at[x][1], at[y][0]];
+        let (clients, _, _) = scenario_a_clients(&r);
         let (mut moves, mut done) = (0, [0usize; 2]);
         for i in 0..3000 {
             let c = clients[i % 3];
