@@ -362,7 +362,7 @@ fn an_agent_drained_under_keep_alive_load_loses_no_request_and_no_connection() {
 fn under_the_handoff_policy_the_home_agent_drains_and_its_migrated_sessions_move_on() {
     // Every client here is 127.0.0.1: one home. Full handshakes run on either agent and move
     // home (record layer); then the home agent stops, and they all move to the other.
-    let up = handoff_up(&[]);
+    let up = Up::handoff(&[]);
     let mut config = up.client(&rustls::version::TLS13);
     config.resumption = rustls::client::Resumption::disabled();
     let config = Arc::new(config);
@@ -417,7 +417,7 @@ fn a_resumption_whose_agent_drains_before_its_finished_gets_its_first_response()
     // together while still in its handshake phase. That read was a protocol error, and the
     // connection closed without its response or a close_notify (once in 20 rollouts under
     // load).
-    let up = handoff_up(&["--agent-arg=--workers=1"]);
+    let up = Up::handoff(&["--agent-arg=--workers=1"]);
     const CLIENTS: usize = 6;
     // each client a session of its own, from a first connection
     let configs: Vec<Arc<rustls::ClientConfig>> = (0..CLIENTS)
@@ -468,14 +468,4 @@ fn a_resumption_whose_agent_drains_before_its_finished_gets_its_first_response()
             "agent {pid} did not finish"
         );
     }
-}
-
-/// Two agents under `handoff`, sharing sessions, whose dispatcher sends a full handshake home
-/// only when the home has done no more than the other (`--handoff-window 0`), so that a few
-/// sequential connections move.
-fn handoff_up(extra: &[&str]) -> Up {
-    let mut args = vec!["--agents", "2", "--policy", "handoff", "--store", "peers"];
-    args.push("--dispatcher-arg=--handoff-window=0");
-    args.extend_from_slice(extra);
-    Up::start(&args)
 }

@@ -17,16 +17,6 @@ use baton_wire::handoff::{Frame, RefuseReason, Splitter};
 use common::*;
 use rustls::pki_types::ServerName;
 
-/// A handoff cluster whose dispatcher sends a full handshake home only when the home has done
-/// no more than the other agent (`--handoff-window 0`): a few sequential connections then
-/// alternate, and some move.
-fn handoff_cluster(extra: &[&str]) -> Up {
-    let mut args = vec!["--agents", "2", "--policy", "handoff", "--store", "peers"];
-    args.push("--dispatcher-arg=--handoff-window=0");
-    args.extend_from_slice(extra);
-    Up::start(&args)
-}
-
 fn migrated_out(up: &Up) -> f64 {
     up.agents_sum("baton_sessions_migrated_total", "direction=\"out\"")
 }
@@ -56,7 +46,7 @@ fn resolve(up: &Up) -> String {
 
 #[test]
 fn curl_keep_alive_across_the_move_tls12_and_tls13() {
-    let up = handoff_cluster(&[]);
+    let up = Up::handoff(&[]);
     for version in [
         ["--tlsv1.2", "--tls-max", "1.2"],
         ["--tlsv1.3", "--tls-max", "1.3"],
@@ -109,7 +99,7 @@ fn curl_keep_alive_across_the_move_tls12_and_tls13() {
 
 #[test]
 fn http2_across_the_move() {
-    let up = handoff_cluster(&[]);
+    let up = Up::handoff(&[]);
     let before = migrated_in(&up);
     for _ in 0..4 {
         let resolve = resolve(&up);
@@ -162,7 +152,7 @@ fn read_response(s: &mut impl Read) -> (u16, Vec<u8>) {
 
 #[test]
 fn rustls_client_key_updates_and_large_bodies_both_ways_after_the_move() {
-    let up = handoff_cluster(&[]);
+    let up = Up::handoff(&[]);
     for v in [&rustls::version::TLS13, &rustls::version::TLS12] {
         // every connection a full handshake (a resumption goes straight home: no move)
         let mut config = up.client(v);
@@ -231,7 +221,7 @@ fn rustls_client_key_updates_and_large_bodies_both_ways_after_the_move() {
 fn a_request_riding_with_the_clients_finished_and_longer_than_one_read_moves() {
     // rustls at the handshake agent reads the link in 4 KiB pieces: the handshake ends with
     // part of this request's record inside rustls and the rest still on the stream.
-    let up = handoff_cluster(&[]);
+    let up = Up::handoff(&[]);
     let mut config = up.client(&rustls::version::TLS13);
     config.resumption = rustls::client::Resumption::disabled();
     let config = Arc::new(config);
@@ -262,7 +252,7 @@ fn a_request_riding_with_the_clients_finished_and_longer_than_one_read_moves() {
 
 #[test]
 fn openssl_s_client_key_update_after_the_move() {
-    let up = handoff_cluster(&[]);
+    let up = Up::handoff(&[]);
     let before = migrated_in(&up);
     let mut answered = 0;
     for _ in 0..4 {

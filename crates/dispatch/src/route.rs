@@ -132,11 +132,7 @@ impl Router {
     pub fn add(&mut self, id: u16) -> usize {
         // level with the agents already taking clients, so that the newcomer is not owed
         // every handshake they have done ([`Router::least_handshaking`])
-        let handshakes = (0..self.agents.len())
-            .filter(|a| self.takes_clients(*a))
-            .map(|a| self.agents[a].handshakes)
-            .min()
-            .unwrap_or(0);
+        let handshakes = self.fewest_handshakes().unwrap_or(0);
         self.agents.push(AgentState {
             id,
             present: true,
@@ -372,11 +368,16 @@ impl Router {
     /// within a few windows, and an agent that lags (back from a drain) is preferred by at
     /// most that many handshakes in flight, never sent every handshake.
     fn least_handshaking(&mut self) -> Option<usize> {
-        let fewest = (0..self.agents.len())
+        let fewest = self.fewest_handshakes()?;
+        self.least_by(|a| (a.handshaking + ahead_of(a.handshakes, fewest), a.handshakes))
+    }
+
+    /// The fewest full handshakes done by an agent that takes clients.
+    fn fewest_handshakes(&self) -> Option<u64> {
+        (0..self.agents.len())
             .filter(|a| self.takes_clients(*a))
             .map(|a| self.agents[a].handshakes)
-            .min()?;
-        self.least_by(|a| (a.handshaking + ahead_of(a.handshakes, fewest), a.handshakes))
+            .min()
     }
 
     fn by_session(&mut self, hello: Option<&ClientHello>) -> Option<(usize, Reason)> {

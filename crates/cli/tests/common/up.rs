@@ -26,6 +26,17 @@ impl Up {
         Self::start_with(BATON, args)
     }
 
+    /// Two agents under `handoff`, sharing sessions (`--store peers`), plus `extra`; the
+    /// dispatcher sends a full handshake home only when the home has done no more than the
+    /// other agent (`--handoff-window 0`), so that a few sequential connections alternate and
+    /// some move.
+    pub fn handoff(extra: &[&str]) -> Up {
+        let mut args = vec!["--agents", "2", "--policy", "handoff", "--store", "peers"];
+        args.push("--dispatcher-arg=--handoff-window=0");
+        args.extend_from_slice(extra);
+        Self::start(&args)
+    }
+
     /// `baton up` from binary `bin` (its agents and dispatcher are the same binary).
     pub fn start_with(bin: &str, args: &[&str]) -> Up {
         let dir = TempDir::new("up");
