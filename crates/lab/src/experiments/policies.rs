@@ -358,6 +358,16 @@ pub fn row(
         ("per_server_handshakes", per),
         ("spread_percent", spread),
         ("server_cpu_ms_per_tx", r.server_cpu_per_tx_ms()),
+        // each serving server's CPU-seconds (JSON only): how evenly the work itself, not only
+        // the handshakes, was spread (in Scenario A the busiest server sets the TPS)
+        (
+            "per_server_cpu_s",
+            r.per_server
+                .iter()
+                .filter(|s| s.full + s.resumed > 0 || s.requests > 0)
+                .map(|s| s.cpu_s)
+                .collect::<Vec<_>>()
+        ),
         ("balancer_cpu_ms_per_tx", r.balancer_cpu_per_tx_ms()),
         (
             "server_requests",
