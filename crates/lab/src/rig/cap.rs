@@ -20,7 +20,17 @@ use anyhow::{bail, Context};
 
 const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
 const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
-const PERIOD_US: u64 = 100_000;
+/// The CFS period of a cap: 10 ms, longer only where the quota would fall below the kernel's
+/// 1 ms minimum (under 10 % of a core). A "machine" at 10 % of a core then runs 1 ms in every
+/// 10, close to a slower CPU that is always there; with the kernel's default 100 ms it ran 10 ms
+/// and then stood still for 90, longer than the lab's 30 ms round trip, so a capped server's
+/// load arrived and left in bursts that no balancer could see coming.
+fn period_us(percent: u32) -> u64 {
+    const MIN_QUOTA_US: u64 = 1_000;
+    (MIN_QUOTA_US * 100)
+        .div_ceil(u64::from(percent.max(1)))
+        .clamp(10_000, 1_000_000)
+}
 
 /// How servers are capped in this lab run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -89,10 +99,11 @@ impl Confine {
                 }
                 *slot = Some(d.clone());
             }
-            write(&cpu.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
+            let period = period_us(percent);
+            write(&cpu.join("cpu.cfs_period_us"), &period.to_string())?;
             write(
                 &cpu.join("cpu.cfs_quota_us"),
-                &(PERIOD_US * u64::from(percent) / 100).to_string(),
+                &(period * u64::from(percent) / 100).to_string(),
             )?;
         }
         Ok(c)
@@ -279,6 +290,22 @@ mod tests {
         assert!(c.pids().contains(&child.id()), "{:?}", c.pids());
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn periods_are_short_and_quotas_never_below_the_kernels_minimum() {
+        assert_eq!(period_us(10), 10_000);
+        assert_eq!(period_us(20), 10_000);
+        assert_eq!(period_us(100), 10_000);
+        assert_eq!(period_us(6400), 10_000);
+        assert_eq!(period_us(5), 20_000);
+        assert_eq!(period_us(3), 33_334);
+        assert_eq!(period_us(1), 100_000);
+        for percent in 1..=6400u32 {
+            let period = period_us(percent);
+            assert!(period * u64::from(percent) / 100 >= 1_000, "{percent}%");
+            assert!((1_000..=1_000_000).contains(&period), "{percent}%");
+        }
     }
 
     #[test]
