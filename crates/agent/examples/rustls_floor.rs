@@ -15,6 +15,9 @@
 //! serves until killed. A connection to the stats port reads `full N resumed N`: the
 //! handshakes of the requests answered so far (the stats socket is plain TCP, so asking
 //! counts no handshake).
+//!
+//! `FLOOR_NO_TICKETS=1`: no stateless tickets, as the agent's `--tickets false` (TLS 1.2 then
+//! resumes by session id from the cache, TLS 1.3 by stateful tickets).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -196,7 +199,9 @@ fn config(cert: &str, key: &str, versions: &str) -> anyhow::Result<ServerConfig>
         .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config.session_storage = ServerSessionMemoryCache::new(20_000);
-    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+    if std::env::var_os("FLOOR_NO_TICKETS").is_none() {
+        config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+    }
     config.send_tls13_tickets = 2;
     Ok(config)
 }
