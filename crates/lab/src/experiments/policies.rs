@@ -343,12 +343,13 @@ pub fn row(
     single_tps: Option<f64>,
     paper_single: f64,
 ) -> serde_json::Map<String, serde_json::Value> {
-    let per: Vec<u64> = r
+    // the servers that served (a standby counted nothing)
+    let serving: Vec<_> = r
         .per_server
         .iter()
         .filter(|s| s.full + s.resumed > 0 || s.requests > 0)
-        .map(|s| s.full)
         .collect();
+    let per: Vec<u64> = serving.iter().map(|s| s.full).collect();
     let spread = spread_percent(&per);
     let mut m = row![
         ("config", c.name),
@@ -362,11 +363,7 @@ pub fn row(
         // the handshakes, was spread (in Scenario A the busiest server sets the TPS)
         (
             "per_server_cpu_s",
-            r.per_server
-                .iter()
-                .filter(|s| s.full + s.resumed > 0 || s.requests > 0)
-                .map(|s| s.cpu_s)
-                .collect::<Vec<_>>()
+            serving.iter().map(|s| s.cpu_s).collect::<Vec<_>>()
         ),
         ("balancer_cpu_ms_per_tx", r.balancer_cpu_per_tx_ms()),
         (
