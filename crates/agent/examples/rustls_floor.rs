@@ -135,6 +135,11 @@ fn main() -> anyhow::Result<()> {
 impl Conn {
     /// Reads, answers and writes what it can; false when the connection is done.
     fn ready(&mut self, response: &[u8]) -> bool {
+        // once answered, only what is left to send matters: nothing more is read, so a
+        // client's close cannot cut a response still waiting for room in the socket
+        if self.answered {
+            return self.flush();
+        }
         loop {
             match self.tls.read_tls(&mut self.tcp) {
                 Ok(0) => return false,
@@ -148,24 +153,28 @@ impl Conn {
                 Err(_) => return false,
             }
         }
-        if !self.answered {
-            let mut buf = [0u8; 4096];
-            loop {
-                match self.tls.reader().read(&mut buf) {
-                    Ok(0) => return false,
-                    Ok(n) => self.head.extend_from_slice(&buf[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => return false,
-                }
-            }
-            if self.head.windows(4).any(|w| w == b"\r\n\r\n") {
-                self.answered = true;
-                if self.tls.writer().write_all(response).is_err() {
-                    return false;
-                }
-                self.tls.send_close_notify();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.tls.reader().read(&mut buf) {
+                Ok(0) => return false,
+                Ok(n) => self.head.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return false,
             }
         }
+        if self.head.windows(4).any(|w| w == b"\r\n\r\n") {
+            self.answered = true;
+            if self.tls.writer().write_all(response).is_err() {
+                return false;
+            }
+            self.tls.send_close_notify();
+        }
+        self.flush()
+    }
+
+    /// Writes what rustls has queued; once answered and all written, the FIN. False when the
+    /// connection is done.
+    fn flush(&mut self) -> bool {
         while self.tls.wants_write() {
             match self.tls.write_tls(&mut self.tcp) {
                 Ok(_) => {}
@@ -184,14 +193,9 @@ impl Conn {
 fn config(cert: &str, key: &str, versions: &str) -> anyhow::Result<ServerConfig> {
     let certs = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
     let key = PrivateKeyDer::from_pem_file(key)?;
-    let mut wanted = Vec::new();
-    for v in versions.split(',') {
-        wanted.push(match v {
-            "1.2" => &rustls::version::TLS12,
-            "1.3" => &rustls::version::TLS13,
-            other => anyhow::bail!("unknown TLS version {other}"),
-        });
-    }
+    // the agent's own `--tls-versions` parsing (its provider is metered, so not that)
+    let names: Vec<String> = versions.split(',').map(String::from).collect();
+    let wanted = baton_agent::parse_tls_versions(&names)?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&wanted)?

@@ -43,6 +43,7 @@ use anyhow::Context;
 pub use config::{
     AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind, SignerFallback, StoreKind,
 };
+pub use policy::parse_versions as parse_tls_versions;
 
 /// `baton agent`: resolves the configuration and runs until SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {

@@ -99,7 +99,8 @@ pub fn build(versions: &[String], suites: &[String], groups: &[String]) -> anyho
     })
 }
 
-fn parse_versions(names: &[String]) -> anyhow::Result<Vec<&'static SupportedProtocolVersion>> {
+/// `--tls-versions` names (`1.2`, `TLSv1.3`, ...) as rustls versions; none named = both.
+pub fn parse_versions(names: &[String]) -> anyhow::Result<Vec<&'static SupportedProtocolVersion>> {
     if names.is_empty() {
         return Ok(vec![&rustls::version::TLS13, &rustls::version::TLS12]);
     }
