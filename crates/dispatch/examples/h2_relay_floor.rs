@@ -1,0 +1,182 @@
+//! The tokio + h2 relay floor (`scripts/bench-dispatch`): `relay_floor.rs` again, on the stack
+//! the dispatcher is built on, so the two floors side by side say what the runtime and the
+//! multiplexer cost before the dispatcher adds anything of its own.
+//!
+//! `front`: a current-thread tokio runtime, one h2 client connection per `demux`, and per
+//! client one task and one h2 stream (round robin over the links), the client's address as a
+//! request header; both directions copied in that one task. h2's own flow control and
+//! buffering, nothing else: no TLS peeking, routing, deadlines, metrics, link authentication
+//! or write combining. `demux`: the agents' end (an h2 server), a TCP connection to AGENT per
+//! stream with a PROXY v2 header first; its CPU is not the front's.
+//!
+//! A measuring instrument, not a server: no limits or deadlines, run only by the benchmark on
+//! 127.0.0.1.
+//!
+//! Usage: h2_relay_floor front DEMUX_ADDR [DEMUX_ADDR ...] | h2_relay_floor demux AGENT_ADDR
+//! Prints `listening ADDR` and `ready`, then relays until killed.
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+use baton_wire::proxy_v2::{self, ProxyHeader};
+use bytes::{Bytes, BytesMut};
+use h2::{RecvStream, SendStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match (args.get(1).map(String::as_str), args.len()) {
+        (Some("front"), 3..) => {
+            let demuxes = args[2..]
+                .iter()
+                .map(|a| a.parse())
+                .collect::<Result<Vec<SocketAddr>, _>>()?;
+            runtime.block_on(front(demuxes))
+        }
+        (Some("demux"), 3) => runtime.block_on(demux(args[2].parse()?)),
+        _ => anyhow::bail!(
+            "usage: h2_relay_floor front DEMUX_ADDR... | h2_relay_floor demux AGENT_ADDR"
+        ),
+    }
+}
+
+async fn listen() -> anyhow::Result<TcpListener> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    // accepted sockets inherit TCP_NODELAY: no system call per connection for it
+    socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    println!("listening {}", listener.local_addr()?);
+    println!("ready");
+    std::io::stdout().flush()?;
+    Ok(listener)
+}
+
+async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
+    let mut links = Vec::new();
+    for addr in demuxes {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(256 << 10)
+            .initial_connection_window_size(32 << 20)
+            .handshake::<_, Bytes>(tcp)
+            .await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                eprintln!("link: {e}");
+                std::process::exit(1);
+            }
+        });
+        links.push(send);
+    }
+    let listener = listen().await?;
+    let local = listener.local_addr()?;
+    let mut turn = 0usize;
+    loop {
+        let (client, from) = listener.accept().await?;
+        let link = links[turn % links.len()].clone();
+        turn += 1;
+        tokio::spawn(async move {
+            let request = http::Request::post("/")
+                .header("baton-source", from.to_string())
+                .header("baton-destination", local.to_string())
+                .body(())
+                .expect("a valid request");
+            let Ok(mut link) = link.ready().await else {
+                return;
+            };
+            let Ok((response, send)) = link.send_request(request, false) else {
+                return;
+            };
+            let (mut from_client, mut to_client) = client.into_split();
+            let up = copy_up(&mut from_client, send);
+            let down = async {
+                if let Ok(response) = response.await {
+                    copy_down(response.into_body(), &mut to_client).await;
+                }
+            };
+            tokio::join!(up, down);
+        });
+    }
+}
+
+/// A socket's bytes into a stream, its EOF as the stream's end.
+async fn copy_up(from: &mut (impl AsyncRead + Unpin), mut to: SendStream<Bytes>) {
+    let mut buf = BytesMut::with_capacity(16 << 10);
+    loop {
+        buf.reserve(16 << 10);
+        match from.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = to.send_data(Bytes::new(), true);
+                return;
+            }
+            Ok(_) => {
+                if to.send_data(buf.split().freeze(), false).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A stream's data onto a socket, its end as the socket's FIN.
+async fn copy_down(mut from: RecvStream, to: &mut (impl AsyncWrite + Unpin)) {
+    while let Some(Ok(data)) = from.data().await {
+        let _ = from.flow_control().release_capacity(data.len());
+        if to.write_all(&data).await.is_err() {
+            return;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+async fn demux(agent: SocketAddr) -> anyhow::Result<()> {
+    let listener = listen().await?;
+    let (tcp, _) = listener.accept().await?;
+    let mut link = h2::server::Builder::new()
+        .initial_window_size(256 << 10)
+        .initial_connection_window_size(32 << 20)
+        .max_concurrent_streams(100_000)
+        .handshake::<_, Bytes>(tcp)
+        .await?;
+    while let Some(accepted) = link.accept().await {
+        let (request, mut respond) = accepted?;
+        tokio::spawn(async move {
+            let source = request.headers().get("baton-source");
+            let destination = request.headers().get("baton-destination");
+            let parse = |v: Option<&http::HeaderValue>| v?.to_str().ok()?.parse().ok();
+            let (Some(source), Some(destination)) = (parse(source), parse(destination)) else {
+                return;
+            };
+            let Ok(mut upstream) = TcpStream::connect(agent).await else {
+                return;
+            };
+            let _ = upstream.set_nodelay(true);
+            let mut header = Vec::with_capacity(28);
+            proxy_v2::encode(
+                &ProxyHeader::Proxy {
+                    source,
+                    destination,
+                },
+                &mut header,
+            );
+            if upstream.write_all(&header).await.is_err() {
+                return;
+            }
+            let Ok(send) = respond.send_response(http::Response::new(()), false) else {
+                return;
+            };
+            let (mut from_agent, mut to_agent) = upstream.into_split();
+            tokio::join!(
+                copy_down(request.into_body(), &mut to_agent),
+                copy_up(&mut from_agent, send)
+            );
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,434 @@
+//! The relay floor (`scripts/bench-dispatch`): the least a front can spend per client connection
+//! when it carries clients over a few long-lived connections to its agents, as the dispatcher
+//! does, so that the dispatcher's CPU per connection can be read against what the relaying
+//! alone costs on this machine, not only against HAProxy and the dispatcher of old.
+//!
+//! Two roles, one thread each on mio's poll (tokio's I/O layer without the runtime):
+//! - `front`: accepts clients and carries each as a stream over one link connection per
+//!   `demux` (round robin): a 7-byte frame header (stream, kind, length), the client's address
+//!   as a PROXY v2 header in the stream's opening frame, a client's EOF as a FIN frame. What
+//!   every client's bytes produced in one poll leaves on a link in one write. No multiplexer
+//!   library, no flow control, no routing, no TLS peeking, no metrics, no deadlines.
+//! - `demux`: stands in for the agent's end of the link. It opens a TCP connection to AGENT
+//!   per stream (the PROXY header first) and relays both ways. Its CPU is not the front's.
+//!
+//! Only the front's CPU is the floor. A measuring instrument, not a server: it trusts its
+//! peers, holds what a slow reader has not taken (a connection is dropped past 4 MiB), and a
+//! peer that stalls holds its connection for ever. Run only by the benchmark, on 127.0.0.1.
+//!
+//! Usage: relay_floor front DEMUX_ADDR [DEMUX_ADDR ...] | relay_floor demux AGENT_ADDR
+//! Prints `listening ADDR` and `ready`, then relays until killed.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+
+use baton_wire::proxy_v2::{self, ProxyHeader};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+const LISTENER: Token = Token(usize::MAX);
+/// Link connections take the tokens below the listener's.
+const LINKS: usize = usize::MAX - 1;
+const HEADER: usize = 7;
+const OPEN: u8 = 0;
+const DATA: u8 = 1;
+const FIN: u8 = 2;
+const RESET: u8 = 3;
+/// What one side may hold for a reader that does not take it.
+const MAX_HELD: usize = 4 << 20;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    match (args.get(1).map(String::as_str), args.len()) {
+        (Some("front"), 3..) => {
+            let demuxes = args[2..]
+                .iter()
+                .map(|a| a.parse())
+                .collect::<Result<Vec<SocketAddr>, _>>()?;
+            front(&demuxes)
+        }
+        (Some("demux"), 3) => demux(args[2].parse()?),
+        _ => anyhow::bail!("usage: relay_floor front DEMUX_ADDR... | relay_floor demux AGENT_ADDR"),
+    }
+}
+
+fn frame(out: &mut Vec<u8>, stream: u32, kind: u8, payload: &[u8]) {
+    for chunk in payload.chunks(u16::MAX as usize) {
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.push(kind);
+        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+        out.extend_from_slice(chunk);
+    }
+    if payload.is_empty() {
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(&[kind, 0, 0]);
+    }
+}
+
+/// One side of a relayed byte stream: its socket and what waits to be written to it.
+struct Peer {
+    tcp: TcpStream,
+    stream: u32,
+    link: usize,
+    out: Vec<u8>,
+    /// The other end sent its FIN: shut our write side once `out` is written.
+    fin_pending: bool,
+    write_shut: bool,
+    read_closed: bool,
+}
+
+impl Peer {
+    fn new(tcp: TcpStream, stream: u32, link: usize) -> Self {
+        Peer {
+            tcp,
+            stream,
+            link,
+            out: Vec::new(),
+            fin_pending: false,
+            write_shut: false,
+            read_closed: false,
+        }
+    }
+
+    /// Writes what it holds, then the FIN if one is due; Err when the socket failed.
+    fn flush(&mut self) -> io::Result<()> {
+        while !self.out.is_empty() {
+            match self.tcp.write(&self.out) {
+                Ok(n) => drop(self.out.drain(..n)),
+                // not yet connected (the demux's connect in progress) counts as no room
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::NotConnected
+                    ) =>
+                {
+                    return Ok(())
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if self.fin_pending && !self.write_shut {
+            // once both ways are done the close says FIN by itself
+            if !self.read_closed {
+                self.tcp.shutdown(Shutdown::Write)?;
+            }
+            self.write_shut = true;
+        }
+        Ok(())
+    }
+
+    /// Reads what the socket has into frames for the link; Err when it failed. A short read
+    /// took everything there was (epoll says when more comes), so no read is made only to
+    /// hear "nothing yet", unless the peer's FIN came with the event: then on to its EOF.
+    fn read_into(&mut self, link_out: &mut Vec<u8>, buf: &mut [u8], eof: bool) -> io::Result<()> {
+        while !self.read_closed {
+            match self.tcp.read(buf) {
+                Ok(0) => {
+                    self.read_closed = true;
+                    frame(link_out, self.stream, FIN, &[]);
+                }
+                Ok(n) => {
+                    frame(link_out, self.stream, DATA, &buf[..n]);
+                    if n < buf.len() && !eof {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.read_closed && self.write_shut
+    }
+}
+
+/// A link connection: frames out, frames in, and which peer each stream is.
+struct Link {
+    tcp: TcpStream,
+    out: Vec<u8>,
+    /// What was read and not yet framed out: `inb[..filled]` (zeroed once, never again).
+    inb: Vec<u8>,
+    filled: usize,
+    streams: HashMap<u32, Token>,
+}
+
+impl Link {
+    fn new(tcp: TcpStream) -> Self {
+        Link {
+            tcp,
+            out: Vec::new(),
+            inb: vec![0; 256 << 10],
+            filled: 0,
+            streams: HashMap::new(),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        while !self.out.is_empty() {
+            match self.tcp.write(&self.out) {
+                Ok(n) => drop(self.out.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the link has, as far as the buffer goes (a frame is at most 64 KiB, so
+    /// there is always room for the next one); Err on its EOF or failure.
+    fn fill(&mut self) -> io::Result<bool> {
+        while self.filled < self.inb.len() {
+            match self.tcp.read(&mut self.inb[self.filled..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    self.filled += n;
+                    // short: that was all (see `Peer::read_into`)
+                    if self.filled < self.inb.len() {
+                        return Ok(false);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        // full: more may wait in the socket, read it after these frames went out
+        Ok(true)
+    }
+
+    /// The next whole frame in what was read: (stream, kind, payload range).
+    fn next_frame(&self, at: usize) -> Option<(u32, u8, std::ops::Range<usize>)> {
+        let h = self.inb[..self.filled].get(at..at + HEADER)?;
+        let stream = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+        let len = u16::from_be_bytes([h[5], h[6]]) as usize;
+        let body = at + HEADER..at + HEADER + len;
+        (self.filled >= body.end).then_some((stream, h[4], body))
+    }
+
+    /// Reads and delivers until the socket has nothing more.
+    fn serve(
+        &mut self,
+        peers: &mut HashMap<Token, Peer>,
+        mut open: impl FnMut(u32, &[u8]) -> Option<(Token, Peer)>,
+    ) -> io::Result<()> {
+        loop {
+            let more = self.fill()?;
+            deliver(self, peers, &mut open);
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn register(poll: &Poll, tcp: &mut TcpStream, token: Token) -> io::Result<()> {
+    poll.registry()
+        .register(tcp, token, Interest::READABLE | Interest::WRITABLE)
+}
+
+/// The poll, again after a signal (a tracer attaching is one).
+fn wait(poll: &mut Poll, events: &mut Events) -> io::Result<()> {
+    match poll.poll(events, None) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+        other => other,
+    }
+}
+
+fn listen(poll: &Poll) -> anyhow::Result<TcpListener> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    // accepted sockets inherit TCP_NODELAY: no system call per connection for it
+    socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
+    listener.set_nonblocking(true)?;
+    let mut listener = TcpListener::from_std(listener);
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    println!("listening {}", listener.local_addr()?);
+    println!("ready");
+    io::stdout().flush()?;
+    Ok(listener)
+}
+
+/// Frames the link's input for the peers: their data queued and written, their FINs, resets.
+/// Peers done in both directions are dropped (their close takes them out of the poll).
+fn deliver(
+    link: &mut Link,
+    peers: &mut HashMap<Token, Peer>,
+    open: &mut impl FnMut(u32, &[u8]) -> Option<(Token, Peer)>,
+) {
+    let mut at = 0;
+    while let Some((stream, kind, body)) = link.next_frame(at) {
+        at = body.end;
+        if kind == OPEN {
+            if let Some((token, peer)) = open(stream, &link.inb[body]) {
+                link.streams.insert(stream, token);
+                peers.insert(token, peer);
+            }
+            continue;
+        }
+        let Some(&token) = link.streams.get(&stream) else {
+            continue;
+        };
+        let peer = peers
+            .get_mut(&token)
+            .expect("a stream's peer lives as long as the stream");
+        match kind {
+            DATA => peer.out.extend_from_slice(&link.inb[body]),
+            FIN => peer.fin_pending = true,
+            _ => peer.read_closed = true, // RESET: dropped below, unwritten
+        }
+        let failed = kind == RESET || peer.flush().is_err() || peer.out.len() > MAX_HELD;
+        if failed && kind != RESET {
+            frame(&mut link.out, stream, RESET, &[]);
+        }
+        if failed || peer.done() {
+            link.streams.remove(&stream);
+            peers.remove(&token);
+        }
+    }
+    link.inb.copy_within(at..link.filled, 0);
+    link.filled -= at;
+}
+
+/// A peer's own readiness: what it reads goes to its link, what it holds is written.
+/// Only what the event says is ready is tried: a read that would only say "nothing yet" is a
+/// system call the floor must not make.
+fn serve_peer(
+    peers: &mut HashMap<Token, Peer>,
+    links: &mut [Link],
+    event: &mio::event::Event,
+    buf: &mut [u8],
+) {
+    let token = event.token();
+    let Some(peer) = peers.get_mut(&token) else {
+        return;
+    };
+    let link = &mut links[peer.link];
+    let eof = event.is_read_closed();
+    let read = event.is_readable() || eof;
+    let write = event.is_writable() && (!peer.out.is_empty() || peer.fin_pending);
+    let failed = (read && peer.read_into(&mut link.out, buf, eof).is_err())
+        || (write && peer.flush().is_err())
+        || link.out.len() > MAX_HELD;
+    if failed {
+        frame(&mut link.out, peer.stream, RESET, &[]);
+    }
+    if failed || peer.done() {
+        link.streams.remove(&peer.stream);
+        peers.remove(&token);
+    }
+}
+
+fn front(demuxes: &[SocketAddr]) -> anyhow::Result<()> {
+    let mut poll = Poll::new()?;
+    let mut links = Vec::new();
+    for (i, addr) in demuxes.iter().enumerate() {
+        let tcp = std::net::TcpStream::connect(addr)?;
+        tcp.set_nodelay(true)?;
+        tcp.set_nonblocking(true)?;
+        let mut tcp = TcpStream::from_std(tcp);
+        register(&poll, &mut tcp, Token(LINKS - i))?;
+        links.push(Link::new(tcp));
+    }
+    let listener = listen(&poll)?;
+    let local = listener.local_addr()?;
+    let mut events = Events::with_capacity(1024);
+    let mut clients: HashMap<Token, Peer> = HashMap::new();
+    let (mut next_token, mut next_stream, mut turn) = (0usize, 0u32, 0usize);
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        wait(&mut poll, &mut events)?;
+        for event in events.iter() {
+            let token = event.token();
+            if token == LISTENER {
+                loop {
+                    let (mut tcp, from) = match listener.accept() {
+                        Ok(accepted) => accepted,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e.into()),
+                    };
+                    let token = Token(next_token);
+                    next_token = (next_token + 1) % (LINKS - links.len());
+                    next_stream = next_stream.wrapping_add(1);
+                    let link = turn % links.len();
+                    turn += 1;
+                    register(&poll, &mut tcp, token)?;
+                    // the client's address travels as the stream's metadata
+                    let mut meta = Vec::with_capacity(28);
+                    let header = ProxyHeader::Proxy {
+                        source: from,
+                        destination: local,
+                    };
+                    proxy_v2::encode(&header, &mut meta);
+                    frame(&mut links[link].out, next_stream, OPEN, &meta);
+                    links[link].streams.insert(next_stream, token);
+                    clients.insert(token, Peer::new(tcp, next_stream, link));
+                }
+            } else if token.0 > LINKS - links.len() {
+                let link = &mut links[LINKS - token.0];
+                if event.is_readable() {
+                    link.serve(&mut clients, |_, _| None)?;
+                }
+            } else {
+                serve_peer(&mut clients, &mut links, event, &mut buf);
+            }
+        }
+        // what this poll produced leaves each link in one write
+        for link in &mut links {
+            link.flush()?;
+        }
+    }
+}
+
+fn demux(agent: SocketAddr) -> anyhow::Result<()> {
+    let mut poll = Poll::new()?;
+    let listener = listen(&poll)?;
+    // the front's one link connection
+    let tcp = loop {
+        wait(&mut poll, &mut Events::with_capacity(1))?;
+        match listener.accept() {
+            Ok((tcp, _)) => break tcp,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    tcp.set_nodelay(true)?;
+    let mut links = vec![Link::new(tcp)];
+    register(&poll, &mut links[0].tcp, Token(LINKS))?;
+    let mut events = Events::with_capacity(1024);
+    let mut upstreams: HashMap<Token, Peer> = HashMap::new();
+    let mut next_token = 0usize;
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        wait(&mut poll, &mut events)?;
+        for event in events.iter() {
+            let token = event.token();
+            if token == LISTENER {
+                continue;
+            }
+            if token == Token(LINKS) {
+                if event.is_readable() {
+                    let registry = poll.registry();
+                    links[0].serve(&mut upstreams, |stream, meta| {
+                        let mut tcp = TcpStream::connect(agent).ok()?;
+                        tcp.set_nodelay(true).ok()?;
+                        let token = Token(next_token);
+                        next_token = (next_token + 1) % LINKS;
+                        registry
+                            .register(&mut tcp, token, Interest::READABLE | Interest::WRITABLE)
+                            .ok()?;
+                        let mut peer = Peer::new(tcp, stream, 0);
+                        peer.out.extend_from_slice(meta);
+                        Some((token, peer))
+                    })?;
+                }
+            } else {
+                serve_peer(&mut upstreams, &mut links, event, &mut buf);
+            }
+        }
+        links[0].flush()?;
+    }
+}
