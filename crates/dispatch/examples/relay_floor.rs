@@ -16,6 +16,12 @@
 //! peers, holds what a slow reader has not taken (a connection is dropped past 4 MiB), and a
 //! peer that stalls holds its connection for ever. Run only by the benchmark, on 127.0.0.1.
 //!
+//! `FLOOR_MOVES=1` (front, two demuxes): every connection also sends a migration's messages,
+//! when the agent's first bytes arrive: a 512-byte IMPORT to the other demux, which answers
+//! READY at once, then COMMIT there and DONE to the first; the bytes keep flowing on the first
+//! link. The front's and the demuxes' CPU against a run without it is what those messages cost
+//! at the least (the export, the import and the agents' TLS work not included).
+//!
 //! Usage: relay_floor front DEMUX_ADDR [DEMUX_ADDR ...] | relay_floor demux AGENT_ADDR
 //! Prints `listening ADDR` and `ready`, then relays until killed.
 
@@ -35,6 +41,14 @@ const OPEN: u8 = 0;
 const DATA: u8 = 1;
 const FIN: u8 = 2;
 const RESET: u8 = 3;
+/// A migration's messages (`FLOOR_MOVES=1`): front -> home's demux, answered by READY; then
+/// front -> home COMMIT, front -> the other DONE (the handshake agent's release).
+const IMPORT: u8 = 4;
+const READY: u8 = 5;
+const COMMIT: u8 = 6;
+const DONE: u8 = 7;
+/// About a sealed session object's size.
+const SEALED: [u8; 512] = [0; 512];
 /// What one side may hold for a reader that does not take it.
 const MAX_HELD: usize = 4 << 20;
 
@@ -76,6 +90,8 @@ struct Peer {
     fin_pending: bool,
     write_shut: bool,
     read_closed: bool,
+    /// `FLOOR_MOVES`: its migration's messages were started.
+    moved: bool,
 }
 
 impl Peer {
@@ -88,6 +104,7 @@ impl Peer {
             fin_pending: false,
             write_shut: false,
             read_closed: false,
+            moved: false,
         }
     }
 
@@ -209,15 +226,17 @@ impl Link {
         (self.filled >= body.end).then_some((stream, h[4], body))
     }
 
-    /// Reads and delivers until the socket has nothing more.
+    /// Reads and delivers until the socket has nothing more; what the migration's messages
+    /// ask of the caller is added to `moves`.
     fn serve(
         &mut self,
         peers: &mut HashMap<Token, Peer>,
+        moves: &mut Moves,
         mut open: impl FnMut(u32, &[u8]) -> Option<(Token, Peer)>,
     ) -> io::Result<()> {
         loop {
             let more = self.fill()?;
-            deliver(self, peers, &mut open);
+            deliver(self, peers, moves, &mut open);
             if !more {
                 return Ok(());
             }
@@ -257,17 +276,33 @@ fn listen(poll: &Poll) -> anyhow::Result<TcpListener> {
 fn deliver(
     link: &mut Link,
     peers: &mut HashMap<Token, Peer>,
+    moves: &mut Moves,
     open: &mut impl FnMut(u32, &[u8]) -> Option<(Token, Peer)>,
 ) {
     let mut at = 0;
     while let Some((stream, kind, body)) = link.next_frame(at) {
         at = body.end;
-        if kind == OPEN {
-            if let Some((token, peer)) = open(stream, &link.inb[body]) {
-                link.streams.insert(stream, token);
-                peers.insert(token, peer);
+        match kind {
+            OPEN => {
+                if let Some((token, peer)) = open(stream, &link.inb[body]) {
+                    link.streams.insert(stream, token);
+                    peers.insert(token, peer);
+                }
+                continue;
             }
-            continue;
+            // the home agent's side: ready at once (its import is not the relay's work)
+            IMPORT => {
+                frame(&mut link.out, stream, READY, &[]);
+                continue;
+            }
+            // the front's side: commit to the home, release at the other
+            READY => {
+                frame(&mut link.out, stream, COMMIT, &[]);
+                moves.releases += 1;
+                continue;
+            }
+            COMMIT | DONE => continue,
+            _ => {}
         }
         let Some(&token) = link.streams.get(&stream) else {
             continue;
@@ -275,6 +310,12 @@ fn deliver(
         let peer = peers
             .get_mut(&token)
             .expect("a stream's peer lives as long as the stream");
+        if moves.enabled && !peer.moved && kind == DATA {
+            // the agent's first flight: time for the session to move (its bytes still flow
+            // here; what is measured is the messages' cost)
+            peer.moved = true;
+            moves.imports += 1;
+        }
         match kind {
             DATA => peer.out.extend_from_slice(&link.inb[body]),
             FIN => peer.fin_pending = true,
@@ -291,6 +332,16 @@ fn deliver(
     }
     link.inb.copy_within(at..link.filled, 0);
     link.filled -= at;
+}
+
+/// `FLOOR_MOVES`: what a link's frames asked of the front, for the other link.
+#[derive(Default)]
+struct Moves {
+    enabled: bool,
+    /// imports to start at the other link
+    imports: usize,
+    /// releases to send to the other link
+    releases: usize,
 }
 
 /// A peer's own readiness: what it reads goes to its link, what it holds is written.
@@ -339,6 +390,15 @@ fn front(demuxes: &[SocketAddr]) -> anyhow::Result<()> {
     let mut clients: HashMap<Token, Peer> = HashMap::new();
     let (mut next_token, mut next_stream, mut turn) = (0usize, 0u32, 0usize);
     let mut buf = vec![0u8; 16 << 10];
+    let mut moves = Moves {
+        enabled: std::env::var_os("FLOOR_MOVES").is_some(),
+        ..Moves::default()
+    };
+    anyhow::ensure!(
+        !moves.enabled || links.len() == 2,
+        "FLOOR_MOVES wants two demuxes"
+    );
+    let mut next_import = 1u32 << 31;
     loop {
         wait(&mut poll, &mut events)?;
         for event in events.iter() {
@@ -368,9 +428,17 @@ fn front(demuxes: &[SocketAddr]) -> anyhow::Result<()> {
                     clients.insert(token, Peer::new(tcp, next_stream, link));
                 }
             } else if token.0 > LINKS - links.len() {
-                let link = &mut links[LINKS - token.0];
+                let at = LINKS - token.0;
                 if event.is_readable() {
-                    link.serve(&mut clients, |_, _| None)?;
+                    links[at].serve(&mut clients, &mut moves, |_, _| None)?;
+                    let other = &mut links[(at + 1) % 2];
+                    for _ in 0..std::mem::take(&mut moves.imports) {
+                        next_import = next_import.wrapping_add(1) | 1 << 31;
+                        frame(&mut other.out, next_import, IMPORT, &SEALED);
+                    }
+                    for _ in 0..std::mem::take(&mut moves.releases) {
+                        frame(&mut other.out, 0, DONE, &[]);
+                    }
                 }
             } else {
                 serve_peer(&mut clients, &mut links, event, &mut buf);
@@ -412,7 +480,7 @@ fn demux(agent: SocketAddr) -> anyhow::Result<()> {
             if token == Token(LINKS) {
                 if event.is_readable() {
                     let registry = poll.registry();
-                    links[0].serve(&mut upstreams, |stream, meta| {
+                    links[0].serve(&mut upstreams, &mut Moves::default(), |stream, meta| {
                         let mut tcp = TcpStream::connect(agent).ok()?;
                         tcp.set_nodelay(true).ok()?;
                         let token = Token(next_token);
