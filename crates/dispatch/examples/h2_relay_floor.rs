@@ -12,6 +12,11 @@
 //! A measuring instrument, not a server: no limits or deadlines, run only by the benchmark on
 //! 127.0.0.1.
 //!
+//! `FLOOR_MOVES=1` (front, two demuxes): every connection also sends a migration's messages
+//! once the agent's first bytes arrive, as the dispatcher's link does: a new stream to the
+//! other demux carrying a 512-byte object (Import), its response headers (Ready), then a
+//! last DATA frame (Commit); the bytes keep flowing on the first stream.
+//!
 //! Usage: h2_relay_floor front DEMUX_ADDR [DEMUX_ADDR ...] | h2_relay_floor demux AGENT_ADDR
 //! Prints `listening ADDR` and `ready`, then relays until killed.
 
@@ -74,12 +79,15 @@ async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
         });
         links.push(send);
     }
+    let moves = std::env::var_os("FLOOR_MOVES").is_some();
+    anyhow::ensure!(!moves || links.len() == 2, "FLOOR_MOVES wants two demuxes");
     let listener = listen().await?;
     let local = listener.local_addr()?;
     let mut turn = 0usize;
     loop {
         let (client, from) = listener.accept().await?;
         let link = links[turn % links.len()].clone();
+        let home = moves.then(|| links[(turn + 1) % links.len()].clone());
         turn += 1;
         tokio::spawn(async move {
             let request = http::Request::post("/")
@@ -94,13 +102,21 @@ async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
                 return;
             };
             let (mut from_client, mut to_client) = client.into_split();
+            let (first, first_seen) = tokio::sync::oneshot::channel();
             let up = copy_up(&mut from_client, send);
             let down = async {
                 if let Ok(response) = response.await {
-                    copy_down(response.into_body(), &mut to_client).await;
+                    copy_down(response.into_body(), &mut to_client, Some(first)).await;
                 }
             };
-            tokio::join!(up, down);
+            let migrate = async {
+                if let Some(home) = home {
+                    if first_seen.await.is_ok() {
+                        migrate(home).await;
+                    }
+                }
+            };
+            tokio::join!(up, down, migrate);
         });
     }
 }
@@ -124,9 +140,35 @@ async fn copy_up(from: &mut (impl AsyncRead + Unpin), mut to: SendStream<Bytes>)
     }
 }
 
-/// A stream's data onto a socket, its end as the socket's FIN.
-async fn copy_down(mut from: RecvStream, to: &mut (impl AsyncWrite + Unpin)) {
+/// A migration's messages to the home agent's link (`FLOOR_MOVES`).
+async fn migrate(home: h2::client::SendRequest<Bytes>) {
+    let Ok(mut home) = home.ready().await else {
+        return;
+    };
+    let request = http::Request::post("/")
+        .header("floor-import", "1")
+        .body(())
+        .expect("a valid request");
+    let Ok((ready, mut send)) = home.send_request(request, false) else {
+        return;
+    };
+    static SEALED: [u8; 512] = [0; 512];
+    if send.send_data(Bytes::from_static(&SEALED), false).is_err() || ready.await.is_err() {
+        return;
+    }
+    let _ = send.send_data(Bytes::from_static(b"commit"), true);
+}
+
+/// A stream's data onto a socket, its end as the socket's FIN; `first` told when data comes.
+async fn copy_down(
+    mut from: RecvStream,
+    to: &mut (impl AsyncWrite + Unpin),
+    mut first: Option<tokio::sync::oneshot::Sender<()>>,
+) {
     while let Some(Ok(data)) = from.data().await {
+        if let Some(first) = first.take() {
+            let _ = first.send(());
+        }
         let _ = from.flow_control().release_capacity(data.len());
         if to.write_all(&data).await.is_err() {
             return;
@@ -146,6 +188,26 @@ async fn demux(agent: SocketAddr) -> anyhow::Result<()> {
         .await?;
     while let Some(accepted) = link.accept().await {
         let (request, mut respond) = accepted?;
+        if request.headers().contains_key("floor-import") {
+            // the home agent's side of a move: the object, Ready at once, then the Commit
+            tokio::spawn(async move {
+                let mut body = request.into_body();
+                let Some(Ok(object)) = body.data().await else {
+                    return;
+                };
+                let _ = body.flow_control().release_capacity(object.len());
+                if respond
+                    .send_response(http::Response::new(()), true)
+                    .is_err()
+                {
+                    return;
+                }
+                while let Some(Ok(data)) = body.data().await {
+                    let _ = body.flow_control().release_capacity(data.len());
+                }
+            });
+            continue;
+        }
         tokio::spawn(async move {
             let source = request.headers().get("baton-source");
             let destination = request.headers().get("baton-destination");
@@ -173,7 +235,7 @@ async fn demux(agent: SocketAddr) -> anyhow::Result<()> {
             };
             let (mut from_agent, mut to_agent) = upstream.into_split();
             tokio::join!(
-                copy_down(request.into_body(), &mut to_agent),
+                copy_down(request.into_body(), &mut to_agent, None),
                 copy_up(&mut from_agent, send)
             );
         });

@@ -25,30 +25,21 @@
 //! Usage: relay_floor front DEMUX_ADDR [DEMUX_ADDR ...] | relay_floor demux AGENT_ADDR
 //! Prints `listening ADDR` and `ready`, then relays until killed.
 
+#[path = "floor/mod.rs"]
+mod floor;
+
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 
 use baton_wire::proxy_v2::{self, ProxyHeader};
+use floor::frames::*;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 const LISTENER: Token = Token(usize::MAX);
 /// Link connections take the tokens below the listener's.
 const LINKS: usize = usize::MAX - 1;
-const HEADER: usize = 7;
-const OPEN: u8 = 0;
-const DATA: u8 = 1;
-const FIN: u8 = 2;
-const RESET: u8 = 3;
-/// A migration's messages (`FLOOR_MOVES=1`): front -> home's demux, answered by READY; then
-/// front -> home COMMIT, front -> the other DONE (the handshake agent's release).
-const IMPORT: u8 = 4;
-const READY: u8 = 5;
-const COMMIT: u8 = 6;
-const DONE: u8 = 7;
-/// About a sealed session object's size.
-const SEALED: [u8; 512] = [0; 512];
 /// What one side may hold for a reader that does not take it.
 const MAX_HELD: usize = 4 << 20;
 
@@ -64,19 +55,6 @@ fn main() -> anyhow::Result<()> {
         }
         (Some("demux"), 3) => demux(args[2].parse()?),
         _ => anyhow::bail!("usage: relay_floor front DEMUX_ADDR... | relay_floor demux AGENT_ADDR"),
-    }
-}
-
-fn frame(out: &mut Vec<u8>, stream: u32, kind: u8, payload: &[u8]) {
-    for chunk in payload.chunks(u16::MAX as usize) {
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.push(kind);
-        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
-        out.extend_from_slice(chunk);
-    }
-    if payload.is_empty() {
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.extend_from_slice(&[kind, 0, 0]);
     }
 }
 
@@ -219,11 +197,7 @@ impl Link {
 
     /// The next whole frame in what was read: (stream, kind, payload range).
     fn next_frame(&self, at: usize) -> Option<(u32, u8, std::ops::Range<usize>)> {
-        let h = self.inb[..self.filled].get(at..at + HEADER)?;
-        let stream = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-        let len = u16::from_be_bytes([h[5], h[6]]) as usize;
-        let body = at + HEADER..at + HEADER + len;
-        (self.filled >= body.end).then_some((stream, h[4], body))
+        next_frame(&self.inb[..self.filled], at)
     }
 
     /// Reads and delivers until the socket has nothing more; what the migration's messages
