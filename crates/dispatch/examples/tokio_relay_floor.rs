@@ -11,6 +11,8 @@
 //! `relay_floor demux`. A measuring instrument, not a server: run only by the benchmark, on
 //! 127.0.0.1; a peer that stalls holds its connection for ever.
 //!
+//! `FLOOR_MOVES=1` (two demuxes): a migration's messages per connection, as `relay_floor`'s.
+//!
 //! Usage: tokio_relay_floor DEMUX_ADDR [DEMUX_ADDR ...]
 //! Prints `listening ADDR` and `ready`, then relays until killed.
 
@@ -40,6 +42,8 @@ struct Client {
     fin: Cell<bool>,
     write_shut: Cell<bool>,
     reset: Cell<bool>,
+    /// `FLOOR_MOVES`: its migration's messages were started.
+    moved: Cell<bool>,
     wake: Notify,
 }
 
@@ -83,7 +87,13 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
+    let moves = std::env::var_os("FLOOR_MOVES").is_some();
+    anyhow::ensure!(
+        !moves || demuxes.len() == 2,
+        "FLOOR_MOVES wants two demuxes"
+    );
     let mut links = Vec::new();
+    let mut reads = Vec::new();
     for addr in demuxes {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
@@ -94,8 +104,13 @@ async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
             streams: RefCell::new(HashMap::new()),
         });
         tokio::task::spawn_local(link_writer(link.clone(), write));
-        tokio::task::spawn_local(link_reader(link.clone(), read));
+        reads.push(read);
         links.push(link);
+    }
+    let links = Rc::new(links);
+    for (i, read) in reads.into_iter().enumerate() {
+        let other = moves.then(|| links[(i + 1) % 2].clone());
+        tokio::task::spawn_local(link_reader(links[i].clone(), other, read));
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     // accepted sockets inherit TCP_NODELAY: no system call per connection for it
@@ -121,6 +136,7 @@ async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
             fin: Cell::new(false),
             write_shut: Cell::new(false),
             reset: Cell::new(false),
+            moved: Cell::new(false),
             wake: Notify::new(),
         });
         let mut meta = Vec::with_capacity(28);
@@ -209,9 +225,11 @@ async fn link_writer(link: Rc<Link>, mut tcp: OwnedWriteHalf) {
     }
 }
 
-/// The link's frames to their clients: written at once where the socket has room.
-async fn link_reader(link: Rc<Link>, mut tcp: OwnedReadHalf) {
+/// The link's frames to their clients: written at once where the socket has room. With
+/// `other` (`FLOOR_MOVES`), a client's first bytes start its migration's messages there.
+async fn link_reader(link: Rc<Link>, other: Option<Rc<Link>>, mut tcp: OwnedReadHalf) {
     let mut inb: Vec<u8> = Vec::with_capacity(256 << 10);
+    let mut next_import = 1u32 << 31;
     loop {
         match tcp.read_buf(&mut inb).await {
             Ok(0) | Err(_) => std::process::exit(1),
@@ -220,11 +238,20 @@ async fn link_reader(link: Rc<Link>, mut tcp: OwnedReadHalf) {
         let mut at = 0;
         while let Some((stream, kind, body)) = next_frame(&inb, at) {
             at = body.end;
+            if let (READY, Some(other)) = (kind, &other) {
+                link.push(stream, COMMIT, &[]);
+                other.push(0, DONE, &[]);
+                continue;
+            }
             let Some(client) = link.streams.borrow().get(&stream).cloned() else {
                 continue;
             };
             match kind {
                 DATA => {
+                    if let (false, Some(other)) = (client.moved.replace(true), &other) {
+                        next_import = next_import.wrapping_add(1) | 1 << 31;
+                        other.push(next_import, IMPORT, &SEALED);
+                    }
                     let data = &inb[body];
                     let mut pending = client.pending.borrow_mut();
                     let n = if pending.is_empty() {
