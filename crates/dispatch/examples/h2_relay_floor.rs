@@ -20,7 +20,9 @@
 //! Usage: h2_relay_floor front DEMUX_ADDR [DEMUX_ADDR ...] | h2_relay_floor demux AGENT_ADDR
 //! Prints `listening ADDR` and `ready`, then relays until killed.
 
-use std::io::Write;
+#[path = "floor/mod.rs"]
+mod floor;
+
 use std::net::SocketAddr;
 
 use baton_wire::proxy_v2::{self, ProxyHeader};
@@ -35,13 +37,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match (args.get(1).map(String::as_str), args.len()) {
-        (Some("front"), 3..) => {
-            let demuxes = args[2..]
-                .iter()
-                .map(|a| a.parse())
-                .collect::<Result<Vec<SocketAddr>, _>>()?;
-            runtime.block_on(front(demuxes))
-        }
+        (Some("front"), 3..) => runtime.block_on(front(floor::addrs(&args[2..])?)),
         (Some("demux"), 3) => runtime.block_on(demux(args[2].parse()?)),
         _ => anyhow::bail!(
             "usage: h2_relay_floor front DEMUX_ADDR... | h2_relay_floor demux AGENT_ADDR"
@@ -50,14 +46,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn listen() -> anyhow::Result<TcpListener> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    // accepted sockets inherit TCP_NODELAY: no system call per connection for it
-    socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
-    println!("listening {}", listener.local_addr()?);
-    println!("ready");
-    std::io::stdout().flush()?;
+    let listener = TcpListener::from_std(floor::listener()?)?;
+    floor::announce(listener.local_addr()?)?;
     Ok(listener)
 }
 

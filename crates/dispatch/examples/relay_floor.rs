@@ -46,13 +46,7 @@ const MAX_HELD: usize = 4 << 20;
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     match (args.get(1).map(String::as_str), args.len()) {
-        (Some("front"), 3..) => {
-            let demuxes = args[2..]
-                .iter()
-                .map(|a| a.parse())
-                .collect::<Result<Vec<SocketAddr>, _>>()?;
-            front(&demuxes)
-        }
+        (Some("front"), 3..) => front(&floor::addrs(&args[2..])?),
         (Some("demux"), 3) => demux(args[2].parse()?),
         _ => anyhow::bail!("usage: relay_floor front DEMUX_ADDR... | relay_floor demux AGENT_ADDR"),
     }
@@ -232,16 +226,10 @@ fn wait(poll: &mut Poll, events: &mut Events) -> io::Result<()> {
 }
 
 fn listen(poll: &Poll) -> anyhow::Result<TcpListener> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    // accepted sockets inherit TCP_NODELAY: no system call per connection for it
-    socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
-    listener.set_nonblocking(true)?;
-    let mut listener = TcpListener::from_std(listener);
+    let mut listener = TcpListener::from_std(floor::listener()?);
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
-    println!("listening {}", listener.local_addr()?);
-    println!("ready");
-    io::stdout().flush()?;
+    floor::announce(listener.local_addr()?)?;
     Ok(listener)
 }
 

@@ -21,7 +21,7 @@ mod floor;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr};
 use std::rc::Rc;
 
@@ -72,14 +72,8 @@ impl Link {
 }
 
 fn main() -> anyhow::Result<()> {
-    let demuxes = std::env::args()
-        .skip(1)
-        .map(|a| a.parse())
-        .collect::<Result<Vec<SocketAddr>, _>>()?;
-    anyhow::ensure!(
-        !demuxes.is_empty(),
-        "usage: tokio_relay_floor DEMUX_ADDR..."
-    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let demuxes = floor::addrs(&args)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -112,15 +106,9 @@ async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
         let other = moves.then(|| links[(i + 1) % 2].clone());
         tokio::task::spawn_local(link_reader(links[i].clone(), other, read));
     }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    // accepted sockets inherit TCP_NODELAY: no system call per connection for it
-    socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
+    let listener = TcpListener::from_std(floor::listener()?)?;
     let local = listener.local_addr()?;
-    println!("listening {local}");
-    println!("ready");
-    std::io::stdout().flush()?;
+    floor::announce(local)?;
     let (mut turn, mut next_stream) = (0usize, 0u32);
     loop {
         let Ok((tcp, from)) = listener.accept().await else {
