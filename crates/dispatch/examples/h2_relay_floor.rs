@@ -25,7 +25,6 @@ mod floor;
 
 use std::net::SocketAddr;
 
-use baton_wire::proxy_v2::{self, ProxyHeader};
 use bytes::{Bytes, BytesMut};
 use h2::{RecvStream, SendStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -209,14 +208,7 @@ async fn demux(agent: SocketAddr) -> anyhow::Result<()> {
                 return;
             };
             let _ = upstream.set_nodelay(true);
-            let mut header = Vec::with_capacity(28);
-            proxy_v2::encode(
-                &ProxyHeader::Proxy {
-                    source,
-                    destination,
-                },
-                &mut header,
-            );
+            let header = floor::proxy_header(source, destination);
             if upstream.write_all(&header).await.is_err() {
                 return;
             }

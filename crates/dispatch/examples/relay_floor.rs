@@ -32,7 +32,6 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 
-use baton_wire::proxy_v2::{self, ProxyHeader};
 use floor::frames::*;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -379,12 +378,7 @@ fn front(demuxes: &[SocketAddr]) -> anyhow::Result<()> {
                     turn += 1;
                     register(&poll, &mut tcp, token)?;
                     // the client's address travels as the stream's metadata
-                    let mut meta = Vec::with_capacity(28);
-                    let header = ProxyHeader::Proxy {
-                        source: from,
-                        destination: local,
-                    };
-                    proxy_v2::encode(&header, &mut meta);
+                    let meta = floor::proxy_header(from, local);
                     frame(&mut links[link].out, next_stream, OPEN, &meta);
                     links[link].streams.insert(next_stream, token);
                     clients.insert(token, Peer::new(tcp, next_stream, link));

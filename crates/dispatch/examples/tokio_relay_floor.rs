@@ -25,7 +25,6 @@ use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr};
 use std::rc::Rc;
 
-use baton_wire::proxy_v2::{self, ProxyHeader};
 use floor::frames::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -127,12 +126,8 @@ async fn front(demuxes: Vec<SocketAddr>) -> anyhow::Result<()> {
             moved: Cell::new(false),
             wake: Notify::new(),
         });
-        let mut meta = Vec::with_capacity(28);
-        let header = ProxyHeader::Proxy {
-            source: from,
-            destination: local,
-        };
-        proxy_v2::encode(&header, &mut meta);
+        // the client's address travels as the stream's metadata
+        let meta = floor::proxy_header(from, local);
         link.streams
             .borrow_mut()
             .insert(next_stream, client.clone());

@@ -1,8 +1,6 @@
 //! The relay floors' link frames (`relay_floor.rs`, `tokio_relay_floor.rs`): a 7-byte header,
 //! stream u32 | kind u8 | length u16 (big-endian), then the payload.
 
-#![allow(dead_code)] // each floor uses the kinds it needs
-
 use std::ops::Range;
 
 pub const HEADER: usize = 7;

@@ -23,6 +23,21 @@ pub fn announce(addr: SocketAddr) -> std::io::Result<()> {
     std::io::stdout().flush()
 }
 
+/// The PROXY v2 header that tells the agent who the client is (`source`) and what it
+/// connected to (`destination`): a stream's metadata on the floors' links.
+pub fn proxy_header(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+    use baton_wire::proxy_v2::{self, ProxyHeader};
+    let mut header = Vec::with_capacity(28);
+    proxy_v2::encode(
+        &ProxyHeader::Proxy {
+            source,
+            destination,
+        },
+        &mut header,
+    );
+    header
+}
+
 /// The demux addresses a front was given.
 pub fn addrs(args: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     anyhow::ensure!(!args.is_empty(), "no DEMUX_ADDR given");
