@@ -183,6 +183,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDR")]
     pub link_listen: Option<SocketAddr>,
 
+    /// A network the dispatchers' link connections come from (ADDR/PREFIX or an address;
+    /// repeatable). Connections from anywhere else are closed at accept, unread. Default: any
+    /// address (a warning says so when --link-listen is not on loopback).
+    #[arg(long, value_name = "CIDR")]
+    pub link_allow: Vec<baton_ops::cidr::Cidr>,
+
     /// Longest a migration step may take (the dispatcher's freeze, its verdict) before the
     /// handshake agent gives up on it. Default 2s.
     #[arg(long, value_name = "DURATION")]
@@ -458,6 +464,8 @@ pub struct AgentConfig {
     pub handoff: bool,
     pub handoff_timeout: Duration,
     pub link_listen: Option<SocketAddr>,
+    /// Who may open link connections (`--link-allow`); empty: anyone.
+    pub link_allow: Vec<baton_ops::cidr::Cidr>,
     pub store: StoreKind,
     pub cluster_key_file: Option<PathBuf>,
     pub store_wait: Duration,
@@ -533,7 +541,7 @@ impl AgentArgs {
                 }
             };
         }
-        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, upstream,
+        pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, link_allow, upstream,
             proxy_protocol_from, early_data_methods;
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
@@ -632,9 +640,13 @@ impl AgentArgs {
         if self.link_listen.is_some() && self.cluster_key_file.is_none() {
             bail!("--link-listen needs --cluster-key-file (the key the link authenticates with)");
         }
+        if !self.link_allow.is_empty() && self.link_listen.is_none() {
+            bail!("--link-allow only applies with --link-listen");
+        }
         let config = AgentConfig {
             handoff,
             link_listen: self.link_listen,
+            link_allow: self.link_allow,
             handoff_timeout: dur(self.handoff_timeout, 2),
             store,
             cluster_key_file: self.cluster_key_file,

@@ -104,10 +104,19 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .cluster_ring()
             .cloned()
             .context("--link-listen needs --cluster-key-file")?;
+        if shared.config.link_allow.is_empty()
+            && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
+        {
+            tracing::warn!(
+                "--link-listen accepts link connections from any address: set --link-allow to \
+                 the dispatchers' networks"
+            );
+        }
         let link = Arc::new(baton_link::LinkListener::new(
             l,
             shared.config.agent_id,
             ring,
+            shared.config.link_allow.clone(),
         ));
         shared.link_stats.set(link.stats()).ok();
         link_listener = Some(link.clone());
@@ -119,15 +128,20 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         ));
     }
     if let Some(l) = metrics_listener {
-        let registry = crate::metrics::Collected {
+        let counters = baton_ops::control::Counters::new("metrics");
+        let mut registry = crate::metrics::Collected {
             metrics: metrics.clone(),
             upstreams,
             link: shared.link_stats.get().cloned(),
         }
         .registry();
+        registry.register_collector(Box::new(baton_ops::control::Collected(vec![
+            counters.clone()
+        ])));
         tokio::spawn(baton_ops::serve_metrics(
             l,
             Arc::new(registry),
+            counters,
             draining.clone(),
         ));
     }

@@ -249,6 +249,8 @@ fn the_units_command_lines_start_a_serving_cluster() {
             "127.0.0.1:0",
             "--admin",
             "127.0.0.1:0",
+            "--admin-token-file",
+            admin_token_file(),
             "--accept-proxy-protocol",
             "false",
         ],

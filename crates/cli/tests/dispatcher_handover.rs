@@ -106,6 +106,8 @@ impl Dispatch {
                 "127.0.0.1:0",
                 "--admin",
                 "127.0.0.1:0",
+                "--admin-token-file",
+                admin_token_file(),
                 "--cluster-key-file",
                 &c.key,
                 "--handover-timeout",
@@ -522,4 +524,158 @@ fn a_successor_that_dies_once_ready_leaves_the_old_dispatcher_serving_again() {
     // and a later handover can be asked for again
     let (status, _) = admin_request(d.admin, "POST", "/handover", None);
     assert_eq!(status, 202);
+}
+
+/// Silent connections to every agent's link port, opened again when closed: more than the
+/// link listener lets authenticate at once.
+fn link_flood(c: &Cluster) -> Vec<Flood> {
+    c.agents
+        .iter()
+        .map(|a| Flood::start(a.link.unwrap(), 70, b"", false))
+        .collect()
+}
+
+#[test]
+fn silent_link_connections_keep_no_successor_from_its_agents() {
+    let c = cluster();
+    let mut d = Dispatch::start(&c);
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut clients: Vec<KeepAlive> = (0..6).map(|_| KeepAlive::open(d.addr, &config)).collect();
+    for k in clients.iter_mut() {
+        let r = k.get("/bytes/100");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    let flood = link_flood(&c);
+    std::thread::sleep(Duration::from_secs(1));
+    d.usr2();
+    d.follow_successor();
+    for (i, k) in clients.iter_mut().enumerate() {
+        let r = k.get("/bytes/100");
+        assert!(
+            r.starts_with("HTTP/1.1 200"),
+            "client {i} after the handover: {r}"
+        );
+    }
+    assert_eq!(
+        d.metric(
+            "baton_dispatch_handover_connections_total",
+            "outcome=\"lost\""
+        ),
+        0.0
+    );
+    assert_eq!(reattached(&c), 6.0);
+    let opened: u64 = flood.into_iter().map(Flood::stop).sum();
+    assert!(opened > 140, "the flood ran: {opened}");
+    let evicted: f64 = c
+        .agents
+        .iter()
+        .map(|a| {
+            series_sum(
+                &a.metrics_text(),
+                "baton_link_connections_shut_out_total",
+                "reason=\"evicted\"",
+            )
+        })
+        .sum();
+    assert!(evicted > 0.0, "nobody was pushed out");
+}
+
+#[test]
+fn silent_link_connections_keep_no_restarted_agent_from_its_dispatcher() {
+    let mut c = cluster();
+    let d = Dispatch::start(&c);
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    // agent 0 goes away; a flood waits at its link port for it to come back
+    let old = c.agents.remove(0);
+    let (tls, link) = (old.addr, old.link.unwrap());
+    drop(old);
+    let flood = Flood::start(link, 70, b"", false);
+    std::thread::sleep(Duration::from_millis(500));
+    let (child, addrs) = spawn_ready(
+        "agent",
+        &[],
+        &[
+            c.pki
+                .server_args()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            vec![
+                "--listen",
+                &tls.to_string(),
+                "--metrics",
+                "127.0.0.1:0",
+                "--agent-id",
+                "0",
+                "--handoff",
+                "true",
+                "--link-listen",
+                &link.to_string(),
+                "--cluster-key-file",
+                &c.key,
+            ],
+        ]
+        .concat(),
+    );
+    let started = Instant::now();
+    let agent = Agent {
+        child,
+        addr: addrs["tls"],
+        metrics: addrs["metrics"],
+        link: addrs.get("link").copied(),
+    };
+    // the dispatcher's links are up again within 3 s of the agent's start
+    while agent.metric("baton_link_connections_active") < 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the dispatcher's link did not come up through the flood"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // with the other agent disabled, every client reaches the restarted one
+    let (status, body) = admin_request(d.admin, "POST", "/agents/1/disable", None);
+    assert_eq!(status, 200, "{body}");
+    for i in 0..20 {
+        let r = fetch_addr(d.addr, &config, "/").unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(r.status, 200);
+    }
+    assert!(flood.stop() > 70, "the flood ran");
+    assert!(
+        series_sum(
+            &agent.metrics_text(),
+            "baton_link_connections_shut_out_total",
+            "reason=\"evicted\""
+        ) > 0.0
+    );
+}
+
+#[test]
+fn link_connections_from_outside_link_allow_are_closed_unread() {
+    let pki = Pki::new();
+    let dir = TempDir::new("link-allow");
+    let key = cluster_key_file(&dir, "cluster.key", &[KEY]);
+    let agent = Agent::serving(
+        &pki,
+        &[
+            "--link-listen",
+            "127.0.0.1:0",
+            "--link-allow",
+            "10.0.0.0/8",
+            "--cluster-key-file",
+            &key,
+        ],
+    );
+    let mut s = TcpStream::connect(agent.link.unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 32];
+    let n = std::io::Read::read(&mut s, &mut b).unwrap_or(0);
+    assert_eq!(n, 0, "a stranger got the agent's hello");
+    assert_eq!(
+        series_sum(
+            &agent.metrics_text(),
+            "baton_link_connections_shut_out_total",
+            "reason=\"disallowed\""
+        ),
+        1.0
+    );
 }

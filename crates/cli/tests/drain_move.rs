@@ -246,6 +246,8 @@ fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stay
             &dir.arg("agents.toml"),
             "--admin",
             "127.0.0.1:0",
+            "--admin-token-file",
+            admin_token_file(),
             "--policy",
             "round-robin",
             "--cluster-key-file",
@@ -272,12 +274,8 @@ fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stay
             "direction=\"out\",reason=\"drain\"",
         )
     };
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", "-X", "POST"])
-        .arg(format!("http://{}/agents/0/drain", addrs["admin"]))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text_of(&out));
+    let (status, body) = admin_request(addrs["admin"], "POST", "/agents/0/drain", None);
+    assert_eq!(status, 200, "{body}");
     // round-robin put 3 of the 6 on agent 0: they move while idle, and it keeps running
     let end = Instant::now() + Duration::from_secs(10);
     while moved_out(&agents[0]) < 3.0 && Instant::now() < end {

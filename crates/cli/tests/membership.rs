@@ -68,7 +68,14 @@ fn linked_roster(agents: &[Agent]) -> String {
 
 /// `baton dispatch --agents-file FILE --admin 127.0.0.1:0`, and the admin address.
 fn dispatcher(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
-    let mut args = vec!["--agents-file", file, "--admin", "127.0.0.1:0"];
+    let mut args = vec![
+        "--agents-file",
+        file,
+        "--admin",
+        "127.0.0.1:0",
+        "--admin-token-file",
+        admin_token_file(),
+    ];
     args.extend_from_slice(extra);
     let (child, addrs) = spawn_ready(
         "dispatch",

@@ -50,6 +50,8 @@ impl Cluster {
                 "127.0.0.1:0",
                 "--admin",
                 "127.0.0.1:0",
+                "--admin-token-file",
+                admin_token_file(),
                 "--state",
                 &dir.arg("state.json"),
                 "--dir",
@@ -69,9 +71,15 @@ impl Cluster {
     }
 
     fn status(&self) -> Value {
-        let (code, body) =
-            baton_lab::rollout::http(self.admin(), "GET", "/status", "", Duration::from_secs(5))
-                .unwrap();
+        let (code, body) = baton_lab::rollout::http(
+            self.admin(),
+            &admin_token(),
+            "GET",
+            "/status",
+            "",
+            Duration::from_secs(5),
+        )
+        .unwrap();
         assert_eq!(code, 200, "{body}");
         serde_json::from_str(&body).unwrap()
     }
@@ -94,6 +102,8 @@ impl Cluster {
                 "rollout",
                 "--admin",
                 &self.admin().to_string(),
+                "--admin-token-file",
+                admin_token_file(),
                 "--handover",
                 "--json",
             ])
@@ -201,6 +211,8 @@ fn rollout_replaces_every_agent_under_keepalive_load_and_the_cluster_serves_afte
             "rollout",
             "--admin",
             &c.admin().to_string(),
+            "--admin-token-file",
+            admin_token_file(),
             "--pause",
             "1s",
             "--json",
@@ -272,7 +284,15 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     let c = Cluster::start(&["--agents", "1"]);
     let admin = c.admin();
     let ask = |method: &str, path: &str, body: &str| {
-        baton_lab::rollout::http(admin, method, path, body, Duration::from_secs(30)).unwrap()
+        baton_lab::rollout::http(
+            admin,
+            &admin_token(),
+            method,
+            path,
+            body,
+            Duration::from_secs(30),
+        )
+        .unwrap()
     };
     assert_eq!(ask("POST", "/rollout", "{\"pause\": 1}").0, 400);
     assert_eq!(ask("POST", "/rollout", "{\"drain_timeout_ms\": 0}").0, 400);
@@ -289,7 +309,13 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     assert!(text_of(&out).contains("loopback"), "{}", text_of(&out));
     // nobody at the address: `baton rollout` says so and fails
     let out = Command::new(BATON)
-        .args(["rollout", "--admin", &format!("127.0.0.1:{}", free_port())])
+        .args([
+            "rollout",
+            "--admin",
+            &format!("127.0.0.1:{}", free_port()),
+            "--admin-token-file",
+            admin_token_file(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -346,9 +372,15 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
 
     // and the successor hands over in turn (its successor is found under this `baton up`)
     std::thread::sleep(Duration::from_secs(1));
-    let (code, body) =
-        baton_lab::rollout::http(c.admin(), "POST", "/handover", "", Duration::from_secs(60))
-            .unwrap();
+    let (code, body) = baton_lab::rollout::http(
+        c.admin(),
+        &admin_token(),
+        "POST",
+        "/handover",
+        "",
+        Duration::from_secs(60),
+    )
+    .unwrap();
     assert_eq!(code, 200, "{body}");
     let again: Value = serde_json::from_str(&body).unwrap();
     let third = again["dispatchers"][0]["new_pid"].as_u64().unwrap() as u32;
@@ -382,7 +414,14 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
     // inherited, and its links come up to each new agent (after the load: a rollout under
     // load is the first test's)
     let rollout = Command::new(BATON)
-        .args(["rollout", "--admin", &c.admin().to_string(), "--json"])
+        .args([
+            "rollout",
+            "--admin",
+            &c.admin().to_string(),
+            "--admin-token-file",
+            admin_token_file(),
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(rollout.status.success(), "{}", text_of(&rollout));
@@ -412,14 +451,30 @@ fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
     let mut c = Cluster::start(&["--agents", "1", "--dispatchers", "2"]);
     let admin = c.admin();
     let ask = |method: &str, path: &str| {
-        baton_lab::rollout::http(admin, method, path, "", Duration::from_secs(120)).unwrap()
+        baton_lab::rollout::http(
+            admin,
+            &admin_token(),
+            method,
+            path,
+            "",
+            Duration::from_secs(120),
+        )
+        .unwrap()
     };
     let first = c.dispatcher_pids();
     assert_eq!(first.len(), 2);
 
     // one operation at a time: no handover while a rollout runs
     let rollout = std::thread::spawn(move || {
-        baton_lab::rollout::http(admin, "POST", "/rollout", "", Duration::from_secs(120)).unwrap()
+        baton_lab::rollout::http(
+            admin,
+            &admin_token(),
+            "POST",
+            "/rollout",
+            "",
+            Duration::from_secs(120),
+        )
+        .unwrap()
     });
     let until = Instant::now() + Duration::from_secs(10);
     while c.status()["rollout"]["running"] != true {
@@ -510,8 +565,15 @@ fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
     let c = Cluster::start_with(&bin, dir, &["--agents", "1"]);
     let first = c.dispatcher_pids()[0];
     let ask = || {
-        baton_lab::rollout::http(c.admin(), "POST", "/handover", "", Duration::from_secs(60))
-            .unwrap()
+        baton_lab::rollout::http(
+            c.admin(),
+            &admin_token(),
+            "POST",
+            "/handover",
+            "",
+            Duration::from_secs(60),
+        )
+        .unwrap()
     };
     // a successor that cannot start: the old process says so and serves on (the running
     // file stays where it is, replaced as an upgrade replaces it: a new file renamed over it)

@@ -1,4 +1,5 @@
-//! The admin endpoint (`--admin`, loopback only): the roster for operators and scripts.
+//! The admin endpoint (`--admin`, loopback only): the roster for operators and scripts. Every
+//! call needs the admin token and comes from no web page ([`baton_ops::guard`]).
 //!
 //! - `GET /agents`: every agent with its state, health and open connections (JSON);
 //! - `POST /agents` with a JSON agent (`{"id": 3, "addr": "...", "link": "..."}`): it joins;
@@ -9,6 +10,7 @@
 //! Changes last until the agents file (if any) next changes or SIGHUP re-reads it: the file is
 //! the source of truth where there is one.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,41 +18,70 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use baton_ops::accept::{Acceptor, Admitted};
-use baton_ops::reply::{json, text};
+use baton_ops::control::{self, Counters};
+use baton_ops::guard::{self, Token};
+use baton_ops::reply::{json, refused, text};
 
 use crate::members::{Admin, Change, Spec};
 use crate::roster::{self, ChangeError};
 use crate::server::Shared;
 
-/// Connections served at once (operators and scripts, not clients).
-const CONNECTIONS: usize = 16;
 /// The largest request body (one agent's JSON).
 const BODY_LIMIT: usize = 4096;
+/// A connection's whole life (every call answers at once).
+const LIFETIME: Duration = Duration::from_secs(30);
 
-pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
-    let acceptor = Acceptor::new(listener, stop).capped(slots, || {});
-    while let Some(Admitted { tcp, slot, .. }) = acceptor.next().await {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(req, &shared).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10));
-            let conn = builder.serve_connection(TokioIo::new(tcp), service);
-            let _ = tokio::time::timeout(Duration::from_secs(30), conn).await;
-            drop(slot);
-        });
+pub(crate) async fn serve(
+    listener: TcpListener,
+    token: Arc<Token>,
+    counters: Arc<Counters>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
+    let Ok(local) = listener.local_addr() else {
+        return;
+    };
+    control::serve(
+        listener,
+        stop,
+        guard::admin_limits(LIFETIME),
+        counters.clone(),
+        move |req, slot| {
+            let (shared, token, counters) = (shared.clone(), token.clone(), counters.clone());
+            async move {
+                match guarded(req, &token, local, &counters) {
+                    Ok(req) => {
+                        slot.prove();
+                        handle(req, &shared).await
+                    }
+                    Err(answer) => answer,
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// The request, if the admin guard lets it through; else the answer that refuses it.
+fn guarded(
+    req: Request<Incoming>,
+    token: &Token,
+    local: SocketAddr,
+    counters: &Counters,
+) -> Result<Request<Incoming>, Response<Full<Bytes>>> {
+    let (parts, body) = req.into_parts();
+    match guard::check(&parts, token, local) {
+        Ok(()) => Ok(Request::from_parts(parts, body)),
+        Err(why) => {
+            counters
+                .denied
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(reason = ?why, path = parts.uri.path(), "admin call refused");
+            Err(refused(why))
+        }
     }
 }
 

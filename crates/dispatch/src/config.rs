@@ -2,12 +2,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use baton_ops::cidr::Cidr;
+use baton_ops::guard::Token;
 
 use crate::members::{self, Admin, Spec};
 use crate::route::Policy;
@@ -41,10 +43,15 @@ pub struct DispatchArgs {
     pub agents_file: Option<PathBuf>,
     /// The admin endpoint (plain HTTP, loopback addresses only): `GET /agents` lists the
     /// agents with their state and load; `POST /agents` (a JSON agent) adds one;
-    /// `POST /agents/ID/drain`, `/disable`, `/enable` and `DELETE /agents/ID` change one. Off
-    /// by default.
+    /// `POST /agents/ID/drain`, `/disable`, `/enable` and `DELETE /agents/ID` change one;
+    /// `POST /handover` replaces this process. Every call needs the token of
+    /// --admin-token-file. Off by default.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
+    /// With --admin: the file holding the admin token (`Authorization: Bearer TOKEN`), which
+    /// only its owner may read; a random one is written there if the file does not exist.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Cluster key file (the agents' --cluster-key-file): authenticates the agent links.
     #[arg(long, value_name = "FILE")]
     pub cluster_key_file: Option<PathBuf>,
@@ -129,6 +136,8 @@ pub struct DispatchConfig {
     /// `--agents-file`: the roster, instead of `agents` and `agent_links`.
     pub agents_file: Option<PathBuf>,
     pub admin: Option<SocketAddr>,
+    /// The admin token (`--admin-token-file`), with `admin`.
+    pub admin_token: Option<Arc<Token>>,
     pub cluster_key_file: Option<PathBuf>,
     pub link_connections: usize,
     pub policy: Policy,
@@ -199,11 +208,17 @@ impl DispatchArgs {
         if !args.agent.is_empty() && args.agents_file.is_some() {
             bail!("give the agents with --agent or in --agents-file, not both");
         }
-        if let Some(admin) = args.admin {
-            if !admin.ip().is_loopback() {
-                bail!("--admin {admin}: the admin endpoint listens on loopback addresses only");
+        let admin_token = match (args.admin, &args.admin_token_file) {
+            (Some(admin), _) if !admin.ip().is_loopback() => {
+                bail!("--admin {admin}: the admin endpoint listens on loopback addresses only")
             }
-        }
+            (Some(_), Some(path)) => Some(Arc::new(Token::load_or_create(path)?)),
+            (Some(_), None) => bail!(
+                "--admin needs --admin-token-file FILE: the token every admin call must send \
+                 (a random one is written there, mode 0600, if the file does not exist)"
+            ),
+            (None, _) => None,
+        };
         let policy = args.policy.unwrap_or(Policy::RoundRobin);
         if !args.agent_link.is_empty() && args.agent_link.len() != args.agent.len() {
             bail!(
@@ -235,6 +250,7 @@ impl DispatchArgs {
             agent_links: args.agent_link,
             agents_file: args.agents_file,
             admin: args.admin,
+            admin_token,
             cluster_key_file: args.cluster_key_file,
             link_connections: args.link_connections.unwrap_or(2).clamp(1, 64),
             policy,
@@ -272,6 +288,7 @@ impl DispatchArgs {
             agent_link: list(self.agent_link, file.agent_link),
             agents_file: self.agents_file.or(file.agents_file),
             admin: self.admin.or(file.admin),
+            admin_token_file: self.admin_token_file.or(file.admin_token_file),
             cluster_key_file: self.cluster_key_file.or(file.cluster_key_file),
             link_connections: self.link_connections.or(file.link_connections),
             policy: self.policy.or(file.policy),

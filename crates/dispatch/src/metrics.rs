@@ -96,6 +96,16 @@ impl Metrics {
         }
     }
 
+    /// A removed agent's slot was taken by a new agent: its per-agent counters start over.
+    pub fn reset_slot(&self, slot: usize) {
+        if let Some(r) = self.routed.get(slot) {
+            r.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+        }
+        if let Some(c) = self.connect_failures.get(slot) {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
     pub fn connect_failed(&self, agent: usize) {
         if let Some(c) = self.connect_failures.get(agent) {
             c.fetch_add(1, Ordering::Relaxed);

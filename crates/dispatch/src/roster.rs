@@ -14,6 +14,7 @@ use baton_session::{ticket::KeyRing, SharedRing};
 
 use crate::config::DispatchConfig;
 use crate::members::{self, Admin, Change, RosterError, Spec};
+use crate::metrics::Metrics;
 use crate::route::Router;
 
 /// One agent as the connection path reaches it.
@@ -27,13 +28,14 @@ pub(crate) struct Agent {
 
 /// The agents by slot, and the roster operators see.
 pub(crate) struct Roster {
-    /// Append-only, indexed like the router's slots.
+    /// Indexed like the router's slots (a removed agent's slot is reused with it).
     agents: RwLock<Vec<Arc<Agent>>>,
     /// The roster as last set (what a file reload is compared with).
     specs: Mutex<Vec<Spec>>,
     /// Whether clients travel on links (fixed at start: every agent must then have one).
     ring: Option<SharedRing>,
     link_connections: usize,
+    metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +54,11 @@ pub(crate) enum ChangeError {
 
 impl Roster {
     /// The roster at start: from `--agent`/`--agent-link` (ids in order) or the agents file.
-    pub fn start(config: &DispatchConfig) -> anyhow::Result<(Roster, Vec<Spec>)> {
+    /// `metrics` count by slot: a reused slot's counters start again at zero.
+    pub fn start(
+        config: &DispatchConfig,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<(Roster, Vec<Spec>)> {
         let specs = config.initial_agents()?;
         let links = specs.iter().any(|s| s.link.is_some());
         let ring = if links {
@@ -71,6 +77,7 @@ impl Roster {
             specs: Mutex::new(Vec::new()),
             ring,
             link_connections: config.link_connections,
+            metrics,
         };
         Ok((roster, specs))
     }
@@ -165,12 +172,19 @@ impl Roster {
                 };
                 let slot = router.add(s.id);
                 router.set_admin(slot, s.admin);
-                debug_assert_eq!(slot, agents.len());
-                agents.push(Arc::new(Agent {
+                let agent = Arc::new(Agent {
                     id: s.id,
                     addr: s.addr,
                     links,
-                }));
+                });
+                // a removed agent's slot once nothing counts there (`Router::add`)
+                match agents.get_mut(slot) {
+                    Some(old) => {
+                        *old = agent;
+                        self.metrics.reset_slot(slot);
+                    }
+                    None => agents.push(agent),
+                }
                 tracing::info!(agent = s.id, addr = %s.addr, state = s.admin.label(), "agent joined");
             }
             Change::Remove(id) => {
@@ -197,6 +211,38 @@ impl Roster {
                     tracing::info!(agent = id, state = admin.label(), "agent state set");
                 }
             }
+        }
+    }
+
+    /// Waits until every agent on the roster whose TLS port answers also has a live link, for
+    /// up to `limit`; the ids of those that answer without a link by then. A dispatcher's
+    /// successor serves only when there are none: connections handed over for an agent it
+    /// cannot reach would be lost, while an agent that is down is down for both processes.
+    pub async fn wait_reachable(&self, limit: Duration, probe: Duration) -> Result<(), Vec<u16>> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let unlinked: Vec<(u16, SocketAddr)> = {
+                let agents = self.agents.read().unwrap_or_else(|p| p.into_inner());
+                agents
+                    .iter()
+                    .filter(|a| a.links.as_ref().is_some_and(|l| !l.is_up()))
+                    .map(|a| (a.id, a.addr))
+                    .collect()
+            };
+            let mut answering = Vec::new();
+            for (id, addr) in unlinked {
+                let connect = tokio::net::TcpStream::connect(addr);
+                if matches!(tokio::time::timeout(probe, connect).await, Ok(Ok(_))) {
+                    answering.push(id);
+                }
+            }
+            if answering.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(answering);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

@@ -90,8 +90,10 @@ struct AgentState {
     handshakes: u64,
 }
 
-/// The routing state. Agents are slots, indexed in the order they joined (a slot is never
-/// reused, so a connection's index stays valid while it lives); each knows its agent's id.
+/// The routing state. Agents are slots, indexed in the order they joined; each knows its
+/// agent's id. A removed agent's slot is taken by the next agent that joins once no
+/// connection counts there any more, so a connection's index stays valid while it lives and
+/// the table stays as large as the roster has ever been at once.
 #[derive(Debug)]
 pub struct Router {
     policy: Policy,
@@ -133,14 +135,32 @@ impl Router {
         // level with the agents already taking clients, so that the newcomer is not owed
         // every handshake they have done ([`Router::least_handshaking`])
         let handshakes = self.fewest_handshakes().unwrap_or(0);
-        self.agents.push(AgentState {
+        let state = AgentState {
             id,
             present: true,
             healthy: true,
             handshakes,
             ..Default::default()
-        });
-        self.agents.len() - 1
+        };
+        let free = self
+            .agents
+            .iter()
+            .position(|a| !a.present && a.active == 0 && a.handshaking == 0);
+        match free {
+            Some(slot) => {
+                self.agents[slot] = state;
+                slot
+            }
+            None => {
+                self.agents.push(state);
+                self.agents.len() - 1
+            }
+        }
+    }
+
+    /// Slots in the table, those of removed agents included.
+    pub fn table_len(&self) -> usize {
+        self.agents.len()
     }
 
     /// The agent leaves the roster: no new clients, no homes; its open connections still
@@ -897,7 +917,7 @@ mod tests {
             let (a, _) = r.route(Some(&hello()), clients[0]).unwrap();
             assert_ne!(a, nine);
         }
-        // removing agent 1 moves its clients only; its slot is not reused
+        // removing agent 1 moves its clients only
         let one = r.slot_of(1).unwrap();
         r.remove(one);
         assert_eq!(r.slot_of(1), None);
@@ -909,8 +929,8 @@ mod tests {
                 assert!(a.is_some() && *a != Some(1));
             }
         }
-        assert_eq!(r.add(1), 4, "a returning id gets a new slot");
-        assert_eq!(homes(&r), before, "and its clients back");
+        r.add(1);
+        assert_eq!(homes(&r), before, "a returning id gets its clients back");
         // a ticket names its issuer by id, whatever the slot
         let mut r = Router::new(Policy::Session, 0);
         r.add(5);
@@ -935,5 +955,25 @@ mod tests {
             (s.get(b"a"), s.get(b"b"), s.get(b"c")),
             (None, Some(1), Some(2))
         );
+    }
+
+    #[test]
+    fn removed_slots_are_reused_once_no_connection_counts_there() {
+        let mut r = Router::new(Policy::LeastConn, 2);
+        // a connection open on agent 1 keeps its slot while it lives
+        let (busy, _) = r.route(None, ip("10.0.0.1")).unwrap();
+        r.remove(busy);
+        let newcomer = r.add(7);
+        assert_ne!(newcomer, busy);
+        assert_eq!(r.table_len(), 3);
+        r.closed(busy);
+        // then the next agent takes it, and the table stops growing
+        for i in 0..10_000u32 {
+            let slot = r.add(100 + (i % 50) as u16);
+            r.remove(slot);
+        }
+        assert_eq!(r.table_len(), 3);
+        assert_eq!(r.slots().count(), 2);
+        assert!(r.route(None, ip("10.0.0.2")).is_some());
     }
 }

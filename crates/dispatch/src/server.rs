@@ -10,6 +10,7 @@ use std::time::Duration;
 use baton_link::{LinkStream, StreamMeta};
 use baton_ops::accept::{Acceptor, Admitted};
 use baton_ops::cidr::Cidr;
+use baton_ops::control::Counters;
 use baton_wire::proxy_v2::{self, ProxyHeader};
 use baton_wire::{Progress, ServerHelloReader};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -27,7 +28,7 @@ use crate::route::{Policy, Router};
 pub(crate) struct Shared {
     pub(crate) config: DispatchConfig,
     pub(crate) router: Arc<Mutex<Router>>,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
     /// The agents by the router's slots, with their link pools (`--agent-link`).
     pub(crate) roster: Arc<Roster>,
     /// The dispatcher handover: a successor takes the listeners and live connections.
@@ -82,8 +83,16 @@ impl prometheus_client::collector::Collector for Collected {
             .slots()
             .filter_map(|a| Some((a, r.id_of(a)?, r.is_healthy(a), r.active(a))))
             .collect();
+        let table = r.table_len() as i64;
         drop(r);
-        self.0.metrics.encode(&mut e, &agents)
+        self.0.metrics.encode(&mut e, &agents)?;
+        baton_ops::metrics::gauge(
+            &mut e,
+            "baton_dispatch_router_slots",
+            "Slots in the router's table: agents on the roster, and removed ones whose \
+             connections are still open.",
+            table,
+        )
     }
 }
 
@@ -95,7 +104,8 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     let router = Arc::new(Mutex::new(
         Router::new(config.policy, 0).with_home_window(config.handoff_window),
     ));
-    let (roster, initial) = Roster::start(&config)?;
+    let metrics = Arc::new(Metrics::new(crate::members::MAX_AGENTS));
+    let (roster, initial) = Roster::start(&config, metrics.clone())?;
     let roster = Arc::new(roster);
     roster
         .set(&router, initial)
@@ -105,6 +115,19 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     // The links first, so that `ready` means clients can be carried (an agent that is down
     // now is only waited for briefly: it joins when its link comes up).
     roster.wait_up(config.connect_timeout).await;
+    if predecessor.is_some() {
+        // Half the handover's time, so that the predecessor still hears of the failure and
+        // serves on.
+        if let Err(ids) = roster
+            .wait_reachable(config.handover_timeout / 2, config.connect_timeout)
+            .await
+        {
+            anyhow::bail!(
+                "agents {ids:?} answer on their TLS port but their links are not up: not taking \
+                 over (the connections handed over for them would be lost)"
+            );
+        }
+    }
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
     let (listeners, admin_listener, metrics_listener, predecessor) = match predecessor {
         Some((p, inherited)) => {
@@ -131,7 +154,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         }
     };
     let shared = Arc::new(Shared {
-        metrics: Metrics::new(crate::members::MAX_AGENTS),
+        metrics,
         router: router.clone(),
         config,
         roster: roster.clone(),
@@ -250,16 +273,29 @@ fn serve_listeners(
     tracker: &TaskTracker,
     accepting: &CancellationToken,
 ) {
-    if let Some(l) = admin {
-        tokio::spawn(crate::admin::serve(l, shared.clone(), accepting.clone()));
+    let admin_counters = Counters::new("admin");
+    if let (Some(l), Some(token)) = (admin, shared.config.admin_token.clone()) {
+        tokio::spawn(crate::admin::serve(
+            l,
+            token,
+            admin_counters.clone(),
+            shared.clone(),
+            accepting.clone(),
+        ));
     }
     if let Some(l) = metrics {
+        let counters = Counters::new("metrics");
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(Collected(shared.clone())));
         registry.register_collector(Box::new(baton_ops::metrics::ProcessCollector));
+        registry.register_collector(Box::new(baton_ops::control::Collected(vec![
+            counters.clone(),
+            admin_counters,
+        ])));
         tokio::spawn(baton_ops::serve_metrics(
             l,
             Arc::new(registry),
+            counters,
             accepting.clone(),
         ));
     }

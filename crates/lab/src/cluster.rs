@@ -129,6 +129,11 @@ struct State<'a> {
     agents: Vec<AgentState>,
     /// With `--hosts`: each namespace (`ip netns exec NAME ...`) and its address.
     hosts: Vec<HostState>,
+    /// `baton up --admin`: its address and the file of the token every call must send.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin_token_file: Option<&'a Path>,
 }
 
 #[derive(Serialize)]
@@ -218,6 +223,11 @@ impl Cluster {
                 store = Store::Redis(format!("redis://{}:6379/", host.addr));
             }
         }
+        // only the dispatchers may open link connections: this machine's loopback, or the
+        // hosts' bridge
+        let link_allow = hosts
+            .as_ref()
+            .map_or_else(|| "127.0.0.0/8".to_string(), Hosts::network);
         let mut agents = Vec::new();
         for (id, host) in agent_hosts.iter().enumerate() {
             let ip = ip_of(host);
@@ -237,6 +247,8 @@ impl Cluster {
                 "true".into(),
                 "--link-listen".into(),
                 format!("{ip}:0"),
+                "--link-allow".into(),
+                link_allow.clone(),
                 "--cluster-key-file".into(),
                 path(&cluster_key),
             ];
@@ -370,8 +382,16 @@ impl Cluster {
     }
 
     /// Writes the cluster's addresses as JSON (for scripts and tests).
-    pub fn write_state(&self, file: &Path) -> anyhow::Result<()> {
+    /// Writes the cluster's addresses to `file`, with `baton up`'s admin endpoint (its address
+    /// and token file) if it has one.
+    pub fn write_state(
+        &self,
+        file: &Path,
+        admin: Option<(SocketAddr, &Path)>,
+    ) -> anyhow::Result<()> {
         let state = State {
+            admin: admin.map(|(a, _)| a),
+            admin_token_file: admin.map(|(_, t)| t),
             dispatcher: self.addr(),
             dispatcher_metrics: self.dispatcher.addr("metrics"),
             dispatchers: self.dispatcher_addrs(),

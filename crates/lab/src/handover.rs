@@ -557,12 +557,14 @@ impl Tail {
 /// prints the summary; an error when one did not hand over.
 pub(crate) fn handover_cli(
     admin: std::net::SocketAddr,
+    token: &baton_ops::guard::Token,
     timeout_ms: Option<u64>,
     as_json: bool,
 ) -> anyhow::Result<()> {
     let body = serde_json::json!({ "timeout_ms": timeout_ms });
     let (status, answer) = http(
         admin,
+        token,
         "POST",
         "/handover",
         &body.to_string(),

@@ -68,6 +68,12 @@ impl Hosts {
         Ipv4Addr::new(a, b, c, 1)
     }
 
+    /// The bridge's network, every host's (`a.b.c.0/24`).
+    pub fn network(&self) -> String {
+        let [a, b, c] = self.subnet;
+        format!("{a}.{b}.{c}.0/24")
+    }
+
     /// A new host named `name` (`agent0`, `dispatch`, `redis`, `client1`...).
     pub fn add(&mut self, name: &str) -> anyhow::Result<Host> {
         let n = self.hosts.len() as u8 + 2;

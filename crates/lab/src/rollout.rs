@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use baton_ops::guard::Token;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{start_ready, Cluster, Proc};
@@ -129,6 +130,8 @@ pub struct Watch {
     /// Each dispatcher's admin endpoint (`GET /agents`); none with `--hosts` (their admin
     /// listens on their own namespace's loopback).
     pub dispatcher_admins: Vec<SocketAddr>,
+    /// The admin token the dispatchers were started with (`baton up`'s own).
+    pub admin_token: Option<Arc<Token>>,
     /// Link connections every dispatcher keeps to each agent (`--link-connections`, 2).
     pub links_per_dispatcher: usize,
     /// Dispatchers in the cluster.
@@ -324,7 +327,11 @@ fn reached(id: usize, metrics: Option<SocketAddr>, watch: &Watch) -> anyhow::Res
         }
     }
     for admin in &watch.dispatcher_admins {
-        let (status, body) = http(*admin, "GET", "/agents", "", Duration::from_secs(5))?;
+        let token = watch
+            .admin_token
+            .as_deref()
+            .ok_or_else(|| anyhow!("no admin token for the dispatchers"))?;
+        let (status, body) = http(*admin, token, "GET", "/agents", "", Duration::from_secs(5))?;
         if status != 200 {
             bail!("GET http://{admin}/agents: {status}");
         }
@@ -345,6 +352,7 @@ fn reached(id: usize, metrics: Option<SocketAddr>, watch: &Watch) -> anyhow::Res
 /// and write: the admin endpoints' client, for the rollout and `baton rollout`.
 pub fn http(
     addr: SocketAddr,
+    token: &Token,
     method: &str,
     path: &str,
     body: &str,
@@ -356,7 +364,8 @@ pub fn http(
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        token.expose(),
         body.len()
     )?;
     let mut raw = Vec::new();
@@ -615,7 +624,6 @@ fn sleep_unless(abort: &AtomicBool, d: Duration) {
 /// The admin endpoint of `baton up` (loopback only): `POST /rollout`, `POST /handover`, `GET
 /// /status`.
 pub(crate) mod admin {
-    use std::convert::Infallible;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -623,48 +631,51 @@ pub(crate) mod admin {
     use http::{Method, Request, Response, StatusCode};
     use http_body_util::{BodyExt, Full, Limited};
     use hyper::body::Incoming;
-    use hyper::service::service_fn;
-    use hyper_util::rt::{TokioIo, TokioTimer};
     use tokio::net::TcpListener;
     use tokio_util::sync::CancellationToken;
 
-    use baton_ops::accept::{Acceptor, Admitted};
-    use baton_ops::reply::{json, text};
+    use baton_ops::control::{self, Counters};
+    use baton_ops::guard::{self, Token};
+    use baton_ops::reply::{json, refused, text};
 
     use super::{Control, RolloutRequest};
     use crate::handover::HandoverRequest;
 
-    /// Connections served at once (operators and scripts).
-    const CONNECTIONS: usize = 8;
     /// The largest request body (`{"pause_ms": ...}`).
     const BODY_LIMIT: usize = 4096;
     /// A connection's whole life: a rollout answers when it is done, and each of its phases
     /// has its own deadline, so this only ends a client that never goes away.
     const CONNECTION_LIMIT: Duration = Duration::from_secs(3600);
 
+    /// Serves the endpoint to callers that show `token` ([`baton_ops::guard`]).
     pub(crate) async fn serve(
         listener: TcpListener,
+        token: Arc<Token>,
         control: Arc<Control>,
         stop: CancellationToken,
     ) {
-        let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
-        let acceptor = Acceptor::new(listener, stop).capped(slots, || {});
-        while let Some(Admitted { tcp, slot, .. }) = acceptor.next().await {
-            let control = control.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let control = control.clone();
-                    async move { Ok::<_, Infallible>(handle(req, control).await) }
-                });
-                let mut builder = hyper::server::conn::http1::Builder::new();
-                builder
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(10));
-                let conn = builder.serve_connection(TokioIo::new(tcp), service);
-                let _ = tokio::time::timeout(CONNECTION_LIMIT, conn).await;
-                drop(slot);
-            });
-        }
+        let Ok(local) = listener.local_addr() else {
+            return;
+        };
+        control::serve(
+            listener,
+            stop,
+            guard::admin_limits(CONNECTION_LIMIT),
+            Counters::new("admin"),
+            move |req: Request<Incoming>, slot| {
+                let (control, token) = (control.clone(), token.clone());
+                async move {
+                    let (parts, body) = req.into_parts();
+                    if let Err(why) = guard::check(&parts, &token, local) {
+                        return refused(why);
+                    }
+                    // an operator's rollout is never pushed out by a flood of strangers
+                    slot.prove();
+                    handle(Request::from_parts(parts, body), control).await
+                }
+            },
+        )
+        .await
     }
 
     async fn handle(req: Request<Incoming>, control: Arc<Control>) -> Response<Full<Bytes>> {
@@ -765,6 +776,10 @@ pub struct RolloutArgs {
     /// The admin address of `baton up --admin`.
     #[arg(long, value_name = "ADDR")]
     pub admin: SocketAddr,
+    /// The admin token file of that `baton up` (it prints the path: `admin-token FILE`, and
+    /// writes it in its --state file as `admin_token_file`).
+    #[arg(long, value_name = "FILE", env = "BATON_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: std::path::PathBuf,
     /// Pause between one agent being back and the next being stopped (e.g. 2s).
     #[arg(long, value_name = "DURATION")]
     pub pause: Option<String>,
@@ -793,8 +808,14 @@ pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
             .map(|s| baton_bench::parse_duration(s).map(|d| d.as_millis() as u64))
             .transpose()
     };
+    let token = Token::load(&args.admin_token_file)?;
     if args.handover {
-        return crate::handover::handover_cli(args.admin, ms(&args.ready_timeout)?, args.json);
+        return crate::handover::handover_cli(
+            args.admin,
+            &token,
+            ms(&args.ready_timeout)?,
+            args.json,
+        );
     }
     let body = serde_json::json!({
         "pause_ms": ms(&args.pause)?,
@@ -804,6 +825,7 @@ pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
     // the answer comes when the last agent is back: bounded by the phases' own deadlines
     let (status, answer) = http(
         args.admin,
+        &token,
         "POST",
         "/rollout",
         &body.to_string(),

@@ -68,9 +68,14 @@ pub struct UpArgs {
     /// "drain_timeout_ms": N, "ready_timeout_ms": N}`), `POST /handover` hands each
     /// dispatcher over to a successor process (body optional: `{"timeout_ms": N}`), `GET
     /// /status` lists the processes. Each agent is back once every dispatcher's links to it
-    /// are up again. See `baton rollout` (and `--handover`).
+    /// are up again. Every call needs the token written to `admin-token` in --dir (printed as
+    /// `admin-token FILE`, and in --state). See `baton rollout` (and `--handover`).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
+    /// With --admin: the admin token's file instead of `admin-token` in --dir (a random token
+    /// is written there, mode 0600, if the file does not exist).
+    #[arg(long, value_name = "FILE", requires = "admin")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 pub fn up(args: UpArgs) -> anyhow::Result<()> {
@@ -89,6 +94,19 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         None => std::env::temp_dir().join(format!("baton-up-{}", std::process::id())),
     };
     let policy = args.policy.clone();
+    // One admin token for the cluster: `baton up`'s own endpoint and its dispatchers'.
+    let admin_token = match args.admin {
+        Some(_) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = args
+                .admin_token_file
+                .clone()
+                .unwrap_or_else(|| dir.join("admin-token"));
+            let token = baton_ops::guard::Token::load_or_create(&path)?;
+            Some((path, std::sync::Arc::new(token)))
+        }
+        None => None,
+    };
     let cluster = Cluster::start(&ClusterSpec {
         baton,
         dir: dir.clone(),
@@ -104,8 +122,13 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         agent_args: args.agent_args,
         // the rollout asks each dispatcher (GET /agents) whether a restarted agent is back; in
         // namespaces their loopback is their own, so there the agents' link counts alone say it
-        dispatcher_args: match (args.admin, args.hosts) {
-            (Some(_), false) => vec!["--admin".into(), "127.0.0.1:0".into()],
+        dispatcher_args: match (&admin_token, args.hosts) {
+            (Some((path, _)), false) => vec![
+                "--admin".into(),
+                "127.0.0.1:0".into(),
+                "--admin-token-file".into(),
+                path.display().to_string(),
+            ],
             _ => Vec::new(),
         }
         .into_iter()
@@ -118,9 +141,6 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             client_hosts: args.client_hosts,
         },
     })?;
-    if let Some(state) = &args.state {
-        cluster.write_state(state)?;
-    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -135,10 +155,18 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if let Some(state) = &args.state {
+        let admin = match (&admin, &admin_token) {
+            (Some(l), Some((path, _))) => Some((l.local_addr()?, path.as_path())),
+            _ => None,
+        };
+        cluster.write_state(state, admin)?;
+    }
     {
         let mut out = std::io::stdout().lock();
-        if let Some(l) = &admin {
+        if let (Some(l), Some((path, _))) = (&admin, &admin_token) {
             writeln!(out, "listening admin {}", l.local_addr()?)?;
+            writeln!(out, "admin-token {}", path.display())?;
         }
         for d in cluster.dispatcher_addrs() {
             writeln!(out, "listening dispatch {d}")?;
@@ -170,6 +198,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             .chain(&cluster.more_dispatchers)
             .filter_map(|d| d.addr("admin"))
             .collect(),
+        admin_token: admin_token.as_ref().map(|(_, t)| t.clone()),
         links_per_dispatcher: crate::rollout::links_per_dispatcher(&[]),
         dispatchers: 1 + cluster.more_dispatchers.len(),
     };
@@ -181,13 +210,16 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        if let Some(listener) = admin {
+        if let (Some(listener), Some((path, token))) = (admin, &admin_token) {
             eprintln!(
-                "baton up: admin endpoint on http://{} (POST /rollout, POST /handover, GET /status)",
-                listener.local_addr()?
+                "baton up: admin endpoint on http://{} (POST /rollout, POST /handover, GET /status), \
+                 token in {}",
+                listener.local_addr()?,
+                path.display()
             );
             tokio::spawn(crate::rollout::admin::serve(
                 listener,
+                token.clone(),
                 control.clone(),
                 stop.clone(),
             ));

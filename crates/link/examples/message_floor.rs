@@ -168,7 +168,7 @@ fn main() {
         let agent_thread = std::thread::spawn(move || {
             agent_rt.block_on(async move {
                 let tcp = tokio::net::TcpListener::from_std(tcp).expect("a listener");
-                let listener = LinkListener::new(tcp, 1, ring());
+                let listener = LinkListener::new(tcp, 1, ring(), Vec::new());
                 tokio::select! {
                     _ = agent(listener, work) => {}
                     _ = stop_rx => {}

@@ -12,13 +12,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
+use baton_ops::cidr::Cidr;
+use baton_ops::slots::{Slots, Table};
+
 use crate::auth::{self, AgentHello};
 use crate::coalesce::{flushing, Coalesced};
 use crate::rejoin::Registry;
 use crate::{LinkStats, LinkStream, StreamMeta};
 
-/// Link connections authenticating at once; more are closed at accept.
+/// Link connections authenticating at once, and from one address: a newcomer pushes out the
+/// oldest (of its own address first), so silent connections cannot keep a dispatcher out.
 const MAX_AUTHENTICATING: usize = 64;
+const AUTHENTICATING_PER_SOURCE: usize = 8;
 /// Authenticated link connections at once (dispatchers x their connections per agent).
 const MAX_LINKS: usize = 1024;
 /// Streams accepted but not yet taken by the agent.
@@ -33,8 +38,9 @@ pub struct LinkListener {
 
 impl LinkListener {
     /// Serves link connections on `listener` for agent `agent_id`, authenticating with the
-    /// cluster key `ring` (read at each handshake, so a reload takes effect).
-    pub fn new(listener: TcpListener, agent_id: u16, ring: SharedRing) -> Self {
+    /// cluster key `ring` (read at each handshake, so a reload takes effect). Connections from
+    /// outside `allow` are closed at accept, unread (empty: from anywhere).
+    pub fn new(listener: TcpListener, agent_id: u16, ring: SharedRing, allow: Vec<Cidr>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let stats = Arc::new(LinkStats::default());
         let registry = Arc::new(Registry::new(stats.clone()));
@@ -43,6 +49,7 @@ impl LinkListener {
             listener,
             agent_id,
             ring,
+            allow,
             Links {
                 tx,
                 stats: stats.clone(),
@@ -97,11 +104,12 @@ async fn accept_loop(
     listener: TcpListener,
     agent_id: u16,
     ring: SharedRing,
+    allow: Vec<Cidr>,
     shared: Links,
     drain: watch::Receiver<bool>,
 ) {
     let stats = shared.stats.clone();
-    let authenticating = Arc::new(Semaphore::new(MAX_AUTHENTICATING));
+    let authenticating = Slots::new(Table::new(MAX_AUTHENTICATING, AUTHENTICATING_PER_SOURCE, 0));
     let links = Arc::new(Semaphore::new(MAX_LINKS));
     loop {
         let accepted = tokio::select! {
@@ -120,10 +128,16 @@ async fn accept_loop(
         if shared.tx.is_closed() {
             return;
         }
-        let Ok(auth_permit) = authenticating.clone().try_acquire_owned() else {
+        if !allow.is_empty() && !Cidr::any_contains(&allow, peer.ip()) {
+            stats.disallowed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, "link connection from outside --link-allow closed");
+            continue;
+        }
+        let Some((auth_slot, evicted)) = authenticating.admit(peer.ip()) else {
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         };
+        stats.evicted.fetch_add(evicted as u64, Ordering::Relaxed);
         let Ok(link_permit) = links.clone().try_acquire_owned() else {
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -133,12 +147,17 @@ async fn accept_loop(
             (ring.clone(), shared.clone(), stats.clone(), drain.clone());
         tokio::spawn(async move {
             let mut tcp = tcp;
-            let authed =
-                tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, &ring))
-                    .await;
-            drop(auth_permit);
+            let authed = tokio::select! {
+                a = tokio::time::timeout(
+                    crate::AUTH_TIMEOUT,
+                    authenticate(&mut tcp, agent_id, &ring, || auth_slot.heard()),
+                ) => a.ok(),
+                // pushed out by a newcomer: not authenticated in time to stay
+                _ = auth_slot.evicted() => None,
+            };
+            drop(auth_slot);
             let link_id = match authed {
-                Ok(Ok(id)) => id,
+                Some(Ok(id)) => id,
                 _ => {
                     tracing::debug!(%peer, "link connection failed to authenticate");
                     stats.auth_failures.fetch_add(1, Ordering::Relaxed);
@@ -157,10 +176,12 @@ async fn accept_loop(
 }
 
 /// The agent's half of the handshake; returns the link id.
+/// `heard` runs once the peer has answered the hello.
 async fn authenticate(
     tcp: &mut TcpStream,
     agent_id: u16,
     ring: &SharedRing,
+    heard: impl FnOnce(),
 ) -> std::io::Result<[u8; 16]> {
     let hello = AgentHello {
         agent_id,
@@ -169,6 +190,7 @@ async fn authenticate(
     tcp.write_all(&hello.encode()).await?;
     let mut challenge = [0u8; 16];
     tcp.read_exact(&mut challenge).await?;
+    heard();
     let proof = read_proof(tcp).await?;
     let bad = || {
         std::io::Error::new(

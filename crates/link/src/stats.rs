@@ -13,6 +13,10 @@ pub struct LinkStats {
     pub(crate) auth_failures: AtomicU64,
     pub(crate) streams: AtomicU64,
     pub(crate) refused: AtomicU64,
+    /// Connections from outside `--link-allow`, closed at accept.
+    pub(crate) disallowed: AtomicU64,
+    /// Connections still authenticating pushed out by a newcomer.
+    pub(crate) evicted: AtomicU64,
     pub(crate) reattached: AtomicU64,
     pub(crate) reattach_failed: AtomicU64,
 }
@@ -24,6 +28,16 @@ impl LinkStats {
 
     pub fn auth_failures(&self) -> u64 {
         self.auth_failures.load(Ordering::Relaxed)
+    }
+
+    /// Connections from outside `--link-allow`, closed at accept.
+    pub fn disallowed(&self) -> u64 {
+        self.disallowed.load(Ordering::Relaxed)
+    }
+
+    /// Connections still authenticating pushed out by a newcomer.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     pub fn streams(&self) -> u64 {
@@ -57,6 +71,17 @@ impl LinkStats {
             None,
             MetricType::Counter,
         )?)?;
+        let mut family = e.encode_descriptor(
+            "baton_link_connections_shut_out",
+            "Link connections closed before authenticating for who they were: from outside \
+             --link-allow (disallowed), or pushed out by a newcomer while still authenticating \
+             (evicted).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, n) in [("disallowed", &self.disallowed), ("evicted", &self.evicted)] {
+            ConstCounter::new(l(n)).encode(family.encode_family(&[("reason", reason)])?)?;
+        }
         ConstCounter::new(l(&self.streams)).encode(e.encode_descriptor(
             "baton_link_streams",
             "Client streams received over the agent link (re-attach streams not included).",

@@ -38,7 +38,10 @@ fn meta(port: u16) -> StreamMeta {
 async fn listener(agent_id: u16, key: &str) -> (LinkListener, SocketAddr) {
     let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
-    (LinkListener::new(tcp, agent_id, ring(key)), addr)
+    (
+        LinkListener::new(tcp, agent_id, ring(key), Vec::new()),
+        addr,
+    )
 }
 
 async fn up(pool: &LinkPool) {
@@ -310,7 +313,7 @@ fn the_pool_comes_back_after_the_agent_restarts() {
         })
         .await
         .expect("the address is free again");
-        LinkListener::new(tcp, 6, ring(KEY))
+        LinkListener::new(tcp, 6, ring(KEY), Vec::new())
     });
     // kept open until the agent has read it (a dropped stream is reset)
     let _stream = dispatcher.block_on(async {

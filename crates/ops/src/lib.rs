@@ -6,6 +6,8 @@
 pub mod accept;
 pub mod affinity;
 pub mod cidr;
+pub mod control;
+pub mod guard;
 pub mod hello;
 pub mod listen;
 pub mod metrics;
@@ -13,6 +15,7 @@ pub mod process;
 pub mod proxy_header;
 pub mod reply;
 pub mod runtime;
+pub mod slots;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,62 +23,70 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use prometheus_client;
 use prometheus_client::registry::Registry;
 
-/// Connections the metrics endpoint serves at once.
-const METRICS_CONNECTIONS: usize = 64;
+/// Connections the metrics endpoint serves at once, and from one address. Scrapers are few;
+/// a held connection costs a task and a socket, and lives at most a few seconds unless it
+/// reads its answers; past the cap a newcomer pushes out the oldest (silent first).
+const METRICS_CONNECTIONS: usize = 256;
+const METRICS_PER_SOURCE: usize = 256;
 
-/// Serves `GET /metrics`: the registry as OpenMetrics text ([`metrics::encode`]), until `stop`.
+/// The bounds of a metrics endpoint: a scrape is one small request and a prompt read.
+pub fn metrics_limits() -> control::Limits {
+    control::Limits {
+        slots: slots::Slots::new(slots::Table::new(
+            METRICS_CONNECTIONS,
+            METRICS_PER_SOURCE,
+            0,
+        )),
+        header_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        lifetime: Duration::from_secs(120),
+        requests: 100,
+    }
+}
+
+/// Serves `GET /metrics`: the registry as OpenMetrics text ([`metrics::encode`]), until `stop`;
+/// `counters` (register them in the registry: [`control::Collected`]) count what its bounds did.
 pub async fn serve_metrics(
     listener: TcpListener,
     registry: Arc<Registry>,
+    counters: Arc<control::Counters>,
     stop: CancellationToken,
 ) {
-    // Scrapers are few; a cap keeps a flood of connections to this port from costing more
-    // than a few tasks.
-    let acceptor = accept::Acceptor::new(listener, stop).capped(
-        Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS)),
-        || {},
-    );
-    while let Some(accept::Admitted { tcp, slot, .. }) = acceptor.next().await {
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let registry = registry.clone();
-                async move {
-                    let (status, body, content_type) = match req.uri().path() {
-                        "/metrics" | "/" => (
-                            StatusCode::OK,
-                            metrics::encode(&registry),
-                            metrics::CONTENT_TYPE,
-                        ),
-                        _ => (
-                            StatusCode::NOT_FOUND,
-                            "not found\n".to_string(),
-                            "text/plain; charset=utf-8",
-                        ),
-                    };
-                    let mut r = Response::new(Full::new(Bytes::from(body)));
-                    *r.status_mut() = status;
-                    r.headers_mut().insert(
-                        http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static(content_type),
-                    );
-                    Ok::<_, std::convert::Infallible>(r)
-                }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10));
-            let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
-            drop(slot);
-        });
-    }
+    control::serve(
+        listener,
+        stop,
+        metrics_limits(),
+        counters,
+        move |req, _slot| {
+            let registry = registry.clone();
+            async move {
+                let (status, body, content_type) = match req.uri().path() {
+                    "/metrics" | "/" => (
+                        StatusCode::OK,
+                        metrics::encode(&registry),
+                        metrics::CONTENT_TYPE,
+                    ),
+                    _ => (
+                        StatusCode::NOT_FOUND,
+                        "not found\n".to_string(),
+                        "text/plain; charset=utf-8",
+                    ),
+                };
+                let mut r = Response::new(Full::new(Bytes::from(body)));
+                *r.status_mut() = status;
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(content_type),
+                );
+                r
+            }
+        },
+    )
+    .await
 }

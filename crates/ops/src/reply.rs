@@ -30,3 +30,15 @@ fn respond(status: StatusCode, body: Vec<u8>, content_type: &'static str) -> Res
     );
     r
 }
+
+/// The answer to a request the admin guard refused ([`crate::guard::check`]).
+pub fn refused(why: crate::guard::Refusal) -> Response<Full<Bytes>> {
+    let mut r = text(why.status(), why.message());
+    if why == crate::guard::Refusal::Unauthorized {
+        r.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    r
+}

@@ -231,7 +231,18 @@ pub fn admin_request(
     body: Option<&str>,
 ) -> (u16, String) {
     let url = format!("http://{addr}{path}");
-    let mut args = vec!["-s", "-m", "5", "-X", method, "-w", "\n%{http_code}"];
+    let auth = format!("authorization: Bearer {ADMIN_TOKEN}");
+    let mut args = vec![
+        "-s",
+        "-m",
+        "5",
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+        "-H",
+        &auth,
+    ];
     if let Some(b) = body {
         args.extend(["-H", "content-type: application/json", "--data", b]);
     }
@@ -269,4 +280,27 @@ impl KeepAlive {
     pub fn local(&self) -> SocketAddr {
         self.tls.sock.local_addr().unwrap()
     }
+}
+
+/// The admin token of every admin endpoint the tests start (`--admin-token-file
+/// admin_token_file()`).
+pub const ADMIN_TOKEN: &str = "test-admin-token-5f0c8a1e9b7d4c2a8e6f1b3d5a7c9e0f";
+
+/// A file holding [`ADMIN_TOKEN`], readable by its owner only, made once per test process.
+pub fn admin_token_file() -> &'static str {
+    static FILE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("baton-test-admin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("admin-token");
+        std::fs::write(&path, format!("{ADMIN_TOKEN}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path.display().to_string()
+    })
+}
+
+/// [`ADMIN_TOKEN`] as the admin clients of `baton-lab` take it.
+pub fn admin_token() -> baton_ops::guard::Token {
+    baton_ops::guard::Token::load(std::path::Path::new(admin_token_file())).unwrap()
 }

@@ -6,6 +6,7 @@
 mod browser;
 mod client;
 mod cpu;
+mod flood;
 mod fs;
 mod json;
 mod metrics;
@@ -19,6 +20,6 @@ mod up;
 // Each test binary uses only some of it.
 #[allow(unused_imports)]
 pub use {
-    baton_lab::cluster::peer_args, browser::*, client::*, cpu::*, fs::*, json::*, metrics::*,
-    net::*, pki::*, process::*, redis::*, up::*,
+    baton_lab::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
+    metrics::*, net::*, pki::*, process::*, redis::*, up::*,
 };
