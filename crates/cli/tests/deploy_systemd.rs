@@ -288,8 +288,7 @@ fn the_units_command_lines_start_a_serving_cluster() {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500)).unwrap();
         }
         chown(root.path("run"), Some(SIGNER_UID), Some(AGENT_UID)).unwrap();
-        std::fs::set_permissions(root.path("run"), std::fs::Permissions::from_mode(0o750))
-            .unwrap();
+        std::fs::set_permissions(root.path("run"), std::fs::Permissions::from_mode(0o750)).unwrap();
         signer_cmd = as_user(signer_cmd, SIGNER_UID, AGENT_UID);
         agent_cmd = as_user(agent_cmd, AGENT_UID, AGENT_UID);
     } else {

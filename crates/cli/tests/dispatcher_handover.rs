@@ -635,16 +635,17 @@ fn under_systemd_the_successor_becomes_the_main_process_before_the_old_one_exits
     assert_eq!(d.pid, successor, "MAINPID is the process that serves");
     // the old process exited without a word more (a STOPPING=1 would stop the unit)
     while let Some((pid, lines)) = notify.next(Duration::from_millis(300)) {
-        assert_ne!(pid, first, "the old dispatcher said {lines:?} after the handover");
+        assert_ne!(
+            pid, first,
+            "the old dispatcher said {lines:?} after the handover"
+        );
     }
     assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
     let mut fresh = KeepAlive::open(d.addr, &config);
     assert!(fresh.get("/bytes/10").starts_with("HTTP/1.1 200"));
     // and the successor, now the main process, says when it stops
     signal(successor, "-TERM");
-    let (pid, lines) = notify
-        .next(Duration::from_secs(10))
-        .expect("no STOPPING=1");
+    let (pid, lines) = notify.next(Duration::from_secs(10)).expect("no STOPPING=1");
     assert_eq!(pid, successor);
     assert!(lines.iter().any(|l| l == "STOPPING=1"), "{lines:?}");
 }

@@ -181,8 +181,8 @@ fn find_successor(args: &[u8], parents: &[u32], except: &[u32]) -> Option<u32> {
 
 /// Reaps `pid` if it is an exited child of this process: how it ended.
 fn reap(pid: u32) -> Option<String> {
-    use std::os::unix::process::ExitStatusExt as _;
     use rustix::process::{waitpid, Pid, WaitOptions};
+    use std::os::unix::process::ExitStatusExt as _;
     let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
     let (_, status) = waitpid(Some(pid), WaitOptions::NOHANG).ok()??;
     Some(std::process::ExitStatus::from_raw(status.as_raw()).to_string())

@@ -40,8 +40,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use crate::signal::Signal;
+use anyhow::{bail, Context};
 
 pub use classify::{classify, Attribution, Family, OpGroup, Profile};
 pub use compare::{crypto_seconds, Comparison, Snapshot, WAITING_OPS};

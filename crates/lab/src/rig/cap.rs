@@ -149,7 +149,11 @@ impl Confine {
                     cmd.pre_exec(move || {
                         use rustix::fs::{open, Mode, OFlags};
                         for f in &files {
-                            let fd = open(f.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+                            let fd = open(
+                                f.as_c_str(),
+                                OFlags::WRONLY | OFlags::CLOEXEC,
+                                Mode::empty(),
+                            )?;
                             if rustix::io::write(&fd, b"0\n")? != 2 {
                                 return Err(std::io::ErrorKind::WriteZero.into());
                             }

@@ -42,11 +42,11 @@ use crate::pki::KeyKind;
 use crate::rig::redis::Redis;
 use crate::rig::Lab;
 use crate::row;
+use crate::signal::Signal;
 use crate::table::Table;
 use account::{Outcome, Request, Window};
 use sample::{Sample, Span};
 use schedule::{Event, Fault, Plan, Side};
-use crate::signal::Signal;
 
 /// `baton lab soak`: load both systems while faults are injected; every failure accounted for.
 #[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
