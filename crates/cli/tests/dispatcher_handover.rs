@@ -649,3 +649,46 @@ fn under_systemd_the_successor_becomes_the_main_process_before_the_old_one_exits
     assert_eq!(pid, successor);
     assert!(lines.iter().any(|l| l == "STOPPING=1"), "{lines:?}");
 }
+
+/// Under systemd, a handover whose successor fails leaves the old process the main one: after
+/// its `RELOADING=1` it says `MAINPID=` itself and `READY=1` again (else the unit would stay
+/// "reloading"), and serves on.
+#[test]
+fn under_systemd_a_failed_handover_leaves_the_old_dispatcher_the_main_process() {
+    let c = cluster();
+    let notify = NotifySocket::bind(&c.dir);
+    let d = Dispatch::start_env(
+        &c,
+        &["--policy", "round-robin"],
+        &[("NOTIFY_SOCKET", &notify.path)],
+    );
+    let (pid, lines) = notify
+        .next(Duration::from_secs(10))
+        .expect("no notification from the dispatcher");
+    assert_eq!((pid, lines), (d.pid, vec!["READY=1".to_string()]));
+    // a broken upgrade: the binary at the dispatcher's path now fails at once
+    let real = c.dir.arg("baton.real");
+    std::fs::rename(&c.bin, &real).unwrap();
+    std::fs::write(&c.bin, "#!/bin/sh\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&c.bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d.usr2();
+    let mut said = Vec::new();
+    while !said.contains(&"READY=1".to_string()) {
+        let (pid, lines) = notify
+            .next(Duration::from_secs(15))
+            .unwrap_or_else(|| panic!("no READY=1 after the failed handover: {said:?}"));
+        assert_eq!(pid, d.pid, "{lines:?}");
+        said.extend(lines);
+    }
+    let at = |l: &str| {
+        said.iter()
+            .position(|s| s == l)
+            .unwrap_or_else(|| panic!("no {l}: {said:?}"))
+    };
+    assert!(at("RELOADING=1") < at("READY=1"), "{said:?}");
+    at(&format!("MAINPID={}", d.pid));
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut k = KeepAlive::open(d.addr, &config);
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+}
