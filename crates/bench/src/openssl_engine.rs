@@ -260,7 +260,10 @@ impl OsslClient {
             Some(session) => {
                 // SAFETY: every session a client holds came from this same context (the
                 // new-session callback of `self.ctx`).
-                unsafe { ssl.set_session(&session)? };
+                #[allow(unsafe_code)]
+                unsafe {
+                    ssl.set_session(&session)?
+                };
                 true
             }
             None => false,

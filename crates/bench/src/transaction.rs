@@ -582,6 +582,7 @@ fn bind_address_no_port(socket: &TcpSocket) {
         let one: libc::c_int = 1;
         // SAFETY: setsockopt reads `one` (a c_int, the size we pass) on a socket we own. A
         // failure only means the kernel keeps the default behaviour.
+        #[allow(unsafe_code)]
         unsafe {
             libc::setsockopt(
                 socket.as_raw_fd(),

@@ -1,8 +1,8 @@
 //! The systemd units in `deploy/systemd`: `systemd-analyze verify` and `security` accept them,
 //! their sandbox is what the README promises, and their command lines (with the example
 //! configuration files) really start a signer, an agent signing through it and a dispatcher
-//! that serves clients. Also: the signer cannot be inspected by another process of its user,
-//! which is what lets the units run agent and signer under one dynamic user.
+//! that serves clients, the signer and the agent as two users of one group (as the units'
+//! dynamic users are). Also: the signer cannot be inspected by another process of its user.
 
 mod common;
 
@@ -99,6 +99,28 @@ fn units_verify_and_are_sandboxed() {
             );
         }
     }
+    let of = |name: &str, k: &str| {
+        settings(&unit(name))
+            .get(k)
+            .and_then(|v| v.last().cloned())
+            .unwrap_or_default()
+    };
+    // the signer has a user of its own, with the agent's as its group, and serves that group
+    let agent_user = of("baton-agent.service", "User");
+    assert!(!agent_user.is_empty());
+    assert_ne!(of("baton-signer.service", "User"), agent_user);
+    assert_eq!(of("baton-signer.service", "Group"), agent_user);
+    assert!(of("baton-signer.service", "ExecStart").contains("--allow-own-group"));
+    assert_eq!(of("baton-signer.service", "RuntimeDirectoryMode"), "0750");
+    // the dispatcher tells systemd when it serves and who serves after a handover, which a
+    // reload starts; a stop reaches every process of the unit
+    assert_eq!(of("baton-dispatch.service", "Type"), "notify");
+    assert_eq!(of("baton-dispatch.service", "NotifyAccess"), "all");
+    assert_eq!(
+        of("baton-dispatch.service", "ExecReload"),
+        "/bin/kill -USR2 $MAINPID"
+    );
+    assert_eq!(of("baton-dispatch.service", "KillMode"), "control-group");
     // the example roster is one the dispatcher takes
     let roster = std::fs::read_to_string(deploy().join("agents.toml")).unwrap();
     let agents = baton_dispatch::members::parse_file(&roster).unwrap();
@@ -128,7 +150,8 @@ fn units_verify_and_are_sandboxed() {
     }
 }
 
-/// A unit's ExecStart with the host's paths moved under `root`, as a command.
+/// A unit's ExecStart with the host's paths moved under `root` (its credentials in
+/// `root/cred/UNIT`), as a command.
 fn exec_start(name: &str, root: &Path) -> Command {
     let s = settings(&unit(name));
     let exec = s["ExecStart"].last().unwrap().clone();
@@ -136,7 +159,7 @@ fn exec_start(name: &str, root: &Path) -> Command {
         .replace("/usr/local/bin/baton", BATON)
         .replace(
             "${CREDENTIALS_DIRECTORY}",
-            &root.join("cred").display().to_string(),
+            &root.join("cred").join(name).display().to_string(),
         )
         .replace("/etc/baton/", &format!("{}/", root.join("etc").display()))
         .replace(
@@ -193,34 +216,89 @@ fn secret(path: &Path, cmd: &[&str]) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// `cmd` run as `uid`, with `gid` as its only group.
+fn as_user(cmd: Command, uid: u32, gid: u32) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+        .args(["--clear-groups", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    c
+}
+
+/// The units' dynamic users, as systemd would pick them: the agent's user `baton` (its group
+/// too), and the signer's `baton-signer`, whose group is `baton`.
+const AGENT_UID: u32 = 61190;
+const SIGNER_UID: u32 = 61191;
+
 #[test]
 fn the_units_command_lines_start_a_serving_cluster() {
+    use std::os::unix::fs::{chown, PermissionsExt};
     let pki = Pki::new();
     let root = TempDir::new("systemd-run");
-    for d in ["etc", "cred", "run"] {
+    let cred = |unit: &str| root.path("cred").join(unit);
+    for d in ["etc", "run"] {
         std::fs::create_dir_all(root.path(d)).unwrap();
     }
-    // what an operator puts in /etc/baton (configuration) and what systemd copies into the
-    // credentials directory
+    for u in UNITS {
+        std::fs::create_dir_all(cred(u)).unwrap();
+    }
+    // what an operator puts in /etc/baton (configuration) and what systemd copies into each
+    // unit's credentials directory
     let etc = format!("{}/", root.path("etc").display());
     for f in ["agent.toml", "dispatch.toml"] {
         let text = std::fs::read_to_string(deploy().join(f)).unwrap();
         std::fs::write(root.path("etc").join(f), text.replace("/etc/baton/", &etc)).unwrap();
     }
     std::fs::copy(pki.dir.path("ecdsa.pem"), root.path("etc").join("tls.crt")).unwrap();
-    std::fs::copy(pki.dir.path("ecdsa.key"), root.path("cred").join("tls.key")).unwrap();
+    let signer_cred = cred("baton-signer.service");
+    let agent_cred = cred("baton-agent.service");
+    std::fs::copy(pki.dir.path("ecdsa.key"), signer_cred.join("tls.key")).unwrap();
     secret(
-        &root.path("cred").join("signer-auth.key"),
+        &signer_cred.join("signer-auth.key"),
         &["openssl", "rand", "-hex", "32"],
     );
+    std::fs::copy(
+        signer_cred.join("signer-auth.key"),
+        agent_cred.join("signer-auth.key"),
+    )
+    .unwrap();
     for k in ["cluster.key", "ticket.key"] {
-        secret(&root.path("cred").join(k), &[BATON, "ticket-key"]);
+        secret(&agent_cred.join(k), &[BATON, "ticket-key"]);
+    }
+    std::fs::copy(
+        agent_cred.join("cluster.key"),
+        cred("baton-dispatch.service").join("cluster.key"),
+    )
+    .unwrap();
+
+    // As root, agent and signer run as the two users the units give them (else both as this
+    // test's user): each owns its credentials, and the signer's runtime directory is its own
+    // with the agent's group (RuntimeDirectoryMode=0750).
+    let (mut signer_cmd, mut agent_cmd) = (
+        exec_start("baton-signer.service", &root.0),
+        exec_start("baton-agent.service", &root.0),
+    );
+    if is_root() {
+        for (dir, uid) in [(&signer_cred, SIGNER_UID), (&agent_cred, AGENT_UID)] {
+            for e in std::fs::read_dir(dir).unwrap() {
+                chown(e.unwrap().path(), Some(uid), Some(AGENT_UID)).unwrap();
+            }
+            chown(dir, Some(uid), Some(AGENT_UID)).unwrap();
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+        }
+        chown(root.path("run"), Some(SIGNER_UID), Some(AGENT_UID)).unwrap();
+        std::fs::set_permissions(root.path("run"), std::fs::Permissions::from_mode(0o750)).unwrap();
+        signer_cmd = as_user(signer_cmd, SIGNER_UID, AGENT_UID);
+        agent_cmd = as_user(agent_cmd, AGENT_UID, AGENT_UID);
+    } else {
+        eprintln!("not root: agent and signer run as one user");
     }
 
-    let (_signer, _) = start(exec_start("baton-signer.service", &root.0), &[]);
+    let (_signer, _) = start(signer_cmd, &[]);
     // the example agent.toml, with this machine's addresses and a store that needs no Redis
     let (_agent, agent) = start(
-        exec_start("baton-agent.service", &root.0),
+        agent_cmd,
         &[
             "--listen",
             "127.0.0.1:0",

@@ -89,6 +89,10 @@ impl Dispatch {
     }
 
     fn start_with(c: &Cluster, extra: &[&str]) -> Dispatch {
+        Dispatch::start_env(c, extra, &[])
+    }
+
+    fn start_env(c: &Cluster, extra: &[&str], env: &[(&str, &str)]) -> Dispatch {
         let mut args: Vec<String> = Vec::new();
         for a in &c.agents {
             args.extend([
@@ -117,7 +121,7 @@ impl Dispatch {
         );
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (child, addrs) = spawn_ready_with(&c.bin, "dispatch", &[], &args);
+        let (child, addrs) = spawn_ready_env(&c.bin, "dispatch", &[], &args, env);
         let d = Dispatch {
             pid: child.id(),
             addr: addrs["dispatch"],
@@ -678,4 +682,168 @@ fn link_connections_from_outside_link_allow_are_closed_unread() {
         ),
         1.0
     );
+
+/// The service manager's end of `sd_notify(3)`: a unix datagram socket that learns each
+/// message's sender from the kernel (SO_PASSCRED), as systemd's does.
+struct NotifySocket {
+    sock: std::os::unix::net::UnixDatagram,
+    path: String,
+}
+
+impl NotifySocket {
+    fn bind(dir: &TempDir) -> NotifySocket {
+        let path = dir.arg("notify.sock");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        rustix::net::sockopt::set_socket_passcred(&sock, true).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        NotifySocket { sock, path }
+    }
+
+    /// The next message, as its sender's pid and its lines; `None` after `within`.
+    fn next(&self, within: Duration) -> Option<(u32, Vec<String>)> {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        use std::mem::MaybeUninit;
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 4096];
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let got = rustix::net::recvmsg(
+                &self.sock,
+                &mut [std::io::IoSliceMut::new(&mut buf)],
+                &mut control,
+                RecvFlags::empty(),
+            );
+            let got = match got {
+                Ok(got) => got,
+                Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => panic!("notify socket: {e}"),
+            };
+            let pid = control
+                .drain()
+                .find_map(|m| match m {
+                    RecvAncillaryMessage::ScmCredentials(c) => Some(c.pid.as_raw_nonzero().get()),
+                    _ => None,
+                })
+                .expect("a message without its sender's credentials");
+            let text = String::from_utf8_lossy(&buf[..got.bytes]);
+            return Some((pid as u32, text.lines().map(String::from).collect()));
+        }
+        None
+    }
+}
+
+/// Under systemd (`Type=notify`, `NotifyAccess=all`): the first process says `READY=1` once
+/// it serves; in a handover the successor says `MAINPID=` itself and `READY=1` while the old
+/// process still runs (else systemd takes the old one's exit for the service's end and kills
+/// the successor with the unit), and the old process says nothing after that.
+#[test]
+fn under_systemd_the_successor_becomes_the_main_process_before_the_old_one_exits() {
+    let c = cluster();
+    let notify = NotifySocket::bind(&c.dir);
+    let mut d = Dispatch::start_env(
+        &c,
+        &["--policy", "round-robin"],
+        &[("NOTIFY_SOCKET", &notify.path)],
+    );
+    let first = d.pid;
+    let (pid, lines) = notify
+        .next(Duration::from_secs(10))
+        .expect("no notification from the dispatcher");
+    assert_eq!(pid, first, "{lines:?}");
+    assert!(lines.iter().any(|l| l == "READY=1"), "{lines:?}");
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut k = KeepAlive::open(d.addr, &config);
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    // a client that sent the start of a ClientHello only: the old process keeps it (until
+    // its hello timeout) and so stays up after its successor is ready
+    let mut stalled = TcpStream::connect(d.addr).unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    d.usr2();
+    let mut from_old = Vec::new();
+    let (successor, lines) = loop {
+        let (pid, lines) = notify
+            .next(Duration::from_secs(30))
+            .expect("no notification from a successor");
+        if pid == first {
+            from_old.push(lines);
+            continue;
+        }
+        break (pid, lines);
+    };
+    assert!(
+        alive(first),
+        "the old dispatcher exited before its successor told systemd"
+    );
+    assert!(
+        lines.contains(&format!("MAINPID={successor}")) && lines.contains(&"READY=1".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        from_old.iter().flatten().any(|l| l == "RELOADING=1"),
+        "{from_old:?}"
+    );
+    drop(stalled);
+    d.follow_successor();
+    assert_eq!(d.pid, successor, "MAINPID is the process that serves");
+    // the old process exited without a word more (a STOPPING=1 would stop the unit)
+    while let Some((pid, lines)) = notify.next(Duration::from_millis(300)) {
+        assert_ne!(
+            pid, first,
+            "the old dispatcher said {lines:?} after the handover"
+        );
+    }
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    let mut fresh = KeepAlive::open(d.addr, &config);
+    assert!(fresh.get("/bytes/10").starts_with("HTTP/1.1 200"));
+    // and the successor, now the main process, says when it stops
+    signal(successor, "-TERM");
+    let (pid, lines) = notify.next(Duration::from_secs(10)).expect("no STOPPING=1");
+    assert_eq!(pid, successor);
+    assert!(lines.iter().any(|l| l == "STOPPING=1"), "{lines:?}");
+}
+
+/// Under systemd, a handover whose successor fails leaves the old process the main one: after
+/// its `RELOADING=1` it says `MAINPID=` itself and `READY=1` again (else the unit would stay
+/// "reloading"), and serves on.
+#[test]
+fn under_systemd_a_failed_handover_leaves_the_old_dispatcher_the_main_process() {
+    let c = cluster();
+    let notify = NotifySocket::bind(&c.dir);
+    let d = Dispatch::start_env(
+        &c,
+        &["--policy", "round-robin"],
+        &[("NOTIFY_SOCKET", &notify.path)],
+    );
+    let (pid, lines) = notify
+        .next(Duration::from_secs(10))
+        .expect("no notification from the dispatcher");
+    assert_eq!((pid, lines), (d.pid, vec!["READY=1".to_string()]));
+    // a broken upgrade: the binary at the dispatcher's path now fails at once
+    let real = c.dir.arg("baton.real");
+    std::fs::rename(&c.bin, &real).unwrap();
+    std::fs::write(&c.bin, "#!/bin/sh\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&c.bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d.usr2();
+    let mut said = Vec::new();
+    while !said.contains(&"READY=1".to_string()) {
+        let (pid, lines) = notify
+            .next(Duration::from_secs(15))
+            .unwrap_or_else(|| panic!("no READY=1 after the failed handover: {said:?}"));
+        assert_eq!(pid, d.pid, "{lines:?}");
+        said.extend(lines);
+    }
+    let at = |l: &str| {
+        said.iter()
+            .position(|s| s == l)
+            .unwrap_or_else(|| panic!("no {l}: {said:?}"))
+    };
+    assert!(at("RELOADING=1") < at("READY=1"), "{said:?}");
+    at(&format!("MAINPID={}", d.pid));
+    let config = Arc::new(c.pki.client(&[&rustls::version::TLS13], None));
+    let mut k = KeepAlive::open(d.addr, &config);
+    assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
 }

@@ -18,6 +18,7 @@ mod handover;
 mod health;
 pub mod members;
 mod metrics;
+mod notify;
 mod roster;
 pub mod route;
 mod server;

@@ -199,8 +199,12 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         &tracker,
         &accepting,
     );
-    if let Some(p) = predecessor {
-        tokio::spawn(p.take_over(shared.clone(), tracker.clone()));
+    match predecessor {
+        // (it tells the service manager itself, once it accepts)
+        Some(p) => {
+            tokio::spawn(p.take_over(shared.clone(), tracker.clone()));
+        }
+        None => crate::notify::ready(),
     }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -215,11 +219,14 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
             _ = hup.recv() => reread.notify_one(),
             _ = usr2.recv() => { shared.handover.request(); }
             _ = shared.handover.requested() => {
+                crate::notify::reloading();
                 let successor = match crate::handover::start(&shared).await {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::warn!(error = %e, "handover failed; serving on");
                         eprintln!("handover failed; serving on: {e:#}");
+                        // (a successor killed at its deadline may have claimed the service)
+                        crate::notify::main_and_ready();
                         continue;
                     }
                 };
@@ -235,7 +242,9 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
                     settle().await;
                     return Ok(());
                 }
-                // The successor failed once ready: accept again here.
+                // The successor failed once ready: accept again here, as the service's main
+                // process again.
+                crate::notify::main_and_ready();
                 tracker.reopen();
                 accepting = stop.child_token();
                 match shared.handover.relisten() {
@@ -248,6 +257,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
             }
         }
     }
+    crate::notify::stopping();
     stop.cancel();
     tracker.close();
     // Relayed connections carry on until their ends close, for a bounded time.

@@ -17,6 +17,7 @@ use crate::hosts::{Host, Hosts};
 use crate::pki::{self, KeyKind, Pki};
 use crate::rig::cap::Confine;
 use crate::rig::free_port;
+use crate::signal::Signal;
 
 /// Where the agents keep sessions.
 #[derive(Clone, PartialEq, Eq)]
@@ -452,8 +453,7 @@ impl Cluster {
             if !matches!(c.try_wait(), Ok(None)) {
                 continue;
             }
-            // SAFETY: kill(2) on a child pid we own and have not reaped; no memory is touched.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            crate::signal::send(c.id(), Signal::TERM);
         }
         let deadline = std::time::Instant::now() + grace;
         for c in all.iter_mut() {

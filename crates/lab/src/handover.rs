@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Proc};
 use crate::rollout::{alive, http, Control, Status};
+use crate::signal::Signal;
 
 /// How long one dispatcher may take to hand over: its own `--handover-timeout` (30 s by
 /// default) and a little more for the successor to start and the old process to exit.
@@ -127,11 +128,10 @@ pub(crate) fn proc_of(cluster: &mut Cluster, i: usize) -> &mut Proc {
 /// Makes this process the reaper of its orphaned descendants (a successor whose predecessor
 /// exited), so that they stay visible as its children.
 pub(crate) fn become_subreaper() {
-    // SAFETY: prctl(2) with integer arguments; no memory is passed.
-    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    if r != 0 {
+    // (any pid sets the flag; None clears it)
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         tracing::warn!(
-            error = %std::io::Error::last_os_error(),
+            error = %e,
             "not a child subreaper: a dispatcher handed over outside `POST /handover` may go unseen"
         );
     }
@@ -181,11 +181,11 @@ fn find_successor(args: &[u8], parents: &[u32], except: &[u32]) -> Option<u32> {
 
 /// Reaps `pid` if it is an exited child of this process: how it ended.
 fn reap(pid: u32) -> Option<String> {
+    use rustix::process::{waitpid, Pid, WaitOptions};
     use std::os::unix::process::ExitStatusExt as _;
-    let mut status = 0;
-    // SAFETY: waitpid(2) on one pid with a pointer to a local int.
-    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    (r == pid as i32).then(|| std::process::ExitStatus::from_raw(status).to_string())
+    let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
+    let (_, status) = waitpid(Some(pid), WaitOptions::NOHANG).ok()??;
+    Some(std::process::ExitStatus::from_raw(status.as_raw()).to_string())
 }
 
 /// Whether `pid` still runs as dispatcher `d` (a reused pid has another command line).
@@ -329,9 +329,8 @@ impl Control {
         r.connections = metrics.and_then(|m| counters(m).ok()).map(|c| c.2);
         // what the dispatcher logs from now on: a failed successor says so there
         let mut log = Tail::new(log_of(cluster, i));
-        // SAFETY: kill(2) on a pid that runs as this dispatcher (checked just above); no
-        // memory is touched.
-        unsafe { libc::kill(old as i32, libc::SIGUSR2) };
+        // (a pid that runs as this dispatcher: checked just above)
+        crate::signal::send(old, Signal::USR2);
         let until = began + deadline;
         let me = std::process::id();
         let mut successor = None;
@@ -446,8 +445,8 @@ impl Control {
         let ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
         let pids = successors_of(&ds);
         for pid in &pids {
-            // SAFETY: kill(2) on a pid just seen running with a dispatcher's command line.
-            unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+            // (a pid just seen running with a dispatcher's command line)
+            crate::signal::send(*pid, Signal::TERM);
         }
         Successors {
             pids,
@@ -505,8 +504,7 @@ impl Successors {
         }
         for pid in &self.pids {
             if alive(*pid) && self.ds.iter().any(|d| runs_as(*pid, d)) {
-                // SAFETY: kill(2) on a pid running with a dispatcher's command line.
-                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+                crate::signal::send(*pid, Signal::KILL);
             }
         }
         let until = Instant::now() + Duration::from_secs(2);
@@ -681,8 +679,7 @@ mod tests {
         // not found under another parent, nor when excluded
         assert_eq!(find_successor(&args, &[std::process::id()], &[]), None);
         assert_eq!(find_successor(&args, &[shell], &[sleep]), None);
-        // SAFETY: kill(2) on the sleep found as the shell's child; no memory is touched.
-        unsafe { libc::kill(sleep as i32, libc::SIGKILL) };
+        crate::signal::send(sleep, Signal::KILL);
         let _ = sh.kill();
         let _ = sh.wait();
     }

@@ -130,15 +130,12 @@ impl Host {
 /// runs in-process (its reports and CPU accounting), so a client host is a thread that
 /// entered the namespace rather than an `ip netns exec` child; the bytes take the same path.
 pub fn enter(netns: &str) -> anyhow::Result<()> {
-    use std::os::fd::AsRawFd;
+    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+    use std::os::fd::AsFd;
     let path = format!("/var/run/netns/{netns}");
     let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-    // SAFETY: setns(2) on a descriptor we hold open; it changes only this thread's namespace.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("entering network namespace {netns}"));
-    }
-    Ok(())
+    move_into_link_name_space(f.as_fd(), Some(LinkNameSpaceType::Network))
+        .with_context(|| format!("entering network namespace {netns}"))
 }
 
 /// Adds `rtt` of delay to everything `host` sends (`tc qdisc ... netem` on its link): the

@@ -4,6 +4,10 @@
 //! `handover.rs`: what its admin endpoint does); `demo.rs` is `baton demo`;
 //! `rig/` holds the capped servers, nginx, HAProxy, Redis and the delay proxy; `experiments/` is
 //! `baton lab EXPERIMENT`, one file per experiment; `table.rs` prints their results.
+//!
+//! No `unsafe` but the CPU cap's `pre_exec` hooks (`rig/cap.rs`, where it says why).
+
+#![deny(unsafe_code)]
 
 pub mod cluster;
 mod demo;
@@ -14,6 +18,7 @@ pub mod pki;
 pub mod profile;
 pub mod rig;
 pub mod rollout;
+mod signal;
 pub mod soak;
 pub mod table;
 mod up;

@@ -25,6 +25,7 @@ use baton_ops::guard::Token;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{start_ready, Cluster, Proc};
+use crate::signal::Signal;
 
 /// How a rollout paces itself and how long it waits for each phase.
 #[derive(Debug, Clone, Copy)]
@@ -189,8 +190,7 @@ impl Cluster {
         };
         // 1. drain: the agent's own SIGTERM handling, bounded here
         if matches!(old.child.try_wait(), Ok(None)) {
-            // SAFETY: kill(2) on a child pid we own and have not reaped; no memory is touched.
-            unsafe { libc::kill(old_pid as i32, libc::SIGTERM) };
+            crate::signal::send(old_pid, Signal::TERM);
         }
         let deadline = began + opts.drain_deadline;
         let status = loop {

@@ -3,6 +3,8 @@
 //! CPU and memory), listening sockets with their start-up lines and the one accept loop,
 //! reading PROXY v2 headers (and who may send them), and client-address affinity.
 
+#![forbid(unsafe_code)]
+
 pub mod accept;
 pub mod affinity;
 pub mod cidr;

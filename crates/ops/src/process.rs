@@ -9,16 +9,10 @@ pub struct Usage {
 }
 
 pub fn usage() -> Usage {
-    // SAFETY: getrusage only writes into the struct we pass; zeroed is a valid rusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let cpu_seconds = if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        tv(ru.ru_utime) + tv(ru.ru_stime)
-    } else {
-        0.0
-    };
+    // user + system time of every thread, as getrusage(RUSAGE_SELF) adds them up
+    let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Usage {
-        cpu_seconds,
+        cpu_seconds: cpu.tv_sec as f64 + cpu.tv_nsec as f64 / 1e9,
         rss_bytes: rss_bytes().unwrap_or(0),
     }
 }
@@ -31,8 +25,7 @@ fn rss_bytes() -> Option<u64> {
 fn rss_bytes_in(statm: &str) -> Option<u64> {
     let statm = std::fs::read_to_string(statm).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = rustix::param::page_size();
     Some(pages * u64::try_from(page).ok()?.max(4096))
 }
 
@@ -44,9 +37,7 @@ pub fn rss_bytes_of(pid: u32) -> Option<u64> {
 /// Another process's user + system CPU seconds; `None` once it is gone.
 pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    cpu_seconds_in_stat(&stat, u64::try_from(ticks).unwrap_or(100)).ok()
+    cpu_seconds_in_stat(&stat, rustix::param::clock_ticks_per_second()).ok()
 }
 
 /// User + system CPU seconds from the text of `/proc/PID/stat`, `ticks` per second
@@ -75,14 +66,7 @@ pub fn cpu_seconds_in_stat(stat: &str, ticks: u64) -> anyhow::Result<f64> {
 /// CPU time the calling thread has used: for metering a synchronous piece of work (it does
 /// not follow an async task across threads, so measure between awaits only).
 pub fn thread_cpu() -> std::time::Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we pass.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return std::time::Duration::ZERO;
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 

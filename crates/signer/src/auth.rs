@@ -3,7 +3,8 @@
 //! Two checks, both on every connection before any key is listed or used:
 //!
 //! 1. Kernel peer credentials (SO_PEERCRED): the signer serves only the uids it allows (by
-//!    default its own). The socket file is also created mode 0600. This stops other local
+//!    default its own), and with `--allow-own-group` the peers whose primary gid is its own.
+//!    The socket file is also created mode 0600 (0660 with a group). This stops other local
 //!    users.
 //! 2. A mutual challenge-response over a shared key file (HMAC-SHA256, at least 32 bytes of
 //!    key material, the file must not be readable by group or others): the signer sends a fresh

@@ -7,6 +7,8 @@
 //! queue, signing threads, batched answers), `pkcs11` (keys in a PKCS#11 token), `client` (blocking pool + rustls `SigningKey`),
 //! `metrics` (the agent's signer counters).
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod client;
 pub mod fuzzing;
@@ -24,7 +26,8 @@ use anyhow::Context;
 /// `baton signer`: hold private keys and sign for agents.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SignerArgs {
-    /// Socket to serve on, `unix:PATH` (created mode 0600; a stale socket is replaced).
+    /// Socket to serve on, `unix:PATH` (created mode 0600, or 0660 with --allow-own-group; a
+    /// stale socket is replaced).
     #[arg(long, value_name = "unix:PATH")]
     pub listen: String,
 
@@ -54,6 +57,12 @@ pub struct SignerArgs {
     /// Uid allowed to connect (repeatable). Default: the signer's own uid.
     #[arg(long, value_name = "UID")]
     pub allow_uid: Vec<u32>,
+
+    /// Also allow peers whose primary group is the signer's own, and create the socket mode
+    /// 0660: an agent running as another user that shares the signer's group (the units in
+    /// deploy/systemd give the signer a user of its own and the agent's group).
+    #[arg(long)]
+    pub allow_own_group: bool,
 
     /// Signing threads.
     #[arg(long, default_value_t = 2, value_name = "N")]
@@ -97,8 +106,7 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
         tracing::info!(key = %keys::short_id(&k.info.key_id), "holding key");
     }
     let store = keys::KeyStore::new(loaded)?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let own_uid = unsafe { libc::geteuid() };
+    let own_uid = rustix::process::geteuid().as_raw();
     let settings = server::Settings {
         path: path.clone(),
         auth,
@@ -106,6 +114,11 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
             vec![own_uid]
         } else {
             args.allow_uid
+        },
+        allowed_gids: if args.allow_own_group {
+            vec![rustix::process::getegid().as_raw()]
+        } else {
+            Vec::new()
         },
         threads: args.threads,
         queue: args.queue,
@@ -150,16 +163,10 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
 /// Before any key is read: no core dumps, and no other process of the same user may attach
 /// to this one or read its memory through /proc (a non-dumpable process needs
 /// CAP_SYS_PTRACE for that). The signer exists so that an agent's compromise does not
-/// reveal the keys, and deployments may run both under one user (`deploy/systemd`).
+/// reveal the keys, and deployments may run both under one user or group (`deploy/systemd`
+/// gives them one group).
 fn refuse_inspection() -> anyhow::Result<()> {
-    // SAFETY: prctl(PR_SET_DUMPABLE, 0) takes no pointers and only changes this process's
-    // dumpable flag.
-    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    if r != 0 {
-        anyhow::bail!(
-            "making the signer non-dumpable: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|e| anyhow::anyhow!("making the signer non-dumpable: {e}"))
 }

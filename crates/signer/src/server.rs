@@ -38,6 +38,8 @@ pub struct Settings {
     pub path: PathBuf,
     pub auth: AuthKey,
     pub allowed_uids: Vec<u32>,
+    /// Peers whose primary gid is one of these are allowed too (the socket is then mode 0660).
+    pub allowed_gids: Vec<u32>,
     pub threads: usize,
     pub queue: usize,
     pub max_connections: usize,
@@ -71,8 +73,8 @@ struct Shared {
     counters: Arc<Counters>,
 }
 
-/// Binds the socket (mode 0600; a stale socket file left by a dead signer is replaced, a live
-/// one is an error) and starts the signing threads.
+/// Binds the socket (mode 0600, 0660 when a group is allowed; a stale socket file left by a
+/// dead signer is replaced, a live one is an error) and starts the signing threads.
 pub fn bind(settings: &Settings) -> anyhow::Result<UnixListener> {
     let path = &settings.path;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -91,7 +93,13 @@ pub fn bind(settings: &Settings) -> anyhow::Result<UnixListener> {
     }
     let listener =
         UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    // connecting takes write permission on the socket file
+    let mode = if settings.allowed_gids.is_empty() {
+        0o600
+    } else {
+        0o660
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("chmod {}", path.display()))?;
     Ok(listener)
 }
@@ -174,10 +182,12 @@ fn sign_loop(rx: &Mutex<std::sync::mpsc::Receiver<Job>>, keys: &KeyStore, counte
 }
 
 async fn connection(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
-    let uid = stream.peer_cred().context("peer credentials")?.uid();
-    if !shared.settings.allowed_uids.contains(&uid) {
+    let peer = stream.peer_cred().context("peer credentials")?;
+    let (uid, gid) = (peer.uid(), peer.gid());
+    if !shared.settings.allowed_uids.contains(&uid) && !shared.settings.allowed_gids.contains(&gid)
+    {
         shared.counters.refused.fetch_add(1, Ordering::Relaxed);
-        bail!("uid {uid} is not allowed");
+        bail!("uid {uid} (gid {gid}) is not allowed");
     }
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = Vec::with_capacity(1024);
@@ -415,7 +425,8 @@ mod tests {
         let settings = Settings {
             path: dir.join("s.sock"),
             auth: AuthKey::from_bytes(&[1; 32]),
-            allowed_uids: vec![unsafe { libc::geteuid() }],
+            allowed_uids: vec![rustix::process::geteuid().as_raw()],
+            allowed_gids: Vec::new(),
             threads: 1,
             queue: 1,
             max_connections: 4,

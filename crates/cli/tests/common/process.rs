@@ -27,7 +27,19 @@ pub fn spawn_ready_with(
     fixed: &[&str],
     args: &[&str],
 ) -> (Child, HashMap<String, SocketAddr>) {
+    spawn_ready_env(bin, subcommand, fixed, args, &[])
+}
+
+/// [`spawn_ready_with`] with `env` added to the child's environment.
+pub fn spawn_ready_env(
+    bin: &str,
+    subcommand: &str,
+    fixed: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, HashMap<String, SocketAddr>) {
     let mut cmd = Command::new(bin);
+    cmd.envs(env.iter().copied());
     cmd.arg(subcommand)
         .args(fixed)
         .args(args)

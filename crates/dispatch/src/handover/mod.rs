@@ -14,6 +14,11 @@
 //! re-attached by the old process itself, which accepts again; those passed die with it.
 //! Connections that cannot be handed over (not TLS, agents over plain TCP, a client that has
 //! ended its half) stay until the deadline and close with the old process.
+//!
+//! Under systemd (`Type=notify`, [`crate::notify`]): the old process says `RELOADING=1`, the
+//! successor `MAINPID=` itself and `READY=1` before it tells the old process it is ready (so
+//! the old one's exit is not the service's), and an old process that serves on after a failed
+//! successor claims the main pid back.
 
 pub(crate) mod channel;
 
@@ -539,13 +544,16 @@ impl Predecessor {
         Ok(Some((Predecessor { channel }, inherited)))
     }
 
-    /// Tells the predecessor this process accepts now, then takes over every connection it
-    /// passes, each as a task of `tracker`, until it says Done or goes away.
+    /// Tells the service manager, then the predecessor, that this process accepts now (the
+    /// manager first: it must know the new main process before the old one exits), then takes
+    /// over every connection it passes, each as a task of `tracker`, until it says Done or
+    /// goes away.
     pub(crate) async fn take_over(
         mut self,
         shared: Arc<Shared>,
         tracker: tokio_util::task::TaskTracker,
     ) {
+        crate::notify::main_and_ready();
         if let Err(e) = self.channel.send(&Message::Ready, &[]).await {
             tracing::warn!(error = %e, "handover: the predecessor is gone");
             return;

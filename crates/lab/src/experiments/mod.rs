@@ -271,13 +271,18 @@ fn lock_exclusive(path: &std::path::Path, waiting: impl FnOnce()) -> anyhow::Res
 /// Thousands of connections in flight: lift the soft descriptor limit to the hard one (our
 /// children, nginx and HAProxy, inherit it).
 fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
-    unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let r = getrlimit(Resource::Nofile);
+    // (None is unlimited)
+    let value = |v: Option<u64>| v.unwrap_or(u64::MAX);
+    if value(r.current) < value(r.maximum) {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: r.maximum,
+                maximum: r.maximum,
+            },
+        );
     }
 }
 

@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::signal::Signal;
 use anyhow::{bail, Context};
 
 pub use classify::{classify, Attribution, Family, OpGroup, Profile};
@@ -130,9 +131,7 @@ impl Recording {
 
     /// Stops sampling (SIGINT, as ^C: perf then writes its data) and reads the samples.
     pub fn stop(mut self) -> anyhow::Result<Profile> {
-        let pid = libc::pid_t::try_from(self.child.id()).context("perf's pid")?;
-        // SAFETY: kill only sends a signal to the child we spawned and still hold.
-        unsafe { libc::kill(pid, libc::SIGINT) };
+        crate::signal::send(self.child.id(), Signal::INT);
         let deadline = Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(s) = self.child.try_wait()? {

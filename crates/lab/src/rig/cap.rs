@@ -123,6 +123,12 @@ impl Confine {
     }
 
     /// Makes `cmd`'s process join this cap before it execs.
+    ///
+    /// The one `unsafe` of the lab: `CommandExt::pre_exec` is unsafe by contract (the hook
+    /// runs between fork and exec), and neither std nor rustix starts a child in a cgroup or
+    /// with an affinity otherwise. The hooks themselves are safe rustix calls that allocate
+    /// nothing.
+    #[allow(unsafe_code)]
     pub fn apply(&self, cmd: &mut Command) -> anyhow::Result<()> {
         match self.mode {
             CapMode::None => Ok(()),
@@ -136,20 +142,20 @@ impl Confine {
                         CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes())
                     })
                     .collect::<Result<_, _>>()?;
-                // SAFETY: the hook only calls open/write/close on pre-built C strings; writing
-                // "0" to cgroup.procs moves the calling (child) process.
+                // SAFETY: the hook only opens, writes and closes (rustix's system calls, on
+                // pre-built C strings); writing "0" to cgroup.procs moves the calling (child)
+                // process.
                 unsafe {
                     cmd.pre_exec(move || {
+                        use rustix::fs::{open, Mode, OFlags};
                         for f in &files {
-                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                            if fd < 0 {
-                                return Err(std::io::Error::last_os_error());
-                            }
-                            let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                            let err = std::io::Error::last_os_error();
-                            libc::close(fd);
-                            if n != 2 {
-                                return Err(err);
+                            let fd = open(
+                                f.as_c_str(),
+                                OFlags::WRONLY | OFlags::CLOEXEC,
+                                Mode::empty(),
+                            )?;
+                            if rustix::io::write(&fd, b"0\n")? != 2 {
+                                return Err(std::io::ErrorKind::WriteZero.into());
                             }
                         }
                         Ok(())
@@ -159,17 +165,13 @@ impl Confine {
             }
             CapMode::Taskset => {
                 let core = self.core % available_cores();
-                // SAFETY: sched_setaffinity on the child itself with a zeroed, then filled,
-                // cpu_set_t; no allocation.
+                let mut set = rustix::thread::CpuSet::new();
+                set.set(core);
+                // SAFETY: the hook only calls sched_setaffinity(2) on the child itself with a
+                // set made before the fork; no allocation.
                 unsafe {
                     cmd.pre_exec(move || {
-                        let mut set: libc::cpu_set_t = std::mem::zeroed();
-                        libc::CPU_SET(core, &mut set);
-                        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-                            != 0
-                        {
-                            return Err(std::io::Error::last_os_error());
-                        }
+                        rustix::thread::sched_setaffinity(None, &set)?;
                         Ok(())
                     })
                 };
@@ -236,8 +238,8 @@ impl Drop for Confine {
     /// removes the directories. A cgroup can only be removed once empty.
     fn drop(&mut self) {
         for pid in self.pids() {
-            // SAFETY: kill(2) on a pid listed in our own cgroup.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // (a pid listed in our own cgroup)
+            crate::signal::send(pid, crate::signal::Signal::KILL);
         }
         for d in [&self.cpu_dir, &self.acct_dir].into_iter().flatten() {
             for _ in 0..50 {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use super::cap::Confine;
+use crate::signal::Signal;
 
 /// What this nginx does.
 #[derive(Debug, Clone)]
@@ -180,8 +181,7 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         // SIGTERM is nginx's fast shutdown; the master takes its worker with it.
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        crate::signal::send(self.child.id(), Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {

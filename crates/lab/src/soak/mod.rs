@@ -42,6 +42,7 @@ use crate::pki::KeyKind;
 use crate::rig::redis::Redis;
 use crate::rig::Lab;
 use crate::row;
+use crate::signal::Signal;
 use crate::table::Table;
 use account::{Outcome, Request, Window};
 use sample::{Sample, Span};
@@ -664,13 +665,12 @@ fn inject(
             })
         }
         Fault::StopAgent { side, agent } => {
-            let pid = sys.lock().unwrap().cluster(side).agents[agent].child.id() as i32;
-            // SAFETY: signals to our own child's pid.
+            let pid = sys.lock().unwrap().cluster(side).agents[agent].child.id();
             let at = t0.elapsed();
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            crate::signal::send(pid, Signal::STOP);
             let dead = t0.elapsed();
             std::thread::sleep(e.len);
-            unsafe { libc::kill(pid, libc::SIGCONT) };
+            crate::signal::send(pid, Signal::CONT);
             Ok(Window {
                 fault: e.fault,
                 at,
@@ -742,8 +742,7 @@ fn kill_keeping_counters(
         watch.lock().unwrap().slot(slot).counters.insert(pid, m);
     }
     let at = t0.elapsed();
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    crate::signal::send(pid, Signal::KILL);
     let _ = p.child.wait();
     (args, at)
 }
