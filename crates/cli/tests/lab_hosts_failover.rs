@@ -3,7 +3,7 @@
 //! --quick` (every row in network namespaces, the dispatcher rows also on loopback). Real
 //! `baton` processes, real HAProxy and nginx, namespaces the run creates and removes. The assertions are about
 //! what the processes counted (requests, failures, the dispatchers' routes, the servers'
-//! handshakes), never about speed.
+//! handshakes) and logged (HAProxy's connections), never about speed.
 
 mod common;
 
