@@ -72,6 +72,9 @@ fn one_of_two_dispatchers_dies_under_load_and_nothing_started_after_fails() {
     // address and port, and the dispatcher it went to (s0 the survivor, s1 the killed one)
     let log = std::fs::read_to_string(dir.path("work/dispatcher-failover/haproxy/haproxy.log"))
         .expect("HAProxy's connection log");
+    for server in ["be/s0", "be/s1"] {
+        assert!(log.contains(&format!(" {server} ")), "no {server}: {log}");
+    }
     let from: Vec<&str> = at["failed_from"]
         .as_array()
         .unwrap_or_else(|| panic!("{at}"))
