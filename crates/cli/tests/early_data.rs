@@ -131,6 +131,26 @@ struct Outcome {
 /// One connection: the request as early data where the session allows it, else (or when
 /// the server refused it) after the handshake, as a browser does; then its response.
 fn request(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> Outcome {
+    open(addr, config, req).0
+}
+
+/// A connection open after [`request`]'s exchange, for more requests after the handshake.
+struct Open {
+    conn: ClientConnection,
+    tcp: TcpStream,
+}
+
+impl Open {
+    /// Sends `req` (the handshake is done: not early data) and reads its response's status.
+    fn again(&mut self, req: &[u8]) -> u16 {
+        let mut stream = rustls::Stream::new(&mut self.conn, &mut self.tcp);
+        stream.write_all(req).unwrap();
+        read_response(&mut stream)
+    }
+}
+
+/// [`request`], the connection kept open.
+fn open(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> (Outcome, Open) {
     let mut conn = ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
     let early_written = match conn.early_data() {
         Some(mut early) => early.write(req).unwrap(),
@@ -169,13 +189,14 @@ fn request(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> Outcome 
     let sent = if accepted { early_written } else { 0 };
     stream.write_all(&req[sent..]).unwrap();
     let status = read_response(&mut stream);
-    Outcome {
+    let outcome = Outcome {
         early_written,
         accepted,
         resumed,
         status,
         first_flight,
-    }
+    };
+    (outcome, Open { conn, tcp })
 }
 
 /// Reads one response (head and Content-Length body); its status.
@@ -381,12 +402,10 @@ fn through_the_dispatcher_early_data_is_accepted_once_and_marked() {
     let accepted: u64 = agents.iter().map(|a| early(a, "accepted")).sum();
     assert_eq!(accepted, 1);
 
-    // POST in early data: 425, and not executed; sent again after the handshake, served
-    let o = request(
-        d.addr,
-        &config,
-        b"POST /pay HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi",
-    );
+    // POST in early data: 425, and not executed; sent again after the handshake on the same
+    // connection (RFC 8470 section 5.2, as a browser does), served, executed once, unmarked
+    let pay = b"POST /pay HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi";
+    let (o, mut conn) = open(d.addr, &config, pay);
     assert!(o.accepted, "{o:?}");
     assert_eq!(o.status, 425);
     assert!(
@@ -398,6 +417,28 @@ fn through_the_dispatcher_early_data_is_accepted_once_and_marked() {
         .map(|a| a.metric("baton_early_data_requests_total{result=\"too_early\"}"))
         .sum();
     assert_eq!(too_early, 1.0);
+    assert_eq!(
+        conn.again(pay),
+        200,
+        "the POST sent again after the handshake"
+    );
+    eventually("the POST upstream", || upstream.requests("/pay").len() == 1);
+    let seen = upstream.requests("/pay");
+    assert_eq!(seen[0].method, "POST", "{seen:?}");
+    assert!(
+        !seen[0].early,
+        "sent after the handshake, yet marked: {seen:?}"
+    );
+    let served_early: f64 = agents
+        .iter()
+        .map(|a| a.metric("baton_early_data_requests_total{result=\"served\"}"))
+        .sum();
+    assert_eq!(
+        served_early, 1.0,
+        "only the GET /zero was served from early data"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(upstream.requests("/pay").len(), 1, "the POST ran once");
 }
 
 #[test]

@@ -8,18 +8,18 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::TempDir;
+use common::{require_or_skip, TempDir};
 use serde_json::Value;
 
-/// Runs `baton lab EXPERIMENT --quick --json FILE` and returns the experiment's rows.
-fn lab(experiment: &str, dir: &TempDir) -> Vec<Value> {
-    if !Path::new("/usr/sbin/nginx").exists() || !Path::new("/usr/sbin/haproxy").exists() {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-            "nginx and haproxy are required"
-        );
-        eprintln!("nginx or haproxy not installed: skipping");
-        return Vec::new();
+/// Runs `baton lab EXPERIMENT --quick --json FILE --report FILE.html` and returns the
+/// experiment's rows (at least one), after checking that the report's chart plots them:
+/// `None` when the baselines are not installed (skipped).
+fn lab(experiment: &str, chart: Beside, dir: &TempDir) -> Option<Vec<Value>> {
+    for server in ["nginx", "haproxy"] {
+        if !Path::new("/usr/sbin").join(server).exists() {
+            require_or_skip(server, "the scenarios' baselines");
+            return None;
+        }
     }
     let json = dir.path("lab.json");
     let html = dir.path("lab.html");
@@ -63,7 +63,141 @@ fn lab(experiment: &str, dir: &TempDir) -> Vec<Value> {
     let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let exp = &v["experiments"][0];
     assert_eq!(exp["experiment"], experiment);
-    exp["rows"].as_array().unwrap().clone()
+    let rows = exp["rows"].as_array().unwrap().clone();
+    assert!(!rows.is_empty(), "no rows: {exp:#}");
+    check_chart(&page, &rows, chart);
+    Some(rows)
+}
+
+/// A report chart of ours beside the paper's figure: the row keys of the two figures.
+#[derive(Clone, Copy)]
+struct Beside {
+    ours: &'static str,
+    paper: &'static str,
+}
+
+/// One bar of a chart: its colour, length and the value written at its end.
+#[derive(Debug)]
+struct Bar {
+    fill: String,
+    width: f64,
+    label: f64,
+}
+
+/// The report's chart (its inline SVG, parsed) plots the JSON rows' figures: one group per row
+/// that has either figure, labelled `config / server`, in the rows' order; in each, a bar in
+/// the "this machine" colour for ours and one in the "paper" colour for the paper's, each as
+/// long as its figure on one scale (the longest the full width) and labelled with it.
+fn check_chart(page: &str, rows: &[Value], chart: Beside) {
+    let start = page.find("<svg").expect("no chart in the report");
+    let end = start + page[start..].find("</svg>").expect("unclosed <svg>") + "</svg>".len();
+    let svg = roxmltree::Document::parse(&page[start..end])
+        .unwrap_or_else(|e| panic!("the chart is not well-formed SVG: {e}"));
+    let elements: Vec<roxmltree::Node> = svg
+        .root_element()
+        .children()
+        .filter(|n| n.is_element())
+        .collect();
+    let attr = |n: &roxmltree::Node, a: &str| -> String {
+        n.attribute(a)
+            .unwrap_or_else(|| panic!("no {a} in {n:?}"))
+            .to_string()
+    };
+    let num = |n: &roxmltree::Node, a: &str| -> f64 {
+        attr(n, a)
+            .parse()
+            .unwrap_or_else(|e| panic!("{a} of {n:?}: {e}"))
+    };
+    // the legend: a swatch, then its system's name
+    let swatch = |name: &str| -> String {
+        let i = elements
+            .iter()
+            .position(|n| n.has_tag_name("text") && n.text() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in the legend"));
+        assert!(i > 0 && elements[i - 1].has_tag_name("rect"), "{name}");
+        attr(&elements[i - 1], "fill")
+    };
+    let (ours_fill, paper_fill) = (swatch("this machine"), swatch("paper"));
+    assert_ne!(ours_fill, paper_fill, "one colour for both systems");
+    let legend_end = elements
+        .iter()
+        .position(|n| n.text() == Some("paper"))
+        .unwrap();
+    // after the legend: per group a label, then (bar, value) pairs
+    let mut groups: Vec<(String, Vec<Bar>)> = Vec::new();
+    let mut rest = elements[legend_end + 1..].iter();
+    while let Some(n) = rest.next() {
+        if n.has_tag_name("text") {
+            groups.push((n.text().unwrap_or("").to_string(), Vec::new()));
+            continue;
+        }
+        assert!(n.has_tag_name("rect"), "{n:?}");
+        let value = rest.next().expect("a bar without its value");
+        let group = groups.last_mut().expect("a bar before any label");
+        group.1.push(Bar {
+            fill: attr(n, "fill"),
+            width: num(n, "width"),
+            label: value
+                .text()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("bar value {value:?}")),
+        });
+    }
+    let figure = |r: &Value, k: &str| r.get(k).and_then(Value::as_f64);
+    let plotted: Vec<&Value> = rows
+        .iter()
+        .filter(|r| figure(r, chart.ours).is_some() || figure(r, chart.paper).is_some())
+        .collect();
+    assert!(!plotted.is_empty(), "no figure to plot in {rows:#?}");
+    let labels: Vec<String> = plotted
+        .iter()
+        .map(|r| {
+            format!(
+                "{} / {}",
+                r["config"].as_str().unwrap(),
+                r["server"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let drawn: Vec<&str> = groups.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(drawn, labels, "the chart's groups are not the rows");
+    let max = plotted
+        .iter()
+        .flat_map(|r| [figure(r, chart.ours), figure(r, chart.paper)])
+        .flatten()
+        .fold(0.0f64, f64::max);
+    let longest = groups
+        .iter()
+        .flat_map(|(_, bars)| bars.iter().map(|b| b.width))
+        .fold(0.0f64, f64::max);
+    assert!(max > 0.0 && longest > 0.0, "{groups:?}");
+    for ((label, bars), r) in groups.iter().zip(&plotted) {
+        let expected: Vec<(&str, f64)> = [
+            (ours_fill.as_str(), figure(r, chart.ours)),
+            (paper_fill.as_str(), figure(r, chart.paper)),
+        ]
+        .into_iter()
+        .filter_map(|(fill, v)| Some((fill, v?)))
+        .collect();
+        assert_eq!(bars.len(), expected.len(), "{label}: {bars:?} for {r}");
+        for (bar, (fill, v)) in bars.iter().zip(expected) {
+            assert_eq!(bar.fill, fill, "{label}: {bar:?} for {v}");
+            // the value as the report prints it: two decimals under 10, else whole
+            let printed = if v.abs() < 10.0 { 0.005 } else { 0.5 };
+            assert!(
+                (bar.label - v).abs() <= printed + 1e-9,
+                "{label}: bar labelled {} for {v}",
+                bar.label
+            );
+            // one scale for every bar: the longest figure's bar is the longest
+            let length = longest * v / max;
+            assert!(
+                (bar.width - length).abs() <= 0.1,
+                "{label}: bar {} long for {v}, {length:.1} on the chart's scale",
+                bar.width
+            );
+        }
+    }
 }
 
 /// The optimised build when `BATON_LAB_BIN` names it (`scripts/test` builds it), else this
@@ -150,10 +284,13 @@ fn check_baselines(rows: &[Value], connections: u64) {
 #[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn scenario_b_quick_shared_sessions_need_fewer_full_handshakes_than_round_robin() {
     let dir = TempDir::new("lab-b");
-    let rows = lab("scenario-b", &dir);
-    if rows.is_empty() {
+    let chart = Beside {
+        ours: "full_of_3000",
+        paper: "paper_full",
+    };
+    let Some(rows) = lab("scenario-b", chart, &dir) else {
         return;
-    }
+    };
     check_baselines(&rows, 600);
     let full = |c: &str, s: &str| u(&find(&rows, c, s)["full_handshakes"]);
     let shared = full("CSSL-SL enabled (peers)", "baton");
@@ -177,10 +314,13 @@ fn scenario_b_quick_shared_sessions_need_fewer_full_handshakes_than_round_robin(
 #[ignore = "slow tier: scripts/test runs it (cargo test -- --include-ignored)"]
 fn scenario_a_quick_handoff_spreads_full_handshakes_evenly() {
     let dir = TempDir::new("lab-a");
-    let rows = lab("scenario-a", &dir);
-    if rows.is_empty() {
+    let chart = Beside {
+        ours: "ratio_to_single",
+        paper: "paper_ratio",
+    };
+    let Some(rows) = lab("scenario-a", chart, &dir) else {
         return;
-    }
+    };
     check_baselines(&rows, 900);
     let on = per_server(find(&rows, "CSSL-SF enabled (handoff)", "baton"));
     assert_eq!(on.len(), 2);

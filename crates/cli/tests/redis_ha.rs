@@ -156,11 +156,7 @@ fn redis_installed() -> bool {
             .status()
             .is_ok_and(|s| s.success());
     if !ok {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-            "redis-server and redis-cli required"
-        );
-        eprintln!("redis-server not installed: skipping");
+        require_or_skip("redis-server and redis-cli", "Redis Sentinel and Cluster");
     }
     ok
 }

@@ -3,6 +3,8 @@
 //! run must pass on its own terms (zero unexplained failures, no growth, no panic), and every
 //! fault kind must really have happened.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -25,11 +27,10 @@ fn servers_installed() -> bool {
     if haproxy.exists() && redis {
         return true;
     }
-    assert!(
-        std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-        "redis-server and haproxy are required"
+    common::require_or_skip(
+        "redis-server and haproxy",
+        "the soak's cluster and balancer",
     );
-    eprintln!("redis-server or haproxy not installed: skipping");
     false
 }
 

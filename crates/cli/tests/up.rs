@@ -122,12 +122,7 @@ fn baton_namespaces() -> Vec<String> {
 
 #[test]
 fn up_hosts_puts_every_process_on_a_host_of_its_own_and_removes_them() {
-    if !is_root() {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-            "--hosts needs root (BATON_REQUIRE_SERVERS is set)"
-        );
-        eprintln!("skipping: network namespaces need root");
+    if !root_or_skip("network namespaces") {
         return;
     }
     let up = Up::start(&[
@@ -167,23 +162,38 @@ fn up_hosts_puts_every_process_on_a_host_of_its_own_and_removes_them() {
         .map(|d| d.as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(dispatchers.len(), 2);
-    // curl from the client host through each dispatcher: served, and the agents saw the
-    // client host's address (it crossed the bridge, not loopback)
+    // curl from the client host through each dispatcher: served, from the client host's
+    // address (it crossed the bridge, not loopback), and the agent that served it saw that
+    // address as the client's (`GET /tls` answers with the peer the agent saw), not a
+    // dispatcher's
     let netns = hosts.iter().find(|h| h["name"] == "client0").unwrap()["netns"]
         .as_str()
         .unwrap()
         .to_string();
+    let client = addr_of("client0");
     for d in &dispatchers {
         let out = std::process::Command::new("ip")
             .args(["netns", "exec", &netns, "curl", "-s", "-m", "10"])
-            .args(["-w", "%{http_code} %{local_ip}", "-o", "/dev/null"])
+            .args(["-w", "\n%{http_code} %{local_ip}"])
             .args(["--cacert", up.ca()])
             .args(["--resolve", &format!("localhost:{}:{}", d.port(), d.ip())])
-            .arg(format!("https://localhost:{}/", d.port()))
+            .arg(format!("https://localhost:{}/tls", d.port()))
             .output()
             .unwrap();
         let said = String::from_utf8_lossy(&out.stdout).to_string();
-        assert_eq!(said, format!("200 {}", addr_of("client0")), "through {d}");
+        let (body, curl) = said.rsplit_once('\n').unwrap_or(("", &said));
+        assert_eq!(curl, format!("200 {client}"), "through {d}: {said}");
+        let peer: std::net::SocketAddr = body
+            .lines()
+            .find_map(|l| l.strip_prefix("peer: "))
+            .unwrap_or_else(|| panic!("no peer in {body:?}"))
+            .parse()
+            .unwrap();
+        assert_eq!(
+            peer.ip().to_string(),
+            client,
+            "through {d} the agent saw {peer} as the client"
+        );
     }
     let served: f64 = (0..2)
         .map(|i| up.agent_sum(i, "baton_handshakes_total", ""))
@@ -209,8 +219,8 @@ fn up_hosts_puts_every_process_on_a_host_of_its_own_and_removes_them() {
 
 #[test]
 fn up_hosts_without_privileges_says_so() {
-    if !is_root() {
-        return; // setpriv needs root to drop to another user
+    if !root_or_skip("setpriv drops to another user") {
+        return;
     }
     let out = std::process::Command::new("setpriv")
         .args([
@@ -237,7 +247,7 @@ fn up_hosts_without_privileges_says_so() {
 
 #[test]
 fn up_hosts_sweeps_what_a_killed_run_left_behind() {
-    if !is_root() {
+    if !root_or_skip("network namespaces") {
         return;
     }
     let dir = TempDir::new("up-crashed");

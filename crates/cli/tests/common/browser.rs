@@ -17,11 +17,7 @@ pub fn chromium() -> Option<&'static str> {
             .is_ok_and(|s| s.success())
     });
     if found.is_none() {
-        assert!(
-            std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-            "chromium required"
-        );
-        eprintln!("chromium not installed: skipping");
+        super::require_or_skip("chromium", "headless screenshots of the reports");
     }
     found
 }

@@ -15,11 +15,12 @@ mod pki;
 mod process;
 pub mod recorder;
 mod redis;
+mod skip;
 mod up;
 
 // Each test binary uses only some of it.
 #[allow(unused_imports)]
 pub use {
     baton_lab::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
-    metrics::*, net::*, pki::*, process::*, redis::*, up::*,
+    metrics::*, net::*, pki::*, process::*, redis::*, skip::*, up::*,
 };

@@ -236,10 +236,6 @@ pub fn have_haproxy() -> bool {
     if Command::new("haproxy").arg("-v").output().is_ok() {
         return true;
     }
-    assert!(
-        std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-        "haproxy required"
-    );
-    eprintln!("haproxy not installed: skipping");
+    super::require_or_skip("haproxy", "the L4 balancer in front of the cluster");
     false
 }

@@ -13,11 +13,7 @@ pub struct Redis {
 impl Redis {
     pub fn start() -> Option<Redis> {
         if !baton_lab::rig::redis::available() {
-            assert!(
-                std::env::var_os("BATON_REQUIRE_SERVERS").is_none(),
-                "redis-server required"
-            );
-            eprintln!("redis-server not installed: skipping");
+            super::require_or_skip("redis-server", "the shared session store");
             return None;
         }
         let dir = TempDir::new("redis");

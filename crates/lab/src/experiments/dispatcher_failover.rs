@@ -180,6 +180,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
             ("requests", c.requests),
             ("failed", c.failed),
             ("failures", c.failures),
+            ("failed_from", c.failed_from),
             ("resumed_percent", c.resumed_percent()),
             ("offered_got_full", c.offered - c.resumed),
             ("home_routes", home),
@@ -333,6 +334,9 @@ struct Counts {
     requests: usize,
     failed: usize,
     failures: std::collections::BTreeMap<String, usize>,
+    /// Each failed request's client address and port (what HAProxy's connection log names it
+    /// by, and so the dispatcher it went to; with `--rtt` the delay proxy's instead).
+    failed_from: Vec<String>,
     offered: usize,
     resumed: usize,
 }
@@ -343,6 +347,7 @@ impl Counts {
             requests: reqs.len(),
             failed: 0,
             failures: Default::default(),
+            failed_from: Vec::new(),
             offered: 0,
             resumed: 0,
         };
@@ -355,6 +360,8 @@ impl Counts {
                 Outcome::Failed(kind) => {
                     c.failed += 1;
                     *c.failures.entry(kind.clone()).or_default() += 1;
+                    c.failed_from
+                        .push(r.local.map_or("unbound".into(), |a| a.to_string()));
                 }
             }
         }
@@ -384,6 +391,7 @@ mod tests {
             } else {
                 Outcome::Failed("response eof".into())
             },
+            local: None,
         }
     }
 
@@ -406,6 +414,7 @@ mod tests {
             (1, 2, 1)
         );
         assert_eq!(Counts::of(&p.in_flight).failed, 1);
+        assert_eq!(Counts::of(&p.in_flight).failed_from, ["unbound"]);
         assert_eq!(Counts::of(&p.after).failed, 0);
     }
 

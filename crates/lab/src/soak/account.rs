@@ -16,6 +16,7 @@
 //! Attacks explain nothing. Everything else is unexplained, and fails the soak.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::schedule::{Fault, Side};
@@ -45,6 +46,9 @@ pub struct Request {
     pub start: Duration,
     pub end: Duration,
     pub outcome: Outcome,
+    /// The client's own address and port, once its socket was bound: what a balancer's
+    /// connection log names the connection by.
+    pub local: Option<SocketAddr>,
 }
 
 /// A fault as it happened: `at` when the signal was sent, `dead` when the process was known
@@ -195,6 +199,7 @@ mod tests {
             start: ms(start),
             end: ms(end),
             outcome: Outcome::Failed("handshake eof".into()),
+            local: None,
         }
     }
 
@@ -204,6 +209,7 @@ mod tests {
             start: ms(start),
             end: ms(start + 5),
             outcome: Outcome::Ok { offered, resumed },
+            local: None,
         }
     }
 

@@ -186,8 +186,12 @@ pub async fn run(load: Load, t0: Instant, until: Instant) -> Recorded {
         tasks.spawn(async move {
             client.store.offered.store(false, Ordering::SeqCst);
             let start = t0.elapsed();
-            let result =
-                tokio::time::timeout(REQUEST_TIMEOUT, one(&load, client.src, &client.config)).await;
+            let mut local = None;
+            let result = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                one(&load, client.src, &client.config, &mut local),
+            )
+            .await;
             let end = t0.elapsed();
             let outcome = match result {
                 Ok(Ok(resumed)) => Outcome::Ok {
@@ -202,6 +206,7 @@ pub async fn run(load: Load, t0: Instant, until: Instant) -> Recorded {
                 start,
                 end,
                 outcome,
+                local,
             });
             idle.lock().unwrap().insert(0, client);
             in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -213,11 +218,18 @@ pub async fn run(load: Load, t0: Instant, until: Instant) -> Recorded {
     r
 }
 
-/// One connection, one `GET /`: `Ok(resumed)` or the error kind.
-async fn one(load: &Load, src: IpAddr, config: &Arc<ClientConfig>) -> Result<bool, String> {
+/// One connection, one `GET /`: `Ok(resumed)` or the error kind; `local` is set to the
+/// connection's own address once bound.
+async fn one(
+    load: &Load,
+    src: IpAddr,
+    config: &Arc<ClientConfig>,
+    local: &mut Option<SocketAddr>,
+) -> Result<bool, String> {
     let sock = tokio::net::TcpSocket::new_v4().map_err(|e| format!("socket {:?}", e.kind()))?;
     sock.bind(SocketAddr::new(src, 0))
         .map_err(|e| format!("bind {:?}", e.kind()))?;
+    *local = sock.local_addr().ok();
     let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, sock.connect(load.addr)).await {
         Err(_) => return Err("connect timeout".into()),
         Ok(Err(e)) => return Err(io_kind("connect", &e)),
