@@ -247,3 +247,116 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::h2frames::tests::{frame, opening, request};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const LIMITS: Limits = Limits {
+        header_timeout: Duration::from_secs(10),
+        min_header_rate: 0,
+        idle_timeout: Duration::from_secs(60),
+        max_resets: 5,
+    };
+
+    fn watched() -> (
+        DuplexStream,
+        Watched<DuplexStream>,
+        Arc<Signal>,
+        Arc<Metrics>,
+    ) {
+        let (client, server) = tokio::io::duplex(4096);
+        let signal = Arc::new(Signal::default());
+        let metrics = Arc::new(Metrics::default());
+        let w = Watched::new(server, LIMITS, signal.clone(), metrics.clone());
+        (client, w, signal, metrics)
+    }
+
+    /// Reads as hyper does until the watched stream signals; the signal, and when.
+    async fn until_signal(w: &mut Watched<DuplexStream>, signal: &Signal) -> (Action, Instant) {
+        tokio::select! {
+            a = signal.next() => (a, Instant::now()),
+            _ = async {
+                let mut buf = [0u8; 1024];
+                while w.read(&mut buf).await.unwrap() > 0 {}
+            } => panic!("the client closed"),
+        }
+    }
+
+    fn cuts(metrics: &Arc<Metrics>, reason: &str) -> bool {
+        let m = metrics.clone();
+        crate::metrics::tests::encoded(move |e| m.encode(e)).contains(&format!(
+            "baton_h2_connections_cut_total{{reason=\"{reason}\"}} 1"
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_head_is_cut_at_the_header_timeout() {
+        let (mut client, mut w, signal, metrics) = watched();
+        client
+            .write_all(&[opening(), request(1)].concat())
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let trickle = async {
+            for b in request(3) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                client.write_all(&[b]).await.unwrap();
+            }
+            std::future::pending::<()>().await
+        };
+        let (action, at) = tokio::select! {
+            r = until_signal(&mut w, &signal) => r,
+            _ = trickle => unreachable!(),
+        };
+        assert_eq!(action, Action::Cut);
+        // from the first byte, a second in, whatever came after it
+        assert_eq!(at - start, Duration::from_secs(1) + LIMITS.header_timeout);
+        assert!(cuts(&metrics, "header_timeout"));
+        // cut: it reads no more
+        let mut buf = [0u8; 8];
+        let more = tokio::time::timeout(Duration::from_secs(1), w.read(&mut buf)).await;
+        assert!(more.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_gets_a_goaway_then_a_close() {
+        let (mut client, mut w, signal, _) = watched();
+        client
+            .write_all(&[opening(), request(1)].concat())
+            .await
+            .unwrap();
+        // a request open: no idle time runs, however long it takes
+        let waited =
+            tokio::time::timeout(Duration::from_secs(300), until_signal(&mut w, &signal)).await;
+        assert!(waited.is_err(), "{waited:?}");
+        // its response ends it: idle from then
+        w.write_all(&frame(0x1, 0x1 | 0x4, 1, 10)).await.unwrap();
+        let ended = Instant::now();
+        let (action, at) = until_signal(&mut w, &signal).await;
+        assert_eq!((action, at - ended), (Action::Goaway, LIMITS.idle_timeout));
+        let (action, at) = until_signal(&mut w, &signal).await;
+        assert_eq!(
+            (action, at - ended),
+            (Action::Close, 2 * LIMITS.idle_timeout)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelled_streams_past_the_budget_cut() {
+        let (mut client, mut w, signal, metrics) = watched();
+        let mut burst = opening();
+        for s in (1..=11).step_by(2) {
+            burst.extend(request(s));
+            burst.extend(frame(0x3, 0, s, 4));
+        }
+        client.write_all(&burst).await.unwrap();
+        let start = Instant::now();
+        let (action, at) = until_signal(&mut w, &signal).await;
+        assert_eq!((action, at), (Action::Cut, start));
+        assert!(cuts(&metrics, "resets"));
+    }
+}
