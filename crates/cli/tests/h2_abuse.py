@@ -7,6 +7,8 @@ Each mode makes one normal request first (the connection's first-request deadlin
   trickle HOST PORT CA INTERVAL LIMIT
       sends a second request's HEADERS frame one byte every INTERVAL seconds, for at most
       LIMIT seconds;
+  idle HOST PORT CA LIMIT
+      sends nothing more, but answers the server's PINGs, for at most LIMIT seconds;
   reset HOST PORT CA COUNT
       opens COUNT streams, each cancelled (RST_STREAM) right after its HEADERS, a few pairs per
       write, until the server ends the connection.
@@ -27,6 +29,7 @@ import h2.config
 import h2.connection
 import h2.events
 
+PING = 0x6
 GOAWAY = 0x7
 
 
@@ -157,12 +160,52 @@ def reset(sock, conn, count):
     return server, start, {"opened": opened}
 
 
+def idle(sock, limit):
+    """Not abuse: a client that sends nothing more but answers the server's PINGs (by hand:
+    the library will not once it has seen a GOAWAY, and the server's graceful close waits for
+    an answer)."""
+    start = time.monotonic()
+    pings, goaway, closed, buf = 0, False, False, b""
+    sock.settimeout(0.2)
+    while time.monotonic() - start < limit and not closed:
+        try:
+            data = sock.recv(65536)
+        except (socket.timeout, ssl.SSLWantReadError):
+            continue
+        except (OSError, ssl.SSLError):
+            closed = True
+            break
+        if not data:
+            closed = True
+            break
+        buf += data
+        while len(buf) >= 9:
+            length = struct.unpack(">I", b"\0" + buf[:3])[0]
+            if len(buf) < 9 + length:
+                break
+            kind, flags, payload = buf[3], buf[4], buf[9 : 9 + length]
+            buf = buf[9 + length :]
+            if kind == GOAWAY:
+                goaway = True
+            if kind == PING and not flags & 0x1:
+                pings += 1
+                try:
+                    sock.sendall(struct.pack(">I", 8)[1:] + bytes([PING, 0x1]) + b"\0" * 4 + payload)
+                except OSError:
+                    closed = True
+    server = Server(sock)
+    server.goaway, server.closed = goaway, closed
+    return server, start, {"pings": pings}
+
+
 def main():
     mode, host, port, ca = sys.argv[1:5]
     sock, conn = connect(host, int(port), ca)
     status = first_request(sock, conn)
     if mode == "trickle":
         server, start, extra = trickle(sock, conn, float(sys.argv[5]), float(sys.argv[6]))
+    elif mode == "idle":
+        server, start, extra = idle(sock, float(sys.argv[5]))
     elif mode == "reset":
         server, start, extra = reset(sock, conn, int(sys.argv[5]))
     else:

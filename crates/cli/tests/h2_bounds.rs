@@ -51,6 +51,7 @@ fn abuse(agent: &Agent, pki: &Pki, mode: &str, args: &[&str]) -> serde_json::Val
     let text = text_of(&out);
     assert!(out.status.success(), "h2_abuse.py {mode} failed:\n{text}");
     let line = String::from_utf8_lossy(&out.stdout);
+    eprintln!("h2_abuse.py {mode}: {}", line.trim());
     serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
@@ -181,4 +182,32 @@ fn rapid_reset_is_cut_past_the_budget() {
         "{} of {made} normal requests failed: {failed:?}",
         failed.len()
     );
+}
+
+/// Keep-alive PINGs keep the bytes flowing both ways, which used to be all the idle timeout
+/// looked at: a connection with no stream open still gets a GOAWAY after --idle-timeout, and
+/// closes.
+#[test]
+fn keepalive_pings_do_not_keep_an_idle_h2_connection() {
+    if !have_python_h2() {
+        return;
+    }
+    let pki = Pki::new();
+    let agent = Agent::serving(&pki, &["--idle-timeout", "3s", "--h2-keepalive", "1s"]);
+    let report = abuse(&agent, &pki, "idle", &["20"]);
+    assert_eq!(report["status"], 200, "{report}");
+    assert!(
+        report["pings"].as_u64().unwrap() >= 1,
+        "no keep-alive PING: {report}"
+    );
+    assert_eq!(
+        report["goaway"], true,
+        "no GOAWAY for an idle connection: {report}"
+    );
+    assert_eq!(
+        report["closed"], true,
+        "an idle connection was kept: {report}"
+    );
+    // idle is not abuse
+    assert_eq!(cut(&agent, "header_timeout") + cut(&agent, "resets"), 0.0);
 }
