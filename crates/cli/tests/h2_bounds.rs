@@ -2,7 +2,8 @@
 //! (Python's `h2`, driven by `h2_abuse.py` next to this file): a request head trickled after
 //! the first request is cut at --header-timeout, a client that opens and cancels streams in a
 //! loop is cut past --h2-max-resets; both are counted, and meanwhile a normal HTTP/2 client
-//! (curl) gets every answer.
+//! (curl) gets every answer. And the keep-alive PINGs that bound a silent peer do not keep an
+//! idle connection: it still gets its GOAWAY after --idle-timeout.
 //!
 //! Every wait is bounded well below the old behaviour it tells apart from the new (a trickled
 //! head held for the 60 s idle timeout, restarted by each byte; resets never cut).
