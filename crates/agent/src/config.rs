@@ -241,11 +241,16 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION")]
     pub handshake_timeout: Option<HumanDuration>,
 
-    /// Time a connection may go without any byte read or written. Default 60s.
+    /// Time a connection may go without any byte read or written; also how long an HTTP/1.1
+    /// connection waits for its next request, and an HTTP/2 connection with no stream open
+    /// before it gets a GOAWAY (and, after another, is closed), keep-alive PINGs or not.
+    /// Default 60s.
     #[arg(long, value_name = "DURATION")]
     pub idle_timeout: Option<HumanDuration>,
 
-    /// Time allowed for an HTTP request head to arrive once started. Default 10s.
+    /// Time allowed for an HTTP request head to arrive once started: for HTTP/2, from the first
+    /// byte of a header block (or of any frame but DATA) to its last. Bytes that trickle in do
+    /// not extend it. Default 10s.
     #[arg(long, value_name = "DURATION")]
     pub header_timeout: Option<HumanDuration>,
 
@@ -257,9 +262,33 @@ pub struct AgentArgs {
     pub request_timeout: Option<HumanDuration>,
 
     /// Slowest request head accepted, in bytes per second, after a 2-second grace: a head
-    /// arriving slower than this is cut before --header-timeout. 0 turns it off. Default 512.
+    /// arriving slower than this is cut before --header-timeout (HTTP/1.1 and HTTP/2). 0 turns
+    /// it off. Default 512.
     #[arg(long, value_name = "BYTES")]
     pub min_header_rate: Option<u64>,
+
+    /// HTTP/2: how long a connection may go without receiving anything before the agent sends
+    /// a PING; 0 turns the PINGs off. Default 30s.
+    #[arg(long, value_name = "DURATION")]
+    pub h2_keepalive: Option<HumanDuration>,
+
+    /// HTTP/2: how long a keep-alive PING waits for its answer before the connection is closed.
+    /// Default 10s.
+    #[arg(long, value_name = "DURATION")]
+    pub h2_keepalive_timeout: Option<HumanDuration>,
+
+    /// HTTP/2: streams a client may have open at once on one connection (more are refused).
+    /// Default 256.
+    #[arg(long, value_name = "N")]
+    pub h2_max_streams: Option<u32>,
+
+    /// HTTP/2: open streams a client may cancel (RST_STREAM) in 10 seconds on one connection;
+    /// one more and the connection is cut (GOAWAY, then closed) and counted in
+    /// baton_h2_connections_cut_total{reason="resets"} (rapid reset, CVE-2023-44487). Beside
+    /// it, 64 streams reset before they were accepted, or 128 the agent had to reset for the
+    /// client's errors, end a connection too. Default 200.
+    #[arg(long, value_name = "N")]
+    pub h2_max_resets: Option<u32>,
 
     /// Time SIGTERM waits for connections to finish before closing them. Default 30s.
     #[arg(long, value_name = "DURATION")]
@@ -507,6 +536,11 @@ pub struct AgentConfig {
     pub request_timeout: Duration,
     /// Bytes per second; 0: no minimum.
     pub min_header_rate: u64,
+    /// `--h2-keepalive`: `None` when off.
+    pub h2_keepalive: Option<Duration>,
+    pub h2_keepalive_timeout: Duration,
+    pub h2_max_streams: u32,
+    pub h2_max_resets: u32,
     pub drain_timeout: Duration,
     /// `--park-after`: how long an HTTP/1.1 connection waits for a request before it parks.
     pub park_after: Duration,
@@ -548,8 +582,8 @@ impl AgentArgs {
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, early_data, handoff, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
-            idle_timeout, header_timeout, request_timeout, min_header_rate, drain_timeout, park_after, max_header_bytes,
-            max_headers)
+            idle_timeout, header_timeout, request_timeout, min_header_rate, h2_keepalive, h2_keepalive_timeout,
+            h2_max_streams, h2_max_resets, drain_timeout, park_after, max_header_bytes, max_headers)
     }
 
     fn key_signer(&self) -> anyhow::Result<Option<KeySigner>> {
@@ -713,6 +747,10 @@ impl AgentArgs {
             header_timeout: dur(self.header_timeout, 10),
             request_timeout: dur(self.request_timeout, 30),
             min_header_rate: self.min_header_rate.unwrap_or(512),
+            h2_keepalive: Some(dur(self.h2_keepalive, 30)).filter(|d| !d.is_zero()),
+            h2_keepalive_timeout: dur(self.h2_keepalive_timeout, 10),
+            h2_max_streams: self.h2_max_streams.unwrap_or(256),
+            h2_max_resets: self.h2_max_resets.unwrap_or(200),
             drain_timeout: dur(self.drain_timeout, 30),
             park_after: self.park_after.map_or(Duration::from_millis(50), |d| d.0),
             max_header_bytes: self.max_header_bytes.unwrap_or(16 * 1024),
@@ -749,11 +787,15 @@ impl AgentConfig {
         if self.body_size as u64 > self.max_bytes {
             bail!("--body-size exceeds --max-bytes");
         }
+        if self.h2_max_streams == 0 || self.h2_max_resets == 0 {
+            bail!("--h2-max-streams and --h2-max-resets must be at least 1");
+        }
         for d in [
             self.handshake_timeout,
             self.idle_timeout,
             self.header_timeout,
             self.request_timeout,
+            self.h2_keepalive_timeout,
         ] {
             if d.is_zero() {
                 bail!("timeouts must be greater than zero");
@@ -795,6 +837,20 @@ mod tests {
         assert_eq!(c.park_after, Duration::from_millis(50));
         let c = from_flags(&["--self-signed", "ecdsa-p256", "--park-after", "0"]);
         assert_eq!(c.park_after, Duration::ZERO);
+    }
+
+    #[test]
+    fn h2_bounds() {
+        let c = from_flags(&["--self-signed", "ecdsa-p256"]);
+        assert_eq!(c.h2_keepalive, Some(Duration::from_secs(30)));
+        assert_eq!(c.h2_keepalive_timeout, Duration::from_secs(10));
+        assert_eq!((c.h2_max_streams, c.h2_max_resets), (256, 200));
+        let c = from_flags(&["--self-signed", "ecdsa-p256", "--h2-keepalive", "0"]);
+        assert_eq!(c.h2_keepalive, None);
+        let e = parse(&["--self-signed", "ecdsa-p256", "--h2-max-resets", "0"])
+            .resolve()
+            .unwrap_err();
+        assert!(e.to_string().contains("--h2-max-resets"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,8 @@ use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
 use crate::engine::{Engine, Waited};
+use crate::h2bounds::{self, Limits};
+use crate::h2watch::{Action, Signal, Watched};
 use crate::handoff::secrets::TrafficSecrets;
 use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
@@ -366,7 +368,8 @@ pub(crate) async fn resume(parked: Parked, woken: Waited) -> Option<Parked> {
     serve_http1(conn, bytes::Bytes::new(), Some((until, woken))).await
 }
 
-/// HTTP/2 over any established TLS stream; the first request must be in by `first_by`.
+/// HTTP/2 over any established TLS stream; the first request must be in by `first_by`, and
+/// the connection keeps the bounds in `h2bounds` (heads, idle time, cancelled streams).
 async fn serve_h2<S>(stream: S, info: ConnInfo, first_by: Instant, shared: &Arc<Shared>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -381,43 +384,78 @@ where
         seen.saw_head();
         http.clone().handle(info.clone(), req)
     });
-    let io = TokioIo::new(stream);
+    let limits = Limits {
+        header_timeout: cfg.header_timeout,
+        min_header_rate: cfg.min_header_rate,
+        idle_timeout: cfg.idle_timeout,
+        max_resets: cfg.h2_max_resets,
+    };
+    let signal = Arc::new(Signal::default());
+    let watched = Watched::new(stream, limits, signal.clone(), shared.metrics.clone());
+    let io = TokioIo::new(watched);
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .max_header_list_size(cfg.max_header_bytes as u32)
-        .max_concurrent_streams(256)
-        .max_pending_accept_reset_streams(64);
+        .max_concurrent_streams(cfg.h2_max_streams)
+        .max_pending_accept_reset_streams(h2bounds::PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(h2bounds::LOCAL_ERROR_RESETS)
+        .keep_alive_interval(cfg.h2_keepalive)
+        .keep_alive_timeout(cfg.h2_keepalive_timeout);
     // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
     let conn = Box::pin(builder.serve_connection(io, service));
-    if let Err(e) = drive(conn, pace, &state, shared).await {
+    if let Err(e) = drive(conn, pace, &state, Some(&signal), shared).await {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
+/// How long a cut HTTP/2 connection has for its GOAWAY to leave before it is closed.
+const CUT_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs an HTTP connection to its end: gracefully (in-flight requests finish) once the agent
 /// drains, at once if the first request's head falls behind its pace (counted as a slow
-/// request, which is not an error of the connection).
+/// request, which is not an error of the connection). An HTTP/2 connection's `signal` asks for
+/// a GOAWAY when it idles, a close when it idles on, a GOAWAY and a close when it is cut.
 async fn drive<C>(
     mut conn: Pin<Box<C>>,
     pace: HeadPace,
     state: &RequestState,
+    signal: Option<&Signal>,
     shared: &Shared,
 ) -> Result<(), C::Error>
 where
     C: GracefulConnection,
 {
-    tokio::select! {
-        r = conn.as_mut() => r,
-        _ = shared.draining.cancelled() => {
-            // HTTP/2 (GOAWAY: its streams finish) and migrated connections are not moved
-            shared.metrics.handoff.drain_closed();
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    let next = || async move {
+        match signal {
+            Some(s) => s.next().await,
+            None => std::future::pending().await,
         }
-        why = pace::overdue(pace, state) => {
-            shared.metrics.slow_request(why == TooSlow::Rate);
-            Ok(())
+    };
+    let overdue = pace::overdue(pace, state);
+    tokio::pin!(overdue);
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => return r,
+            _ = shared.draining.cancelled() => {
+                // HTTP/2 (GOAWAY: its streams finish) and migrated connections are not moved
+                shared.metrics.handoff.drain_closed();
+                conn.as_mut().graceful_shutdown();
+                return conn.await;
+            }
+            why = &mut overdue => {
+                shared.metrics.slow_request(why == TooSlow::Rate);
+                return Ok(());
+            }
+            action = next() => match action {
+                Action::Goaway => conn.as_mut().graceful_shutdown(),
+                Action::Close => return Ok(()),
+                Action::Cut => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(CUT_LINGER, conn.as_mut()).await;
+                    return Ok(());
+                }
+            },
         }
     }
 }
@@ -454,7 +492,7 @@ pub(crate) async fn serve_stream<S>(
         .max_header_size(cfg.max_header_bytes)
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
     let conn = Box::pin(builder.serve_connection(TokioIo::new(stream), service));
-    if let Err(e) = drive(conn, pace, &state, shared).await {
+    if let Err(e) = drive(conn, pace, &state, None, shared).await {
         tracing::debug!(%peer, error = %e, "migrated connection ended with an error");
     }
 }

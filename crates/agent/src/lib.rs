@@ -5,7 +5,8 @@
 //! Layout: `config` (flags + TOML), `policy` (versions, suites, groups), `certs` + `resolver`
 //! (which certificate for which hello), `sessions` (rustls' session seams over
 //! `baton-session`), `metering` (crypto CPU-seconds), `tls` (the `ServerConfig`), `io` (idle
-//! timeout, byte counts), `conn` (one connection), `park` (idle HTTP/1.1 connections parked on
+//! timeout, byte counts), `conn` (one connection), `h2frames` + `h2bounds` + `h2watch` (the bounds
+//! on an HTTP/2 connection), `park` (idle HTTP/1.1 connections parked on
 //! the record layer), `handoff` (session migration: export, import, the migrated stream), `http` + `proxy` (what is served), `server`
 //! (listeners, signals), `metrics`.
 
@@ -17,6 +18,9 @@ mod conn;
 mod early;
 mod early_tls;
 mod engine;
+mod h2bounds;
+mod h2frames;
+mod h2watch;
 mod handoff;
 mod http;
 mod io;

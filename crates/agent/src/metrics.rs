@@ -122,6 +122,8 @@ pub struct Metrics {
     failures: [AtomicU64; 10],
     /// Connections cut for a slow request: [--request-timeout, --min-header-rate].
     slow_requests: [AtomicU64; 2],
+    /// HTTP/2 connections cut by the bounds in `h2bounds`, by [`crate::h2bounds::Cut`].
+    h2_cuts: [AtomicU64; 3],
     connections_active: AtomicI64,
     /// HTTP/1.1 connections parked between requests (`crate::park`).
     connections_parked: AtomicI64,
@@ -165,6 +167,11 @@ impl Metrics {
     /// (`rate == false`) or below `--min-header-rate`.
     pub fn slow_request(&self, rate: bool) {
         self.slow_requests[rate as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An HTTP/2 connection cut for a slow head or too many cancelled streams.
+    pub fn h2_cut(&self, why: crate::h2bounds::Cut) {
+        self.h2_cuts[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn connection_opened(&self) {
@@ -315,6 +322,17 @@ impl Metrics {
                 .into_iter()
                 .zip(&self.slow_requests)
                 .map(|(reason, n)| (SlowLabel { reason }, load(n))),
+        )?;
+        counters(
+            e,
+            "baton_h2_connections_cut",
+            "HTTP/2 connections cut (GOAWAY, then closed): a request head part-way in past --header-timeout (header_timeout) or below --min-header-rate (header_rate), or more streams cancelled than --h2-max-resets (resets).",
+            crate::h2bounds::Cut::ALL.into_iter().map(|why| {
+                (
+                    SlowLabel { reason: why.label() },
+                    load(&self.h2_cuts[why as usize]),
+                )
+            }),
         )?;
         counters(
             e,
