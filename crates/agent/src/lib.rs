@@ -15,6 +15,7 @@ mod certs;
 mod config;
 mod conn;
 mod early;
+mod early_http;
 mod early_tls;
 mod engine;
 mod handoff;

@@ -1096,14 +1096,19 @@ mod acknowledged_tests {
             if !read_line(&mut r, &mut line) || line[0] != b'*' {
                 return;
             }
-            let n: usize = std::str::from_utf8(&line[1..line.len() - 2]).unwrap().parse().unwrap();
+            let n: usize = std::str::from_utf8(&line[1..line.len() - 2])
+                .unwrap()
+                .parse()
+                .unwrap();
             let mut args = Vec::new();
             for _ in 0..n {
                 if !read_line(&mut r, &mut line) {
                     return;
                 }
-                let len: usize =
-                    std::str::from_utf8(&line[1..line.len() - 2]).unwrap().parse().unwrap();
+                let len: usize = std::str::from_utf8(&line[1..line.len() - 2])
+                    .unwrap()
+                    .parse()
+                    .unwrap();
                 let mut arg = vec![0u8; len + 2];
                 std::io::Read::read_exact(&mut r, &mut arg).unwrap();
                 arg.truncate(len);
@@ -1112,7 +1117,9 @@ mod acknowledged_tests {
             let reply = match args[0].to_ascii_uppercase().as_slice() {
                 b"SET" => {
                     std::thread::sleep(delay);
-                    data.lock().unwrap().insert(args[1].clone(), args[2].clone());
+                    data.lock()
+                        .unwrap()
+                        .insert(args[1].clone(), args[2].clone());
                     b"+OK\r\n".to_vec()
                 }
                 cmd @ (b"GET" | b"GETDEL") => {
@@ -1163,7 +1170,10 @@ mod acknowledged_tests {
         assert!(fast.put_acknowledged(b"k", b"v", Instant::now()));
         assert_eq!(fast.local.get(b"k", Instant::now()), Some(b"v".to_vec()));
 
-        let slow = store(fake_redis(Duration::from_millis(300)), Duration::from_millis(50));
+        let slow = store(
+            fake_redis(Duration::from_millis(300)),
+            Duration::from_millis(50),
+        );
         until("connected", || slow.acknowledges_promptly());
         assert!(!slow.put_acknowledged(b"k", b"v", Instant::now()));
         assert_eq!(slow.local.get(b"k", Instant::now()), None);
