@@ -64,8 +64,8 @@ fn a_ticket_resumed_before_its_write_lands_runs_its_early_request_once() {
     let (_proxy, slow) = slow_redis(&redis);
     // A waits for Redis longer than the added round trip: its writes are answered in time
     let a = agent(&pki, &key, &slow, 0, "3s", &upstream);
-    let b = agent(&pki, &key, &redis.url(), 1, "500ms", &upstream);
-    let c = agent(&pki, &key, &redis.url(), 2, "500ms", &upstream);
+    let b = agent(&pki, &key, &redis.url(), 1, "2s", &upstream);
+    let c = agent(&pki, &key, &redis.url(), 2, "2s", &upstream);
     store_quarantine_over();
     let config = early_client(&pki);
 
@@ -143,12 +143,12 @@ fn a_fresh_agent_accepts_no_early_data_during_its_first_quarantine() {
     let dir = TempDir::new("early-fresh");
     let key = common::key_file(&dir, "cluster.key");
     let upstream = Upstream::start();
-    let a = agent(&pki, &key, &redis.url(), 0, "500ms", &upstream);
+    let a = agent(&pki, &key, &redis.url(), 0, "2s", &upstream);
     store_quarantine_over();
     let config = early_client(&pki);
     assert_eq!(request(a.addr, &config, &get("/first")).status, 200);
 
-    let b = agent(&pki, &key, &redis.url(), 1, "500ms", &upstream);
+    let b = agent(&pki, &key, &redis.url(), 1, "2s", &upstream);
     let o = request(b.addr, &config, &get("/fresh"));
     assert!(o.early_written > 0, "{o:?}");
     assert!(!o.accepted, "a fresh agent accepted early data: {o:?}");

@@ -114,7 +114,6 @@ pub fn early_client(pki: &Pki) -> Arc<ClientConfig> {
 }
 
 /// What one connection did.
-#[derive(Debug)]
 pub struct Outcome {
     /// Bytes of the request written as early data (0: the ticket allowed none, or no ticket).
     pub early_written: usize,
@@ -125,9 +124,30 @@ pub struct Outcome {
     pub first_flight: Vec<u8>,
 }
 
+/// The first flight's size only: its bytes would drown a failure's message.
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("early_written", &self.early_written)
+            .field("accepted", &self.accepted)
+            .field("resumed", &self.resumed)
+            .field("status", &self.status)
+            .field("first_flight_bytes", &self.first_flight.len())
+            .finish()
+    }
+}
+
+/// A connection kept open after its first response.
+pub type Kept = rustls::StreamOwned<ClientConnection, TcpStream>;
+
 /// One connection: the request as early data where the session allows it, else (or when
 /// the server refused it) after the handshake, as a browser does; then its response.
 pub fn request(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> Outcome {
+    request_kept(addr, config, req).0
+}
+
+/// [`request`], and the connection, open for more.
+pub fn request_kept(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> (Outcome, Kept) {
     let mut conn = ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
     let early_written = match conn.early_data() {
         Some(mut early) => early.write(req).unwrap(),
@@ -162,17 +182,18 @@ pub fn request(addr: SocketAddr, config: &Arc<ClientConfig>, req: &[u8]) -> Outc
     }
     let accepted = conn.is_early_data_accepted();
     let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    let mut stream = rustls::Stream::new(&mut conn, &mut tcp);
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
     let sent = if accepted { early_written } else { 0 };
     stream.write_all(&req[sent..]).unwrap();
     let status = read_response(&mut stream);
-    Outcome {
+    let outcome = Outcome {
         early_written,
         accepted,
         resumed,
         status,
         first_flight,
-    }
+    };
+    (outcome, stream)
 }
 
 /// Reads one response (head and Content-Length body); its status.
