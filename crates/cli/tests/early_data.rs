@@ -38,9 +38,10 @@ fn redis_agents(
                     "--early-data",
                     "16384",
                     // Redis's answer, not its speed, is under test: a loaded machine must
-                    // not turn a replay's "taken already" into "Redis too slow" (rejected)
+                    // not turn a replay's "taken already" into "Redis too slow" (rejected),
+                    // nor a ticket's write into one too slow for early data
                     "--store-wait",
-                    "500ms",
+                    "2s",
                     "--agent-id",
                     &i.to_string(),
                     &upstream.arg(),
