@@ -194,7 +194,7 @@ async fn serve(
             crate::early_tls::Start::Early(conn) => {
                 let early = crate::early_tls::serve(*conn, peer, first_by, deadline, &shared);
                 let handover = early.await?;
-                // Its handshake done (and early requests answered): on as every other one.
+                // Its handshake done (its first request answered): on as every other one.
                 let conn = Http1 {
                     stream: Engine::Rustls(Box::new(handover.stream)),
                     info: Arc::new(handover.info),
