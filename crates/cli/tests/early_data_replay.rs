@@ -129,6 +129,9 @@ fn while_store_writes_are_slow_tickets_allow_no_early_data() {
     assert_eq!(o.status, 200, "{o:?}");
     assert!(o.resumed, "no ticket, or not resumed: {o:?}");
     assert_eq!(o.early_written, 0, "the ticket allowed early data: {o:?}");
+    // the first handshake's tickets waited for Redis in vain, and were not sent
+    let unacknowledged = "baton_session_store_events_total{event=\"unacknowledged\"}";
+    assert!(a.metric(unacknowledged) >= 1.0);
     assert_eq!(a.failures("other"), 0);
 }
 

@@ -412,6 +412,7 @@ struct Counters {
     rejected: AtomicU64,
     fallbacks: AtomicU64,
     reconnects: AtomicU64,
+    unacknowledged: AtomicU64,
     /// The worker lost its connection after having had one, and has not got one back:
     /// lookups fail at once instead of waiting.
     down: AtomicBool,
@@ -432,6 +433,7 @@ impl Counters {
             rejected: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            unacknowledged: AtomicU64::new(0),
             down: AtomicBool::new(false),
             quarantine_until_ms: AtomicU64::new(0),
             prompt: AtomicBool::new(false),
@@ -632,13 +634,17 @@ impl SessionStore for RedisStore {
     /// dropped while Redis is lost drops `ack`, which ends the wait at once). The local copy
     /// is kept only once Redis has the value: a session whose ticket is never sent is dead.
     fn put_acknowledged(&self, key: &[u8], value: &[u8], now: Instant) -> bool {
+        let unacknowledged = || {
+            self.counters.unacknowledged.fetch_add(1, Ordering::Relaxed);
+            false
+        };
         // Lost, not yet connected, or slow: no wait in a handshake that would be in vain.
         if !self.acknowledges_promptly() {
-            return false;
+            return unacknowledged();
         }
         let ttl = self.local.ttl();
         let Some(sealed) = self.seal(key, value, unix_ms() + ttl.as_millis() as u64) else {
-            return false;
+            return unacknowledged();
         };
         let (ack, acked) = mpsc::sync_channel(1);
         let op = Op::Set {
@@ -650,7 +656,7 @@ impl SessionStore for RedisStore {
         };
         if self.ops.try_send(op).is_err() {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return unacknowledged();
         }
         match acked.recv_timeout(self.wait) {
             Ok(true) => {
@@ -658,7 +664,7 @@ impl SessionStore for RedisStore {
                 true
             }
             // Redis failed it, or answers later than `wait` (the worker then marks writes slow)
-            Ok(false) | Err(_) => false,
+            Ok(false) | Err(_) => unacknowledged(),
         }
     }
 
@@ -694,6 +700,7 @@ impl SessionStore for RedisStore {
             rejected: c.rejected.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             reconnects: c.reconnects.load(Ordering::Relaxed),
+            unacknowledged: c.unacknowledged.load(Ordering::Relaxed),
             ..self.local.stats()
         }
     }
@@ -1179,6 +1186,7 @@ mod acknowledged_tests {
         assert_eq!(slow.local.get(b"k", Instant::now()), None);
         until("writes known slow", || !slow.acknowledges_promptly());
         assert!(!slow.put_acknowledged(b"k2", b"v", Instant::now()));
+        assert_eq!(slow.stats().unacknowledged, 2);
         // an ordinary put neither waits nor fails
         assert!(slow.put(b"k3", b"v", Instant::now()));
 

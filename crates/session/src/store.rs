@@ -124,4 +124,7 @@ pub struct StoreStats {
     /// Connections to the shared store made again after losing it: a restart, or a failover
     /// followed to the promoted replica (Redis Sentinel, a Redis Cluster shard).
     pub reconnects: u64,
+    /// Sessions whose ticket was not sent: it would have allowed early data, and the shared
+    /// store had not stored it within the wait ([`SessionStore::put_acknowledged`]).
+    pub unacknowledged: u64,
 }
