@@ -194,8 +194,18 @@ async fn serve(
         match crate::early_tls::start(io, offer.is_some(), deadline, &shared).await {
             crate::early_tls::Start::Plain(accept) => accept,
             crate::early_tls::Start::Early(conn) => {
-                crate::early_tls::serve(*conn, peer, first_by, deadline, shared).await;
-                return None;
+                let early = crate::early_tls::serve(*conn, peer, first_by, deadline, &shared);
+                let handover = early.await?;
+                // Its handshake done (its first request answered): on as every other one.
+                let conn = Http1 {
+                    stream: Engine::Rustls(Box::new(handover.stream)),
+                    info: Arc::new(handover.info),
+                    shared,
+                    secrets: expected.map(|e| e.take()).unwrap_or_default(),
+                    movable,
+                    first: handover.first,
+                };
+                return serve_http1(conn, handover.ahead, None).await;
             }
             crate::early_tls::Start::Done => return None,
         }
@@ -801,7 +811,7 @@ async fn close(stream: &mut Engine, within: std::time::Duration) {
 
 /// HTTP/1.1 keeps the connection unless the request says `Connection: close`; 1.0 only with
 /// `Connection: keep-alive`.
-fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
+pub(crate) fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
     // the tokens compared in place: no allocation per request
     let has = |token: &str| {
         req.headers()
@@ -830,14 +840,14 @@ fn first_request(first_by: Instant) -> (Arc<RequestState>, HeadPace) {
 }
 
 /// A stream with bytes already read from it in front.
-struct Prefixed<S> {
-    ahead: bytes::Bytes,
-    inner: S,
+pub(crate) struct Prefixed<S> {
+    pub(crate) ahead: bytes::Bytes,
+    pub(crate) inner: S,
     /// When set and true, reads stay pending (see `serve_http1`); whoever set it shuts the
     /// hyper connection down, which needs no read, and takes the stream back.
-    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
+    pub(crate) gate: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The request being read, told how many bytes it got (for `--min-header-rate`).
-    state: Option<Arc<RequestState>>,
+    pub(crate) state: Option<Arc<RequestState>>,
 }
 
 impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {

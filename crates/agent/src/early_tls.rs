@@ -16,6 +16,13 @@
 //! before the client's Finished arrives. `EarlyConn` hands out early data first, then what
 //! follows the handshake; `EarlyState` tells the HTTP layer whether the handshake is still
 //! running (a request read then came in early data: marked `Early-Data: 1`, or 425).
+//!
+//! Only until the first request is answered, though (HTTP/1.1: `early_http`): then the
+//! handshake is driven to its end, and the connection goes on as a tokio-rustls stream, on the
+//! path every other HTTP/1.1 connection takes (`conn::serve_http1`: it waits for requests,
+//! parks, and moves when the agent drains). What came after the first request, early data
+//! included, is served there: by then the client's Finished has come, so none of it can be a
+//! replay. HTTP/2 stays on `EarlyConn` for its life (on no path does it park or move).
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -34,6 +41,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use zeroize::Zeroizing;
 
+use crate::conn::Tls;
 use crate::early::{self, Refusal};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
@@ -84,8 +92,9 @@ pub(crate) async fn start(
 ) -> Start {
     let metrics = &shared.metrics;
     if may_migrate {
+        // unread, the hello may carry early data: skipped up to what the tickets allowed
         return Start::Plain(
-            TlsAcceptor::from(shared.tls.config()).accept_with(io, |tls| {
+            TlsAcceptor::from(shared.tls.early_config()).accept_with(io, |tls| {
                 tls.reject_early_data();
             }),
         );
@@ -114,7 +123,9 @@ pub(crate) async fn start(
     };
     let taken = store.take_once(&psk.identity, std::time::Instant::now());
     let verdict = early::judge(&taken, psk.obfuscated_ticket_age, unix_ms());
-    let base = shared.tls.config();
+    // The config that accepts early data, even to refuse it: rustls skips refused early data
+    // up to its max_early_data_size, and the client may send as much as its ticket allowed.
+    let base = shared.tls.early_config();
     let mut config = (*base).clone();
     config.session_storage = Arc::new(Prefetched {
         key: psk.identity.clone(),
@@ -305,6 +316,71 @@ impl EarlyConn {
         );
     }
 
+    /// Drives the handshake to its end (the client's Finished), reading no plaintext out: what
+    /// follows it stays in rustls for whoever reads the connection next. Ends once rustls has
+    /// sent all it queued (the tickets).
+    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+                self.failed(&e);
+                return Poll::Ready(Err(e));
+            }
+            if !self.tls.is_handshaking() {
+                self.note_progress();
+                return self.poll_send(cx);
+            }
+            if self.eof {
+                let e = io::Error::from(io::ErrorKind::UnexpectedEof);
+                self.failed(&e);
+                return Poll::Ready(Err(e));
+            }
+            let mut sync = SyncIo {
+                io: &mut self.io,
+                cx,
+            };
+            match self.tls.read_tls(&mut sync) {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+                Err(e) => {
+                    self.failed(&e);
+                    return Poll::Ready(Err(e));
+                }
+            }
+            if let Err(e) = self.tls.process_new_packets() {
+                let e = io::Error::new(io::ErrorKind::InvalidData, e);
+                self.failed(&e);
+                let _ = self.poll_send(cx); // the alert, if the socket takes it now
+                return Poll::Ready(Err(e));
+            }
+            self.note_progress();
+        }
+    }
+
+    /// The connection, its handshake done and its flight sent ([`EarlyConn::poll_handshake`]),
+    /// as a tokio-rustls stream, and the early data not read yet. rustls' state moves over as
+    /// it is: tokio-rustls makes streams only by accepting, but lets the caller set up the
+    /// connection it accepts with; this one replaces it, and with its handshake done,
+    /// accepting is flushing.
+    async fn into_stream(self, deadline: Instant, shared: &Shared) -> Option<(Tls, Vec<u8>)> {
+        let EarlyConn { io, tls, .. } = self;
+        let mut tls = Some(tls);
+        let mut early = Vec::new();
+        if let Some(mut data) = tls.as_mut().and_then(|t| t.early_data()) {
+            // bounded by --early-data: rustls refused a client that sent more
+            data.read_to_end(&mut early).ok()?;
+        }
+        let accept = TlsAcceptor::from(shared.tls.config()).accept_with(io, |fresh| {
+            if let Some(tls) = tls.take() {
+                *fresh = tls;
+            }
+        });
+        match tokio::time::timeout_at(deadline, accept).await {
+            Ok(Ok(stream)) => Some((stream, early)),
+            _ => None,
+        }
+    }
+
     /// Writes what rustls has queued (records, alerts); `Pending` while the socket is full.
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.tls.wants_write() {
@@ -461,21 +537,40 @@ impl Write for SyncIo<'_, '_> {
     }
 }
 
-/// Serves a connection driven here: sends the server's flight, then HTTP (by ALPN) on this
-/// stream, early requests first. The handshake must still end by `deadline`: a client that
-/// sent early data and never its Finished is cut then (its early requests were answered).
+/// An HTTP/1.1 connection that offered early data, its handshake done: what the path of every
+/// other connection needs to serve it on.
+pub(crate) struct Handover {
+    pub(crate) stream: Tls,
+    pub(crate) info: ConnInfo,
+    /// Read, not served yet (what followed the first request, early data included).
+    pub(crate) ahead: bytes::Bytes,
+    /// The first request's deadline, if it has not come yet (early data refused).
+    pub(crate) first: Option<Instant>,
+}
+
+/// Serves a connection driven here: sends the server's flight, then (accepted early data)
+/// answers the first request at once, before the client's Finished. The handshake must still
+/// end by `deadline`: a client that sent early data and never its Finished is cut then (its
+/// early request was answered). An HTTP/1.1 connection is then handed over (`None`: it
+/// ended); an HTTP/2 one is served here to its end.
 pub(crate) async fn serve(
     mut conn: EarlyConn,
     peer: SocketAddr,
     first_by: Instant,
     deadline: Instant,
-    shared: Arc<Shared>,
-) {
+    shared: &Arc<Shared>,
+) -> Option<Handover> {
     let metrics = shared.metrics.clone();
     match tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| conn.poll_send(cx))).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return conn.failed(&e),
-        Err(_) => return metrics.failure(FailureReason::Timeout),
+        Ok(Err(e)) => {
+            conn.failed(&e);
+            return None;
+        }
+        Err(_) => {
+            metrics.failure(FailureReason::Timeout);
+            return None;
+        }
     }
     let info = conn.info(peer);
     let state = conn.state.clone();
@@ -488,10 +583,40 @@ pub(crate) async fn serve(
             std::future::pending::<()>().await
         }
     };
-    tokio::select! {
-        () = crate::conn::serve_stream(conn, info, first_by, &shared) => {}
-        () = overdue => {}
+    if info.alpn.as_deref() == Some("h2") {
+        tokio::select! {
+            () = crate::conn::serve_stream(conn, info, first_by, shared) => {}
+            () = overdue => {}
+        }
+        return None;
     }
+    let (mut conn, mut ahead, mut first) = (conn, bytes::Bytes::new(), Some(first_by));
+    if conn.accepted {
+        let (served, read) = tokio::select! {
+            served = crate::early_http::serve_first(conn, info, first_by, shared) => served?,
+            () = overdue => return None,
+        };
+        (conn, ahead, first) = (served, read, None);
+    }
+    match tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| conn.poll_handshake(cx)))
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return None, // counted
+        Err(_) => {
+            metrics.failure(FailureReason::Timeout);
+            tracing::debug!(%peer, "handshake timed out after early data");
+            return None;
+        }
+    }
+    let (stream, early) = conn.into_stream(deadline, shared).await?;
+    let info = ConnInfo::of(peer, stream.get_ref().1);
+    Some(Handover {
+        stream,
+        info,
+        ahead: [&ahead[..], &early[..]].concat().into(),
+        first,
+    })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod certs;
 mod config;
 mod conn;
 mod early;
+mod early_http;
 mod early_tls;
 mod engine;
 mod h2bounds;

@@ -426,6 +426,7 @@ impl Metrics {
                     ("refused", s.refused),
                     ("fallback", s.fallbacks),
                     ("reconnected", s.reconnects),
+                    ("unacknowledged", s.unacknowledged),
                 ]
                 .map(|(event, n)| (EventLabel { event }, n)),
             )?;

@@ -16,7 +16,8 @@
 //! decrypted (the stream's records are followed from the first byte, and the last one read is
 //! whole), no plaintext, nothing to send; the suite is one the record layer has; and a TLS 1.3
 //! connection's traffic secrets were captured (the key log). Otherwise it waits on as before.
-//! HTTP/2 connections and those that took early data never park.
+//! HTTP/2 connections never park; one that took early data can once its first request has
+//! been answered and its handshake has ended (`early_tls`).
 
 use std::sync::Arc;
 use std::task::Poll;

@@ -17,11 +17,19 @@ use crate::metrics::Metrics;
 #[derive(Debug)]
 pub struct SessionCache {
     pub store: Arc<dyn SessionStore>,
+    /// The config's tickets allow early data: each is stored, and the store has answered,
+    /// before rustls sends it (`SessionStore::put_acknowledged`); false from the store means
+    /// rustls sends no ticket.
+    pub acknowledged: bool,
 }
 
 impl StoresServerSessions for SessionCache {
     fn put(&self, key: Vec<u8>, mut value: Vec<u8>) -> bool {
-        let stored = self.store.put(&key, &value, Instant::now());
+        let now = Instant::now();
+        let stored = match self.acknowledged {
+            true => self.store.put_acknowledged(&key, &value, now),
+            false => self.store.put(&key, &value, now),
+        };
         // The encoded session holds the resumption secret; the store keeps its own copy.
         zeroize::Zeroize::zeroize(&mut value);
         stored

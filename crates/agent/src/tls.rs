@@ -25,8 +25,17 @@ use crate::store::read_ring;
 
 /// The TLS side of a running agent.
 pub struct Tls {
-    config: ArcSwap<ServerConfig>,
+    configs: ArcSwap<Configs>,
     parts: Parts,
+}
+
+/// One generation of the config, in its two forms.
+struct Configs {
+    /// Accepts early data, and its tickets allow it: each is stored (acknowledged by the
+    /// store) before it is sent. The only form when early data is off.
+    early: Arc<ServerConfig>,
+    /// Neither: its tickets are stored without waiting (while the store is slow or lost).
+    plain: Arc<ServerConfig>,
 }
 
 /// What every generation of the config shares.
@@ -113,8 +122,8 @@ impl Tls {
             metrics,
             secret_log: Arc::new(SecretLog::default()),
         };
-        let config = ArcSwap::from_pointee(parts.server_config(cfg)?);
-        Ok((Self { config, parts }, pems))
+        let configs = ArcSwap::from_pointee(parts.configs(cfg)?);
+        Ok((Self { configs, parts }, pems))
     }
 
     /// (origin, names) of each certificate served, for the start-up log.
@@ -147,9 +156,24 @@ impl Tls {
         self.parts.store.as_ref()
     }
 
-    /// The config for the next connection.
+    /// The config for the next connection: its tickets allow early data only while the
+    /// store answers writes promptly, so that sending one need not wait long for the store.
     pub fn config(&self) -> Arc<ServerConfig> {
-        self.config.load_full()
+        let configs = self.configs.load();
+        let prompt = self
+            .parts
+            .store
+            .as_ref()
+            .is_none_or(|s| s.acknowledges_promptly());
+        match prompt {
+            true => configs.early.clone(),
+            false => configs.plain.clone(),
+        }
+    }
+
+    /// The config for a connection whose early data is accepted (its tickets allow it too).
+    pub fn early_config(&self) -> Arc<ServerConfig> {
+        self.configs.load().early.clone()
     }
 
     /// Re-reads certificate files, the client CA and the ticket key file, and swaps in a new
@@ -168,7 +192,7 @@ impl Tls {
         // Build first, then commit: a bad client CA must not leave new certificates half-applied.
         let old_store = parts.resolver.store();
         parts.resolver.replace(store);
-        let config = match parts.server_config(cfg) {
+        let configs = match parts.configs(cfg) {
             Ok(c) => c,
             Err(e) => {
                 parts
@@ -183,13 +207,28 @@ impl Tls {
         if let (Some(new), Some(shared)) = (cluster, &parts.cluster_ring) {
             *shared.write().unwrap_or_else(|p| p.into_inner()) = new;
         }
-        self.config.store(Arc::new(config));
+        self.configs.store(Arc::new(configs));
         Ok(())
     }
 }
 
 impl Parts {
-    fn server_config(&self, cfg: &AgentConfig) -> anyhow::Result<ServerConfig> {
+    fn configs(&self, cfg: &AgentConfig) -> anyhow::Result<Configs> {
+        let early = Arc::new(self.server_config(cfg, true)?);
+        let plain = match self.early_data {
+            Ok(_) => Arc::new(self.server_config(cfg, false)?),
+            Err(_) => early.clone(),
+        };
+        Ok(Configs { early, plain })
+    }
+
+    /// `early`: the form that accepts early data and puts it in its tickets (when this
+    /// configuration can accept any).
+    fn server_config(&self, cfg: &AgentConfig, early: bool) -> anyhow::Result<ServerConfig> {
+        let early_data = match early {
+            true => self.early_data.unwrap_or(0),
+            false => 0,
+        };
         let provider = self.policy.provider.clone();
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&self.policy.versions)
@@ -214,6 +253,7 @@ impl Parts {
         config.session_storage = match &self.store {
             Some(store) => Arc::new(SessionCache {
                 store: store.clone(),
+                acknowledged: early_data > 0,
             }),
             None => Arc::new(NoServerSessionStorage {}),
         };
@@ -229,8 +269,9 @@ impl Parts {
         config.enable_secret_extraction = true;
         config.key_log = self.secret_log.clone();
         // Advertised in the tickets (clients send early data only where a ticket says so);
-        // each connection is then accepted or refused by `early_tls`.
-        config.max_early_data_size = self.early_data.unwrap_or(0);
+        // each connection is then accepted or refused by `early_tls`. Such a ticket is sent
+        // only once the store has it (`SessionCache::acknowledged`).
+        config.max_early_data_size = early_data;
         config.send_tls13_tickets = if self.sealer.is_some() || self.store.is_some() {
             cfg.tls13_tickets
         } else {

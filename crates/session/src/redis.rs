@@ -23,6 +23,13 @@
 //! one that replaces it), lookups are misses answered at once and counted as fallbacks, and
 //! writes are dropped and counted; every reconnection after the first is counted too.
 //!
+//! A session whose ticket will allow early data is written differently
+//! ([`SessionStore::put_acknowledged`]): the handshake waits (at most `wait`) for Redis to
+//! answer the SET, so that the ticket reaches the client only once every agent's GETDEL finds
+//! it; unanswered in time, no ticket is sent. While writes are slower than `wait` (measured on
+//! every SET) or Redis is lost, [`SessionStore::acknowledges_promptly`] says so, and the agent
+//! sends tickets without early data, written without waiting.
+//!
 //! Values in Redis are sealed with the cluster key (AEAD, key id, issuer) and carry their
 //! expiry inside the sealed part, so Redis (and anyone reading it) never sees a secret and a
 //! stale or foreign blob is a miss.
@@ -34,7 +41,9 @@
 //! not have passed the deletion on, and the replica promoted in its place may still hold the
 //! key. So for [`RECONNECT_QUARANTINE`] after every reconnection a take is not called
 //! exclusive (a 1-RTT resumption, no early data): a replayed flight is only accepted within
-//! the ticket-age tolerance of the original, which ended before the old primary died.
+//! the ticket-age tolerance of the original, which ended before the old primary died. The
+//! agent's first connection is one too: it cannot tell a primary just promoted (or restarted
+//! from a snapshot older than some GETDEL) from any other.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -389,6 +398,9 @@ enum Op {
         key: Vec<u8>,
         sealed: Vec<u8>,
         ttl: Duration,
+        /// Told whether Redis stored it (a put waiting for the answer).
+        ack: Option<SyncSender<bool>>,
+        queued: Instant,
     },
 }
 
@@ -400,16 +412,20 @@ struct Counters {
     rejected: AtomicU64,
     fallbacks: AtomicU64,
     reconnects: AtomicU64,
+    unacknowledged: AtomicU64,
     /// The worker lost its connection after having had one, and has not got one back:
     /// lookups fail at once instead of waiting.
     down: AtomicBool,
     /// Until when (ms after `epoch`) a take is not exclusive.
     quarantine_until_ms: AtomicU64,
+    /// Connected, and the last SET was answered within `wait` of being queued.
+    prompt: AtomicBool,
+    wait: Duration,
     epoch: Instant,
 }
 
 impl Counters {
-    fn new() -> Counters {
+    fn new(wait: Duration) -> Counters {
         Counters {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
@@ -417,8 +433,11 @@ impl Counters {
             rejected: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            unacknowledged: AtomicU64::new(0),
             down: AtomicBool::new(false),
             quarantine_until_ms: AtomicU64::new(0),
+            prompt: AtomicBool::new(false),
+            wait,
             epoch: Instant::now(),
         }
     }
@@ -478,7 +497,7 @@ impl RedisStore {
         let connector = Connector::new(target)
             .map_err(|e| format!("--store redis={}: {e}", redact(&config.url)))?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_LEN);
-        let counters = Arc::new(Counters::new());
+        let counters = Arc::new(Counters::new(config.wait));
         let worker_counters = counters.clone();
         std::thread::Builder::new()
             .name("baton-redis".into())
@@ -600,6 +619,8 @@ impl SessionStore for RedisStore {
             key: key.to_vec(),
             sealed,
             ttl,
+            ack: None,
+            queued: Instant::now(),
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
@@ -607,6 +628,48 @@ impl SessionStore for RedisStore {
             }
         }
         stored
+    }
+
+    /// Queues the SET and waits for Redis's answer (the worker is told through `ack`; a SET
+    /// dropped while Redis is lost drops `ack`, which ends the wait at once). The local copy
+    /// is kept only once Redis has the value: a session whose ticket is never sent is dead.
+    fn put_acknowledged(&self, key: &[u8], value: &[u8], now: Instant) -> bool {
+        let unacknowledged = || {
+            self.counters.unacknowledged.fetch_add(1, Ordering::Relaxed);
+            false
+        };
+        // Lost, not yet connected, or slow: no wait in a handshake that would be in vain.
+        if !self.acknowledges_promptly() {
+            return unacknowledged();
+        }
+        let ttl = self.local.ttl();
+        let Some(sealed) = self.seal(key, value, unix_ms() + ttl.as_millis() as u64) else {
+            return unacknowledged();
+        };
+        let (ack, acked) = mpsc::sync_channel(1);
+        let op = Op::Set {
+            key: key.to_vec(),
+            sealed,
+            ttl,
+            ack: Some(ack),
+            queued: Instant::now(),
+        };
+        if self.ops.try_send(op).is_err() {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return unacknowledged();
+        }
+        match acked.recv_timeout(self.wait) {
+            Ok(true) => {
+                self.local.put(key, value, now);
+                true
+            }
+            // Redis failed it, or answers later than `wait` (the worker then marks writes slow)
+            Ok(false) | Err(_) => unacknowledged(),
+        }
+    }
+
+    fn acknowledges_promptly(&self) -> bool {
+        self.counters.prompt.load(Ordering::Relaxed)
     }
 
     fn get(&self, key: &[u8], now: Instant) -> Option<Vec<u8>> {
@@ -637,6 +700,7 @@ impl SessionStore for RedisStore {
             rejected: c.rejected.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             reconnects: c.reconnects.load(Ordering::Relaxed),
+            unacknowledged: c.unacknowledged.load(Ordering::Relaxed),
             ..self.local.stats()
         }
     }
@@ -818,7 +882,10 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
             Ok((mut con, reached)) => {
                 backoff = MIN_BACKOFF;
                 match &last {
-                    None => tracing::info!(server = %reached, "connected to Redis session store"),
+                    None => {
+                        tracing::info!(server = %reached, "connected to Redis session store");
+                        quarantine(&counters);
+                    }
                     Some(before) => {
                         reconnected(&counters);
                         if *before != reached {
@@ -831,6 +898,7 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
                 }
                 last = Some(reached);
                 counters.down.store(false, Ordering::Relaxed);
+                counters.prompt.store(true, Ordering::Relaxed);
                 let mut next_refresh = Instant::now();
                 loop {
                     let Ok(op) = ops.recv() else { return };
@@ -863,6 +931,7 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
             }
             Err(e) => tracing::debug!(error = %e, "Redis session store unreachable"),
         }
+        counters.prompt.store(false, Ordering::Relaxed);
         if last.is_some() {
             counters.down.store(true, Ordering::Relaxed);
         }
@@ -889,6 +958,11 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
 /// A connection made again: counted, and takes are not exclusive for a while.
 fn reconnected(counters: &Counters) {
     counters.reconnects.fetch_add(1, Ordering::Relaxed);
+    quarantine(counters);
+}
+
+/// Takes are not exclusive for [`RECONNECT_QUARANTINE`] from now.
+fn quarantine(counters: &Counters) {
     let until = counters.ms(Instant::now() + RECONNECT_QUARANTINE);
     counters
         .quarantine_until_ms
@@ -918,7 +992,13 @@ fn serve(
                 }
             }
         }
-        Op::Set { key, sealed, ttl } => {
+        Op::Set {
+            key,
+            sealed,
+            ttl,
+            ack,
+            queued,
+        } => {
             let r = redis::cmd("SET")
                 .arg(redis_key(&key))
                 .arg(sealed)
@@ -929,6 +1009,11 @@ fn serve(
                 Ok(()) => counters.sent.fetch_add(1, Ordering::Relaxed),
                 Err(_) => counters.dropped.fetch_add(1, Ordering::Relaxed),
             };
+            let prompt = r.is_ok() && queued.elapsed() <= counters.wait;
+            counters.prompt.store(prompt, Ordering::Relaxed);
+            if let Some(ack) = ack {
+                let _ = ack.try_send(r.is_ok());
+            }
             r
         }
     }
@@ -975,6 +1060,151 @@ mod take_tests {
             assert_eq!(taken.kind(), TakenKind::Local);
             assert_eq!(taken.into_value(), Some(vec![7u8; 4]));
         }
+    }
+}
+
+#[cfg(test)]
+mod acknowledged_tests {
+    use std::collections::HashMap;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::sync::{Arc, Mutex, RwLock};
+    use std::time::{Duration, Instant};
+
+    use super::{RedisConfig, RedisStore};
+    use crate::{KeyRing, SessionStore, TakenKind, TicketKey};
+
+    /// A Redis stand-in on 127.0.0.1 that keeps what is SET (answered `delay` late) for GET and
+    /// GETDEL, and answers anything else `+OK`.
+    fn fake_redis(delay: Duration) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let data = Arc::new(Mutex::new(HashMap::<Vec<u8>, Vec<u8>>::new()));
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let data = data.clone();
+                std::thread::spawn(move || serve(conn, &data, delay));
+            }
+        });
+        addr
+    }
+
+    fn serve(conn: TcpStream, data: &Mutex<HashMap<Vec<u8>, Vec<u8>>>, delay: Duration) {
+        let mut out = conn.try_clone().unwrap();
+        let mut r = BufReader::new(conn);
+        let mut line = Vec::new();
+        let read_line = |r: &mut BufReader<TcpStream>, line: &mut Vec<u8>| {
+            line.clear();
+            matches!(r.read_until(b'\n', line), Ok(n) if n > 2)
+        };
+        loop {
+            // *N, then N times $LEN and the bytes
+            if !read_line(&mut r, &mut line) || line[0] != b'*' {
+                return;
+            }
+            let n: usize = std::str::from_utf8(&line[1..line.len() - 2])
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut args = Vec::new();
+            for _ in 0..n {
+                if !read_line(&mut r, &mut line) {
+                    return;
+                }
+                let len: usize = std::str::from_utf8(&line[1..line.len() - 2])
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let mut arg = vec![0u8; len + 2];
+                std::io::Read::read_exact(&mut r, &mut arg).unwrap();
+                arg.truncate(len);
+                args.push(arg);
+            }
+            let reply = match args[0].to_ascii_uppercase().as_slice() {
+                b"SET" => {
+                    std::thread::sleep(delay);
+                    data.lock()
+                        .unwrap()
+                        .insert(args[1].clone(), args[2].clone());
+                    b"+OK\r\n".to_vec()
+                }
+                cmd @ (b"GET" | b"GETDEL") => {
+                    let mut data = data.lock().unwrap();
+                    let v = match cmd {
+                        b"GET" => data.get(&args[1]).cloned(),
+                        _ => data.remove(&args[1]),
+                    };
+                    match v {
+                        Some(v) => [format!("${}\r\n", v.len()).as_bytes(), &v, b"\r\n"].concat(),
+                        None => b"$-1\r\n".to_vec(),
+                    }
+                }
+                _ => b"+OK\r\n".to_vec(),
+            };
+            if out.write_all(&reply).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn store(addr: SocketAddr, wait: Duration) -> Arc<RedisStore> {
+        let ring = KeyRing::new(vec![TicketKey::new(7, &[0x42; 32], Instant::now())]);
+        let config = RedisConfig {
+            url: format!("redis://{addr}/"),
+            agent_id: 1,
+            capacity: 16,
+            ttl: Duration::from_secs(60),
+            wait,
+        };
+        RedisStore::start(config, Arc::new(RwLock::new(ring))).unwrap()
+    }
+
+    fn until(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A put for early data returns once Redis has the value; one Redis answers later than the
+    /// wait fails, leaves nothing behind locally, and the store says its writes are slow.
+    #[test]
+    fn a_put_for_early_data_waits_for_redis() {
+        let fast = store(fake_redis(Duration::ZERO), Duration::from_secs(2));
+        until("connected", || fast.acknowledges_promptly());
+        assert!(fast.put_acknowledged(b"k", b"v", Instant::now()));
+        assert_eq!(fast.local.get(b"k", Instant::now()), Some(b"v".to_vec()));
+
+        let slow = store(
+            fake_redis(Duration::from_millis(300)),
+            Duration::from_millis(50),
+        );
+        until("connected", || slow.acknowledges_promptly());
+        assert!(!slow.put_acknowledged(b"k", b"v", Instant::now()));
+        assert_eq!(slow.local.get(b"k", Instant::now()), None);
+        until("writes known slow", || !slow.acknowledges_promptly());
+        assert!(!slow.put_acknowledged(b"k2", b"v", Instant::now()));
+        assert_eq!(slow.stats().unacknowledged, 2);
+        // an ordinary put neither waits nor fails
+        assert!(slow.put(b"k3", b"v", Instant::now()));
+
+        let nowhere = store("127.0.0.1:1".parse().unwrap(), Duration::from_millis(50));
+        assert!(!nowhere.acknowledges_promptly());
+        assert!(!nowhere.put_acknowledged(b"k", b"v", Instant::now()));
+    }
+
+    /// The first connection starts a quarantine as a reconnection does: Redis's GETDEL found
+    /// the value, yet the take is not exclusive.
+    #[test]
+    fn the_first_connection_starts_a_quarantine() {
+        let redis = store(fake_redis(Duration::ZERO), Duration::from_secs(2));
+        until("connected", || redis.acknowledges_promptly());
+        assert!(redis.put_acknowledged(b"k", b"v", Instant::now()));
+        let taken = redis.take_once(b"k", Instant::now());
+        assert_eq!(taken.kind(), TakenKind::Local);
+        assert_eq!(redis.stats().reconnects, 0, "not a reconnection");
     }
 }
 

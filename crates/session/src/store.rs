@@ -10,6 +10,22 @@ use std::time::Instant;
 pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// Stores `value` under `key`, replacing any earlier value. Returns whether it was stored.
     fn put(&self, key: &[u8], value: &[u8], now: Instant) -> bool;
+    /// [`put`](Self::put) for a session whose ticket will allow early data (TLS 1.3 0-RTT):
+    /// returns true only once every agent's [`take_once`](Self::take_once) can find the value,
+    /// false if that is not known within the store's wait (the ticket is then not sent). A
+    /// ticket in a client's hands before the store has it could be resumed elsewhere first
+    /// (found nowhere: refused, and the request sent again after the handshake), then replayed
+    /// with its early data once the value lands: one request, run twice. The default stores
+    /// locally, where every take finds it at once.
+    fn put_acknowledged(&self, key: &[u8], value: &[u8], now: Instant) -> bool {
+        self.put(key, value, now)
+    }
+    /// Whether a [`put_acknowledged`](Self::put_acknowledged) is expected to be answered within
+    /// the store's wait now: false while the shared store is down or its writes are slow, when
+    /// new tickets go out without early data instead (and stored without waiting).
+    fn acknowledges_promptly(&self) -> bool {
+        true
+    }
     /// Returns a copy of the value under `key`, if present and not expired.
     fn get(&self, key: &[u8], now: Instant) -> Option<Vec<u8>>;
     /// Removes and returns the value under `key` (single-use TLS 1.3 tickets).
@@ -108,4 +124,7 @@ pub struct StoreStats {
     /// Connections to the shared store made again after losing it: a restart, or a failover
     /// followed to the promoted replica (Redis Sentinel, a Redis Cluster shard).
     pub reconnects: u64,
+    /// Sessions whose ticket was not sent: it would have allowed early data, and the shared
+    /// store had not stored it within the wait ([`SessionStore::put_acknowledged`]).
+    pub unacknowledged: u64,
 }

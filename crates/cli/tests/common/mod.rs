@@ -6,6 +6,7 @@
 mod browser;
 mod client;
 mod cpu;
+pub mod early;
 mod flood;
 mod fs;
 mod json;
