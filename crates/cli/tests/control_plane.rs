@@ -150,21 +150,15 @@ fn admin_calls_need_the_token_and_no_web_page_can_make_one() {
         )
         .unwrap();
         let server = StaticServer::start(&site.0);
-        let profile = TempDir::new("chromium-profile");
-        let out = Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
+        // the page's scripts run, then the DOM is printed
+        let out = headless(
+            chromium,
+            &[
                 "--virtual-time-budget=10000",
-                &format!("--user-data-dir={}", profile.0.display()),
                 "--dump-dom",
                 &format!("{}/index.html", server.url()),
-            ])
-            .output()
-            .expect("run chromium");
+            ],
+        );
         let dom = String::from_utf8_lossy(&out.stdout);
         assert!(
             dom.contains("data-sent=\"yes\""),

@@ -682,6 +682,7 @@ fn link_connections_from_outside_link_allow_are_closed_unread() {
         ),
         1.0
     );
+}
 
 /// The service manager's end of `sd_notify(3)`: a unix datagram socket that learns each
 /// message's sender from the kernel (SO_PASSCRED), as systemd's does.

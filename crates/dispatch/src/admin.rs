@@ -10,7 +10,6 @@
 //! Changes last until the agents file (if any) next changes or SIGHUP re-reads it: the file is
 //! the source of truth where there is one.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,9 +20,9 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use baton_ops::control::{self, Counters};
+use baton_ops::control::Counters;
 use baton_ops::guard::{self, Token};
-use baton_ops::reply::{json, refused, text};
+use baton_ops::reply::{json, text};
 
 use crate::members::{Admin, Change, Spec};
 use crate::roster::{self, ChangeError};
@@ -41,48 +40,11 @@ pub(crate) async fn serve(
     shared: Arc<Shared>,
     stop: CancellationToken,
 ) {
-    let Ok(local) = listener.local_addr() else {
-        return;
-    };
-    control::serve(
-        listener,
-        stop,
-        guard::admin_limits(LIFETIME),
-        counters.clone(),
-        move |req, slot| {
-            let (shared, token, counters) = (shared.clone(), token.clone(), counters.clone());
-            async move {
-                match guarded(req, &token, local, &counters) {
-                    Ok(req) => {
-                        slot.prove();
-                        handle(req, &shared).await
-                    }
-                    Err(answer) => answer,
-                }
-            }
-        },
-    )
+    guard::serve_admin(listener, stop, token, LIFETIME, counters, move |req| {
+        let shared = shared.clone();
+        async move { handle(req, &shared).await }
+    })
     .await
-}
-
-/// The request, if the admin guard lets it through; else the answer that refuses it.
-fn guarded(
-    req: Request<Incoming>,
-    token: &Token,
-    local: SocketAddr,
-    counters: &Counters,
-) -> Result<Request<Incoming>, Response<Full<Bytes>>> {
-    let (parts, body) = req.into_parts();
-    match guard::check(&parts, token, local) {
-        Ok(()) => Ok(Request::from_parts(parts, body)),
-        Err(why) => {
-            counters
-                .denied
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(reason = ?why, path = parts.uri.path(), "admin call refused");
-            Err(refused(why))
-        }
-    }
 }
 
 async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {

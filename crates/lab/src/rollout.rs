@@ -634,9 +634,9 @@ pub(crate) mod admin {
     use tokio::net::TcpListener;
     use tokio_util::sync::CancellationToken;
 
-    use baton_ops::control::{self, Counters};
+    use baton_ops::control::Counters;
     use baton_ops::guard::{self, Token};
-    use baton_ops::reply::{json, refused, text};
+    use baton_ops::reply::{json, text};
 
     use super::{Control, RolloutRequest};
     use crate::handover::HandoverRequest;
@@ -654,25 +654,16 @@ pub(crate) mod admin {
         control: Arc<Control>,
         stop: CancellationToken,
     ) {
-        let Ok(local) = listener.local_addr() else {
-            return;
-        };
-        control::serve(
+        let counters = Counters::new("admin");
+        guard::serve_admin(
             listener,
             stop,
-            guard::admin_limits(CONNECTION_LIMIT),
-            Counters::new("admin"),
-            move |req: Request<Incoming>, slot| {
-                let (control, token) = (control.clone(), token.clone());
-                async move {
-                    let (parts, body) = req.into_parts();
-                    if let Err(why) = guard::check(&parts, &token, local) {
-                        return refused(why);
-                    }
-                    // an operator's rollout is never pushed out by a flood of strangers
-                    slot.prove();
-                    handle(Request::from_parts(parts, body), control).await
-                }
+            token,
+            CONNECTION_LIMIT,
+            counters,
+            move |req| {
+                let control = control.clone();
+                async move { handle(req, control).await }
             },
         )
         .await

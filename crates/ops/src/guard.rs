@@ -112,6 +112,50 @@ pub fn admin_limits(lifetime: std::time::Duration) -> crate::control::Limits {
     }
 }
 
+/// Serves an admin endpoint on `listener` until `stop`: every request `handle` sees has passed
+/// [`check`] with `token` (a refused one is answered, counted in `counters.denied` and logged),
+/// and its connection is never pushed out for a newcomer from then on.
+pub async fn serve_admin<H, F>(
+    listener: tokio::net::TcpListener,
+    stop: tokio_util::sync::CancellationToken,
+    token: std::sync::Arc<Token>,
+    lifetime: std::time::Duration,
+    counters: std::sync::Arc<crate::control::Counters>,
+    handle: H,
+) where
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = http::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + 'static,
+{
+    let Ok(local) = listener.local_addr() else {
+        return;
+    };
+    let limits = admin_limits(lifetime);
+    crate::control::serve(
+        listener,
+        stop,
+        limits,
+        counters.clone(),
+        move |req, slot| {
+            let (token, counters, handle) = (token.clone(), counters.clone(), handle.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                if let Err(why) = check(&parts, &token, local) {
+                    counters
+                        .denied
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(reason = ?why, path = parts.uri.path(), "admin call refused");
+                    return crate::reply::refused(why);
+                }
+                slot.prove();
+                handle(http::Request::from_parts(parts, body)).await
+            }
+        },
+    )
+    .await
+}
+
 /// Why a request was refused, with the status to answer it with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {

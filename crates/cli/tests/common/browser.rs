@@ -25,29 +25,39 @@ pub fn chromium() -> Option<&'static str> {
 /// Renders a local HTML file with headless Chromium into a PNG screenshot (nothing but the
 /// file is loaded: no network, a throwaway profile).
 pub fn screenshot(chromium: &str, html: &Path, png: &Path, width: u32, height: u32) {
-    let profile = TempDir::new("chromium");
-    let out = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
+    let out = headless(
+        chromium,
+        &[
             "--hide-scrollbars",
-            &format!("--user-data-dir={}", profile.0.display()),
             &format!("--screenshot={}", png.display()),
             &format!("--window-size={width},{height}"),
             &format!("file://{}", html.display()),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run chromium");
+        ],
+    );
     assert!(
         png.exists(),
         "no screenshot: {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Headless Chromium with a throwaway profile, run to its end with `args`.
+pub fn headless(chromium: &str, args: &[&str]) -> std::process::Output {
+    let profile = TempDir::new("chromium");
+    Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            &format!("--user-data-dir={}", profile.0.display()),
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run chromium")
 }
 
 /// Decodes a PNG (8-bit RGB/RGBA, not interlaced: what Chromium writes) with python3's zlib
