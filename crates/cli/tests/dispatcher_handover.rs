@@ -628,14 +628,19 @@ fn silent_link_connections_keep_no_restarted_agent_from_its_dispatcher() {
         metrics: addrs["metrics"],
         link: addrs.get("link").copied(),
     };
-    // the dispatcher's links are up again within 3 s of the agent's start
+    // the dispatcher's link is up again (its reconnect backoff is at most 2 s; the bound is
+    // wide for a loaded machine: before, the flood kept it out for as long as it lasted)
     while agent.metric("baton_link_connections_active") < 1.0 {
         assert!(
-            started.elapsed() < Duration::from_secs(3),
+            started.elapsed() < Duration::from_secs(10),
             "the dispatcher's link did not come up through the flood"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    eprintln!(
+        "link up {} ms after the agent's start",
+        started.elapsed().as_millis()
+    );
     // with the other agent disabled, every client reaches the restarted one
     let (status, body) = admin_request(d.admin, "POST", "/agents/1/disable", None);
     assert_eq!(status, 200, "{body}");

@@ -23,7 +23,7 @@ use crate::{LinkStats, LinkStream, StreamMeta};
 /// Link connections authenticating at once, and from one address: a newcomer pushes out the
 /// oldest (of its own address first), so silent connections cannot keep a dispatcher out.
 const MAX_AUTHENTICATING: usize = 64;
-const AUTHENTICATING_PER_SOURCE: usize = 8;
+const AUTHENTICATING_PER_SOURCE: usize = 32;
 /// Authenticated link connections at once (dispatchers x their connections per agent).
 const MAX_LINKS: usize = 1024;
 /// Streams accepted but not yet taken by the agent.

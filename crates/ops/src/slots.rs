@@ -6,7 +6,7 @@
 //! slot. Here a newcomer is always let in, and the oldest unproven connection makes room for
 //! it: one of the newcomer's own source once that source holds its share, else any; among
 //! those, the oldest that has not been heard from ([`Slot::heard`]: sent what its protocol
-//! asks first) in [`GRACE`], else the oldest. A peer that finishes its business in less time than an
+//! asks first) in [`GRACE`], else the oldest not heard from yet, else the oldest. A peer that finishes its business in less time than an
 //! attacker takes to open the cap's worth of new connections is never pushed out, nor one that
 //! talks while the others are silent; one that has proved itself ([`Slot::prove`]) is never
 //! pushed out at all, and counts against a cap of its own.
@@ -106,15 +106,16 @@ impl Table {
         Admission::In { ticket, evicted }
     }
 
-    /// Who makes room among the unproven connections `from` picks by source: the oldest
-    /// one silent for longer than [`GRACE`], else the oldest.
+    /// Who makes room among the unproven connections `from` picks by source: the oldest one
+    /// silent for longer than [`GRACE`], else the oldest silent one, else the oldest.
     fn victim(&self, from: impl Fn(IpAddr) -> bool, now: Instant) -> Option<u64> {
-        let mut candidates = self.unproven.iter().filter(|(_, h)| from(h.source));
-        let oldest = candidates.clone().next().map(|(t, _)| *t);
-        candidates
-            .find(|(_, h)| !h.heard && now.saturating_duration_since(h.since) >= GRACE)
+        let candidates = || self.unproven.iter().filter(|(_, h)| from(h.source));
+        let silent_past_grace =
+            candidates().find(|(_, h)| !h.heard && now.saturating_duration_since(h.since) >= GRACE);
+        silent_past_grace
+            .or_else(|| candidates().find(|(_, h)| !h.heard))
+            .or_else(|| candidates().next())
             .map(|(t, _)| *t)
-            .or(oldest)
     }
 
     /// The connection sent what its protocol asks first: it goes after the silent ones.
@@ -318,10 +319,10 @@ mod tests {
             vec![silent],
             "the one silent past its grace goes first"
         );
-        // one still in its grace is not silent yet: the oldest goes
+        // none silent past its grace: the oldest silent one goes, still before a talker
         let (_, evicted) = ticket(t.admit(ip(1), at(5)));
-        assert_eq!(evicted, vec![talker]);
-        assert!(t.unproven.contains_key(&young));
+        assert_eq!(evicted, vec![young]);
+        assert!(t.unproven.contains_key(&talker));
         // only talkers left: the oldest of them goes
         let mut t = Table::new(2, 2, 0);
         let (a, _) = ticket(t.admit(ip(1), at(0)));
