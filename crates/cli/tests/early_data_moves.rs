@@ -5,13 +5,15 @@
 mod common;
 
 use std::io::Write;
-use std::process::Command;
 
 use common::early::{
     early, early_client, eventually, get, read_response, request, request_kept,
     store_quarantine_over, Upstream,
 };
-use common::{key_file, series_sum, spawn_ready, text_of, Agent, Dispatcher, Pki, Redis, TempDir};
+use common::{
+    admin_request, admin_token_file, key_file, series_sum, spawn_ready, Agent, Dispatcher, Pki,
+    Redis, TempDir,
+};
 
 /// The second request on a kept connection: its status.
 fn again(kept: &mut common::early::Kept, path: &str) -> u16 {
@@ -107,6 +109,8 @@ fn a_zero_rtt_connection_moves_off_a_drained_agent() {
             &dir.arg("agents.toml"),
             "--admin",
             "127.0.0.1:0",
+            "--admin-token-file",
+            admin_token_file(),
             "--policy",
             "round-robin",
             "--cluster-key-file",
@@ -138,12 +142,13 @@ fn a_zero_rtt_connection_moves_off_a_drained_agent() {
             &format!("direction=\"{direction}\",reason=\"drain\""),
         )
     };
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", "-X", "POST"])
-        .arg(format!("http://{}/agents/{holder}/drain", addrs["admin"]))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text_of(&out));
+    let (status, body) = admin_request(
+        addrs["admin"],
+        "POST",
+        &format!("/agents/{holder}/drain"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
     eventually("the connection moved off the drained agent", || {
         moved(&agents[holder], "out") == 1.0
     });
