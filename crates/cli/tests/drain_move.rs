@@ -226,18 +226,7 @@ fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stay
             )
         })
         .collect();
-    let roster: String = agents
-        .iter()
-        .enumerate()
-        .map(|(id, a)| {
-            format!(
-                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
-                a.addr,
-                a.link.unwrap()
-            )
-        })
-        .collect();
-    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
     let (child, addrs) = spawn_ready(
         "dispatch",
         &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],

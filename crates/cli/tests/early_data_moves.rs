@@ -11,8 +11,8 @@ use common::early::{
     store_quarantine_over, Upstream,
 };
 use common::{
-    admin_request, admin_token_file, key_file, series_sum, spawn_ready, Agent, Dispatcher, Pki,
-    Redis, TempDir,
+    admin_request, admin_token_file, key_file, linked_roster, series_sum, spawn_ready, Agent,
+    Dispatcher, Pki, Redis, TempDir,
 };
 
 /// The second request on a kept connection: its status.
@@ -89,18 +89,7 @@ fn a_zero_rtt_connection_moves_off_a_drained_agent() {
             )
         })
         .collect();
-    let roster: String = agents
-        .iter()
-        .enumerate()
-        .map(|(id, a)| {
-            format!(
-                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
-                a.addr,
-                a.link.unwrap()
-            )
-        })
-        .collect();
-    std::fs::write(dir.path("agents.toml"), roster).unwrap();
+    std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
     let (child, addrs) = spawn_ready(
         "dispatch",
         &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],

@@ -51,21 +51,6 @@ fn linked_agents(pki: &Pki, n: u16, cluster_key: &str, extra: &[&str]) -> Vec<Ag
         .collect()
 }
 
-/// The agents file naming `agents` by their ids (positions), with their links.
-fn linked_roster(agents: &[Agent]) -> String {
-    agents
-        .iter()
-        .enumerate()
-        .map(|(id, a)| {
-            format!(
-                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
-                a.addr,
-                a.link.unwrap()
-            )
-        })
-        .collect()
-}
-
 /// `baton dispatch --agents-file FILE --admin 127.0.0.1:0`, and the admin address.
 fn dispatcher(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
     let mut args = vec![

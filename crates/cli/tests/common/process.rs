@@ -239,3 +239,18 @@ pub fn have_haproxy() -> bool {
     super::require_or_skip("haproxy", "the L4 balancer in front of the cluster");
     false
 }
+
+/// The agents file naming `agents` by their ids (positions), with their links.
+pub fn linked_roster(agents: &[Agent]) -> String {
+    agents
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            format!(
+                "[[agent]]\nid = {id}\naddr = \"{}\"\nlink = \"{}\"\n\n",
+                a.addr,
+                a.link.unwrap()
+            )
+        })
+        .collect()
+}
