@@ -1,4 +1,4 @@
-//! Parking idle HTTP/1.1 connections (issue 20): what a keep-alive connection holds while it
+//! Parking idle HTTP/1.1 connections: what a keep-alive connection holds while it
 //! waits for the client's next request (or its first), which is most of a connection's life.
 //!
 //! A connection works in a large future (the handshake, hyper, a move: about 17 KB) and rustls

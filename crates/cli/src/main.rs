@@ -48,7 +48,7 @@ enum Command {
 
 /// mimalloc rather than the system allocator: a handshake allocates and frees many small,
 /// short-lived buffers (rustls' messages and records, hyper's, the task), and malloc, free and
-/// memcpy were about 10 % of an agent's CPU in a full handshake. Measured (issue 20, both agents
+/// memcpy were about 10 % of an agent's CPU in a full handshake. Measured (both agents
 /// at once, `scripts/bench-agent-ab`): CPU per full ECDSA handshake 3.5 % lower (median of 60
 /// rounds), resumptions 1-3 % lower, and RSS per idle TLS 1.3 connection 4.7 kB against 5.2.
 #[global_allocator]

@@ -6,7 +6,7 @@
 //! either. Shutdown ends the send side (END_STREAM, a clean EOF at the peer); dropping a stream
 //! that has not ended both ways resets it (the peer sees an error, never a clean EOF).
 //!
-//! A dispatcher handover (issue 18): the old dispatcher ends its side with the trailers
+//! A dispatcher handover: the old dispatcher ends its side with the trailers
 //! `baton-handover: TOKEN` ([`LinkStream::hand_over`]). The agent's stream does not report that
 //! end: it acknowledges (its own side ends with `baton-handover: ack` after all it sent),
 //! registers TOKEN with its listener ([`crate::rejoin`]) and holds its reads and writes

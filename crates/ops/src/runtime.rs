@@ -3,8 +3,8 @@
 /// One worker: a current-thread runtime, whose tasks run on the thread that blocks on the
 /// server. A one-worker multi-thread runtime would run them on a second thread, with work
 /// queues and cross-thread wake-ups for nothing: measured 2-4 % more CPU per agent handshake
-/// (docs/measurements.md, issue 20), and for the dispatcher a link's frames from several clients no longer
-/// leave in one write (issue 14). More workers: one multi-thread runtime (per-core
+/// (docs/measurements.md), and for the dispatcher a link's frames from several clients no longer
+/// leave in one write. More workers: one multi-thread runtime (per-core
 /// current-thread runtimes with `SO_REUSEPORT` listeners measured no better for the agent).
 pub fn for_workers(workers: usize, name: &str) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = if workers <= 1 {

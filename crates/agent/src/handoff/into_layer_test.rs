@@ -1,4 +1,4 @@
-//! A rustls connection parked on the record layer (issue 20), without sockets: the handshake
+//! A rustls connection parked on the record layer, without sockets: the handshake
 //! and requests on rustls (a KeyUpdate among them), then `session::into_layer`, after which the
 //! record layer alone carries the connection on: requests, the client's KeyUpdates, our own,
 //! close_notify. The client is rustls and must never see an error.

@@ -1,4 +1,4 @@
-//! Moving an *established* session without sockets (issue 18): a rustls client and an agent
+//! Moving an *established* session without sockets: a rustls client and an agent
 //! that have exchanged requests (and, in TLS 1.3, KeyUpdates) long after their handshake; the
 //! agent drains and leaves, the dispatcher's relay (which followed every byte while it served)
 //! moves the connection to a second agent, which carries it on from the record layer; that one

@@ -1,4 +1,4 @@
-//! The dispatcher handover (issue 18): on SIGUSR2 or `POST /handover` the dispatcher starts a
+//! The dispatcher handover: on SIGUSR2 or `POST /handover` the dispatcher starts a
 //! successor (the binary now at its path, with its own command line), passes it the listening
 //! sockets, and once it is ready, every live client connection, then exits. Clients notice
 //! nothing: their TCP connection, TLS session and agent stay the same.

@@ -1,4 +1,4 @@
-//! Issue 17, several dispatchers: two `baton dispatch` processes with the same agents behind
+//! Several dispatchers: two `baton dispatch` processes with the same agents behind
 //! HAProxy `mode tcp` (round robin, health checks, redispatch, PROXY v2), open-loop load
 //! through HAProxy, and one dispatcher SIGKILLed halfway. What it costs:
 //!

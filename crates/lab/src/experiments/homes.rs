@@ -1,4 +1,4 @@
-//! Issue 17, consistent homes: how many clients change home agent when one agent of N joins or
+//! Consistent homes: how many clients change home agent when one agent of N joins or
 //! leaves, and how evenly the homes spread, with the rendezvous hashing the dispatcher uses
 //! (`baton_ops::affinity`, keyed by agent id) beside the `hash % N` it replaced. The same pure
 //! function every dispatcher runs, over a population of client addresses: no processes.
@@ -53,7 +53,7 @@ pub fn run(lab: &Lab) -> anyhow::Result<Table> {
         .collect();
     let mut t = Table::new(
         "homes",
-        format!("issue 17: clients ({population} addresses) whose home changes when one agent of N joins or leaves, and the spread of homes"),
+        format!("consistent homes: clients ({population} addresses) whose home changes when one agent of N joins or leaves, and the spread of homes"),
     )
     .column("agents", "N")
     .column("event", "event")

@@ -84,16 +84,16 @@ pub enum Experiment {
     /// The crypto offload paper: crypto's share of the agent's CPU by op (metering beside perf), full vs
     /// resumed, key in the agent vs in `baton signer`.
     CryptoShare,
-    /// Issue 17: clients whose home changes when one agent of 3, 5 or 8 joins or leaves
+    /// Clients whose home changes when one agent of 3, 5 or 8 joins or leaves
     /// (rendezvous hashing beside `hash % N`), and the spread of homes. Computed, no processes.
     Homes,
-    /// Issue 17: two dispatchers with the same agents behind HAProxy, one SIGKILLed under
+    /// Two dispatchers with the same agents behind HAProxy, one SIGKILLed under
     /// open-loop load: requests lost with it, failures after (goal 0), resumption before and
     /// after, and whether homes stayed (the dispatchers' own routing counters).
     DispatcherFailover,
     /// Every experiment, one after another, into one report.
     All,
-    /// Issue 15's chaos soak (not part of `all`): load through a handoff cluster with Redis and
+    /// The chaos soak (not part of `all`): load through a handoff cluster with Redis and
     /// through HAProxy in front of peer-sharing agents while agents, Redis and the dispatcher
     /// are killed, stopped and restarted on a seeded schedule and every listener is attacked;
     /// fails on any failure not explained by a fault on its path, growth, or a panic.

@@ -1,4 +1,4 @@
-//! `baton lab soak`: the chaos soak of issue 15. Two systems under load at once, while a fault
+//! `baton lab soak`: the chaos soak. Two systems under load at once, while a fault
 //! injector works through a seeded schedule:
 //!
 //! - side A: `baton up --agents 3 --policy handoff --store redis` (the lab's [`Cluster`]) with a
