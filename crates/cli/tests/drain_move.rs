@@ -227,32 +227,18 @@ fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stay
         })
         .collect();
     std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
-    let (child, addrs) = spawn_ready(
-        "dispatch",
-        &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+    // killed on drop, like the agents
+    let (d, admin) = Dispatcher::with_admin(
+        &dir.arg("agents.toml"),
         &[
-            "--agents-file",
-            &dir.arg("agents.toml"),
-            "--admin",
-            "127.0.0.1:0",
-            "--admin-token-file",
-            admin_token_file(),
             "--policy",
             "round-robin",
             "--cluster-key-file",
             &cluster_key,
         ],
     );
-    // killed on drop, like the agents
-    let _d = Dispatcher {
-        child,
-        addr: addrs["dispatch"],
-        metrics: addrs["metrics"],
-    };
     let config = Arc::new(pki.client(&[&rustls::version::TLS13], None));
-    let mut clients: Vec<KeepAlive> = (0..6)
-        .map(|_| KeepAlive::open(addrs["dispatch"], &config))
-        .collect();
+    let mut clients: Vec<KeepAlive> = (0..6).map(|_| KeepAlive::open(d.addr, &config)).collect();
     for c in clients.iter_mut() {
         assert!(c.get("/tls").starts_with("HTTP/1.1 200"));
     }
@@ -263,7 +249,7 @@ fn an_operator_drain_at_the_dispatcher_moves_idle_connections_and_the_agent_stay
             "direction=\"out\",reason=\"drain\"",
         )
     };
-    let (status, body) = admin_request(addrs["admin"], "POST", "/agents/0/drain", None);
+    let (status, body) = admin_request(admin, "POST", "/agents/0/drain", None);
     assert_eq!(status, 200, "{body}");
     // round-robin put 3 of the 6 on agent 0: they move while idle, and it keeps running
     let end = Instant::now() + Duration::from_secs(10);

@@ -11,8 +11,7 @@ use common::early::{
     store_quarantine_over, Upstream,
 };
 use common::{
-    admin_request, admin_token_file, key_file, linked_roster, series_sum, spawn_ready, Agent,
-    Dispatcher, Pki, Redis, TempDir,
+    admin_request, key_file, linked_roster, series_sum, Agent, Dispatcher, Pki, Redis, TempDir,
 };
 
 /// The second request on a kept connection: its status.
@@ -90,36 +89,16 @@ fn a_zero_rtt_connection_moves_off_a_drained_agent() {
         })
         .collect();
     std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
-    let (child, addrs) = spawn_ready(
-        "dispatch",
-        &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
-        &[
-            "--agents-file",
-            &dir.arg("agents.toml"),
-            "--admin",
-            "127.0.0.1:0",
-            "--admin-token-file",
-            admin_token_file(),
-            "--policy",
-            "round-robin",
-            "--cluster-key-file",
-            &key,
-        ],
-    );
     // killed on drop, like the agents
-    let _d = Dispatcher {
-        child,
-        addr: addrs["dispatch"],
-        metrics: addrs["metrics"],
-    };
+    let (d, admin) = Dispatcher::with_admin(
+        &dir.arg("agents.toml"),
+        &["--policy", "round-robin", "--cluster-key-file", &key],
+    );
     store_quarantine_over();
     let config = early_client(&pki);
-    assert_eq!(
-        request(addrs["dispatch"], &config, &get("/first")).status,
-        200
-    );
+    assert_eq!(request(d.addr, &config, &get("/first")).status, 200);
     // round robin: the other agent takes the ticket from Redis, and the early data
-    let (o, mut kept) = request_kept(addrs["dispatch"], &config, &get("/zero"));
+    let (o, mut kept) = request_kept(d.addr, &config, &get("/zero"));
     assert!(o.accepted && o.status == 200, "{o:?}");
     let holder = (0..2)
         .find(|&i| early(&agents[i], "accepted") == 1)
@@ -131,12 +110,7 @@ fn a_zero_rtt_connection_moves_off_a_drained_agent() {
             &format!("direction=\"{direction}\",reason=\"drain\""),
         )
     };
-    let (status, body) = admin_request(
-        addrs["admin"],
-        "POST",
-        &format!("/agents/{holder}/drain"),
-        None,
-    );
+    let (status, body) = admin_request(admin, "POST", &format!("/agents/{holder}/drain"), None);
     assert_eq!(status, 200, "{body}");
     eventually("the connection moved off the drained agent", || {
         moved(&agents[holder], "out") == 1.0

@@ -51,30 +51,6 @@ fn linked_agents(pki: &Pki, n: u16, cluster_key: &str, extra: &[&str]) -> Vec<Ag
         .collect()
 }
 
-/// `baton dispatch --agents-file FILE --admin 127.0.0.1:0`, and the admin address.
-fn dispatcher(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
-    let mut args = vec![
-        "--agents-file",
-        file,
-        "--admin",
-        "127.0.0.1:0",
-        "--admin-token-file",
-        admin_token_file(),
-    ];
-    args.extend_from_slice(extra);
-    let (child, addrs) = spawn_ready(
-        "dispatch",
-        &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
-        &args,
-    );
-    let d = Dispatcher {
-        child,
-        addr: addrs["dispatch"],
-        metrics: addrs["metrics"],
-    };
-    (d, addrs["admin"])
-}
-
 /// The agents the admin endpoint lists: (id, state, up).
 fn listed(addr: SocketAddr) -> Vec<(u64, String, bool)> {
     let (status, body) = admin_request(addr, "GET", "/agents", None);
@@ -139,7 +115,8 @@ fn the_admin_endpoint_adds_drains_and_removes_agents_under_traffic() {
     let a = agents(&pki, &[0, 7]);
     let dir = TempDir::new("membership-admin");
     std::fs::write(dir.path("agents.toml"), entry(0, &a[0], "active")).unwrap();
-    let (d, admin_addr) = dispatcher(&dir.arg("agents.toml"), &["--policy", "round-robin"]);
+    let (d, admin_addr) =
+        Dispatcher::with_admin(&dir.arg("agents.toml"), &["--policy", "round-robin"]);
     let config = Arc::new(pki.client(&[&TLS13], None));
 
     serve(&d, &config, 4);
@@ -239,7 +216,8 @@ fn the_agents_file_is_followed_when_it_changes_and_on_sighup() {
     let dir = TempDir::new("membership-file");
     let file = dir.path("agents.toml");
     std::fs::write(&file, entry(1, &a[0], "active")).unwrap();
-    let (d, admin_addr) = dispatcher(&dir.arg("agents.toml"), &["--policy", "least-conn"]);
+    let (d, admin_addr) =
+        Dispatcher::with_admin(&dir.arg("agents.toml"), &["--policy", "least-conn"]);
     let config = Arc::new(pki.client(&[&TLS13], None));
     serve(&d, &config, 2);
     assert_eq!(handshakes(&a[1]), 0);
@@ -373,7 +351,7 @@ fn two_dispatchers_behind_haproxy_agree_on_homes_and_one_can_die() {
     std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
     let mut dispatchers: Vec<Option<(Dispatcher, SocketAddr)>> = (0..2)
         .map(|_| {
-            Some(dispatcher(
+            Some(Dispatcher::with_admin(
                 &dir.arg("agents.toml"),
                 &[
                     "--policy",
@@ -481,7 +459,7 @@ fn an_agent_told_to_stop_tells_the_dispatcher_and_no_client_is_lost() {
     let cluster_key = key_file(&dir, "cluster.key");
     let mut agents = linked_agents(&pki, 2, &cluster_key, &[]);
     std::fs::write(dir.path("agents.toml"), linked_roster(&agents)).unwrap();
-    let (d, admin_addr) = dispatcher(
+    let (d, admin_addr) = Dispatcher::with_admin(
         &dir.arg("agents.toml"),
         &[
             "--policy",

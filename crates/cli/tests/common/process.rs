@@ -209,6 +209,31 @@ impl Dispatcher {
     pub fn metric(&self, series: &str) -> f64 {
         series_value(&metrics_page(self.metrics), series)
     }
+
+    /// `baton dispatch --agents-file FILE --admin 127.0.0.1:0` (with the tests' admin token)
+    /// and `extra`; the dispatcher and its admin address.
+    pub fn with_admin(file: &str, extra: &[&str]) -> (Dispatcher, SocketAddr) {
+        let mut args = vec![
+            "--agents-file",
+            file,
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token-file",
+            super::admin_token_file(),
+        ];
+        args.extend_from_slice(extra);
+        let (child, addrs) = spawn_ready(
+            "dispatch",
+            &["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+            &args,
+        );
+        let d = Dispatcher {
+            child,
+            addr: addrs["dispatch"],
+            metrics: addrs["metrics"],
+        };
+        (d, addrs["admin"])
+    }
 }
 
 impl Drop for Dispatcher {
