@@ -116,11 +116,12 @@ impl ResetBudget {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::h2frames::tests::{frame, opening, request};
 
-    const LIMITS: Limits = Limits {
+    /// The limits the rules' and the watcher's tests run with.
+    pub(crate) const LIMITS: Limits = Limits {
         header_timeout: Duration::from_secs(10),
         min_header_rate: 0,
         idle_timeout: Duration::from_secs(60),

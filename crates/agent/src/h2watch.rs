@@ -251,16 +251,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::h2bounds::tests::LIMITS;
     use crate::h2frames::tests::{frame, opening, request};
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-
-    const LIMITS: Limits = Limits {
-        header_timeout: Duration::from_secs(10),
-        min_header_rate: 0,
-        idle_timeout: Duration::from_secs(60),
-        max_resets: 5,
-    };
 
     fn watched() -> (
         DuplexStream,
