@@ -15,14 +15,13 @@ use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use baton_migrate::{self as handoff_wire, Frame};
 use baton_ops::cidr::Cidr;
-use baton_wire::handoff::{self as handoff_wire, Frame};
 use baton_wire::proxy_v2::ProxyHeader;
 
 use crate::engine::{Engine, Waited};
 use crate::h2bounds::{self, Limits};
 use crate::h2watch::{Action, Signal, Watched};
-use crate::handoff::secrets::TrafficSecrets;
 use crate::handoff::{self, export::Exported, export::Offer};
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
@@ -32,6 +31,7 @@ use crate::park::{Parked, Parking};
 use crate::server::Shared;
 use crate::transport::AgentIo;
 use baton_link::LinkStream;
+use baton_migrate::secrets::TrafficSecrets;
 
 /// A client connection on the public port: TLS at once (after a PROXY v2 header, if
 /// configured). Handoff frames are never read here: one gets rustls' alert, never an import.
@@ -177,14 +177,14 @@ async fn serve(
                 return None;
             }
         };
-    if n < head.len() && handoff::secrets::client_random_may_follow(&head[..n]) {
+    if n < head.len() && baton_migrate::secrets::client_random_may_follow(&head[..n]) {
         n = tokio::time::timeout_at(deadline, io.peek(&mut head))
             .await
             .map_or(0, |r| r.unwrap_or(0));
     }
     // The TLS 1.3 traffic secrets (for KeyUpdate after a move, or on the record layer once
     // parked): the key log finds them by the ClientHello's random.
-    let expected = handoff::secrets::client_random(&head[..n])
+    let expected = baton_migrate::secrets::client_random(&head[..n])
         .and_then(|random| shared.tls.secret_log().expect(random));
     let on_link = !io.is_tcp();
     let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
@@ -534,7 +534,7 @@ async fn first_frame(io: &mut AgentIo) -> std::io::Result<FirstFrame> {
     let len = usize::from(u16::from_be_bytes([head[3], head[4]]));
     let mut frame = vec![0u8; 5 + len];
     io.read_exact(&mut frame).await?;
-    let bad = |e: handoff_wire::HandoffError| {
+    let bad = |e: handoff_wire::MigrationError| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
     };
     match handoff_wire::Splitter::new()

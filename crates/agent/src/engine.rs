@@ -8,19 +8,19 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use baton_migrate::Splitter;
 use baton_session::migration::SessionObject;
-use baton_wire::handoff::Splitter;
 use rustls::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::conn::Tls;
 use crate::handoff::export::Exported;
-use crate::handoff::session::{self, ExtractFailed, Extras};
 use crate::handoff::stream::MigratedStream;
 use crate::io::ConnIo;
 use crate::server::Shared;
 use crate::transport::AgentIo;
+use baton_migrate::extract::{self, ExtractFailed, Extras};
 
 /// A connection's TLS engine. Both variants are boxed: the engine is moved in and out of the
 /// futures that serve it, and each of those is as large as the engine (a parked connection's
@@ -160,7 +160,7 @@ impl Engine {
     pub(crate) fn decrypt(&mut self, tls: &[u8], plain: &mut Vec<u8>) -> Result<usize, String> {
         match self {
             Engine::Rustls(s) => {
-                session::decrypt(s.get_mut().1, tls, plain).map_err(|e| e.to_string())
+                extract::decrypt(s.get_mut().1, tls, plain).map_err(|e| e.to_string())
             }
             Engine::Layer(s) => s.decrypt(tls, plain),
         }
@@ -169,7 +169,7 @@ impl Engine {
     /// Whether the session can be taken out without losing anything.
     pub(crate) fn extractable(&mut self) -> bool {
         match self {
-            Engine::Rustls(s) => session::extractable(s.get_mut().1),
+            Engine::Rustls(s) => extract::extractable(s.get_mut().1),
             Engine::Layer(s) => s.keys_at_rest().is_some(),
         }
     }
@@ -183,11 +183,11 @@ impl Engine {
         match self {
             Engine::Rustls(s) => {
                 let (io, conn) = s.into_inner();
-                Ok((io, session::extract(conn, extras)?))
+                Ok((io, extract::extract(conn, extras)?))
             }
             Engine::Layer(s) => {
                 let keys = s.keys_at_rest().ok_or(ExtractFailed)?;
-                let obj = session::from_layer(&keys, s.negotiated_suite(), extras)?;
+                let obj = extract::from_layer(&keys, s.negotiated_suite(), extras)?;
                 Ok((s.into_io(), obj))
             }
         }

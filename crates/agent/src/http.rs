@@ -38,6 +38,16 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
+    /// What a home agent is told about this connection when it moves there.
+    pub fn application(&self) -> baton_migrate::extract::Application<'_> {
+        baton_migrate::extract::Application {
+            resumed: self.resumed,
+            alpn: self.alpn.as_deref(),
+            sni: self.sni.as_deref(),
+            client_subject: self.client_subject.as_deref(),
+        }
+    }
+
     /// What rustls negotiated on a server connection (no early data: see `early_tls`).
     pub fn of(peer: SocketAddr, tls: &rustls::ServerConnection) -> ConnInfo {
         ConnInfo {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use baton_wire::handoff::{HandoffError, Splitter};
+use baton_migrate::{MigrationError, Splitter};
 
 use crate::metrics::Metrics;
 
@@ -31,7 +31,7 @@ pub struct ConnIo<T> {
     timer: Pin<Box<Sleep>>,
     /// For a connection that may migrate: where the client's records stand in what was read
     /// (`Err` once something other than a record came). See [`ConnIo::track_records`].
-    records: Option<Result<Splitter, HandoffError>>,
+    records: Option<Result<Splitter, MigrationError>>,
     /// Bytes read since records were first followed, and where in them the last whole record
     /// ends: the handshake agent's cut ([`ConnIo::record_boundary`]).
     followed: u64,

@@ -26,13 +26,13 @@ use tokio::time::Instant;
 use zeroize::Zeroizing;
 
 use crate::engine::{Engine, Waited};
-use crate::handoff::secrets::TrafficSecrets;
-use crate::handoff::session;
 use crate::handoff::stream::MigratedStream;
 use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::server::Shared;
 use crate::transport::AgentIo;
+use baton_migrate::extract;
+use baton_migrate::secrets::TrafficSecrets;
 
 /// A connection served from the record layer.
 pub(crate) type Layered = Box<MigratedStream<ConnIo<AgentIo>>>;
@@ -70,7 +70,7 @@ pub(crate) enum Parking {
 pub(crate) fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parking {
     if let Engine::Rustls(tls) = &mut engine {
         let (io, conn) = tls.get_mut();
-        if !session::layer_can_carry(conn, secrets) || io.records_at_boundary().is_none() {
+        if !extract::layer_can_carry(conn, secrets) || io.records_at_boundary().is_none() {
             return Parking::Never(engine);
         }
     }
@@ -83,13 +83,13 @@ pub(crate) fn park(mut engine: Engine, secrets: &TrafficSecrets) -> Parking {
             let (mut io, conn) = tls.into_inner();
             // the layer knows where the records stand from here on
             io.take_records();
-            match session::into_layer(conn, secrets) {
+            match extract::into_layer(conn, secrets) {
                 Ok((layer, (version, suite))) => {
                     let s = MigratedStream::new(io, layer, Zeroizing::new(Vec::new()))
                         .negotiated(version, suite);
                     Parking::Parked(Box::new(s))
                 }
-                Err(session::ExtractFailed) => Parking::Lost,
+                Err(extract::ExtractFailed) => Parking::Lost,
             }
         }
     }
@@ -113,7 +113,7 @@ pub(crate) fn settled(engine: &mut Engine) -> bool {
         Engine::Rustls(tls) => {
             let (io, conn) = tls.get_mut();
             io.records_at_boundary() == Some(true)
-                && session::extractable(conn)
+                && extract::extractable(conn)
                 && conn
                     .process_new_packets()
                     .is_ok_and(|s| s.plaintext_bytes_to_read() == 0)

@@ -16,12 +16,12 @@ use rustls::ServerConfig;
 
 use crate::certs::{self, CertEntry};
 use crate::config::{AgentConfig, ClientAuth};
-use crate::handoff::SecretLog;
 use crate::metrics::Metrics;
 use crate::policy::{self, Policy};
 use crate::resolver::{CertStore, Resolver};
 use crate::sessions::{SessionCache, Ticketer};
 use crate::store::read_ring;
+use baton_migrate::SecretLog;
 
 /// The TLS side of a running agent.
 pub struct Tls {

@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use baton_migrate::{Frame, RefuseReason, Splitter};
 use baton_session::migration::{DirectionState, SessionObject, DEFAULT_TTL};
 use baton_session::KeyRing;
-use baton_wire::handoff::{Frame, RefuseReason, Splitter};
 use common::*;
 use rustls::pki_types::ServerName;
 

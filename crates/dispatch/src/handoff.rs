@@ -1,5 +1,5 @@
 //! The tokio shell of a handed-off connection (`--policy handoff`, CSSL-SF): it pumps
-//! `baton_wire::handoff::Relay` — the protocol's state machine, where every decision is made —
+//! `baton_migrate::Relay` — the protocol's state machine, where every decision is made —
 //! between the client, the handshake agent's link stream and the home agent's, applies the
 //! timeouts the state machine leaves to it, and once the relay says where the stream belongs,
 //! splices the client to that agent. A migration is a stream move: the home agent's stream is
@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use baton_link::{LinkHandle, LinkStream, StreamMeta};
-use baton_wire::handoff::{Action, Frame, HandoffError, MoveReason, Outcome, Relay, Target};
+use baton_migrate::{Action, Frame, MigrationError, MoveReason, Outcome, Relay, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -304,8 +304,8 @@ fn next_home(
 }
 
 /// The binding a move's session object is sealed for: the home agent's link and the token.
-fn binding(ends: &Ends) -> [u8; baton_wire::handoff::BINDING_LEN] {
-    let mut b = [0u8; baton_wire::handoff::BINDING_LEN];
+fn binding(ends: &Ends) -> [u8; baton_migrate::BINDING_LEN] {
+    let mut b = [0u8; baton_migrate::BINDING_LEN];
     if let Some(h) = &ends.home {
         b[..16].copy_from_slice(&h.id());
     }
@@ -501,7 +501,7 @@ pub async fn at_home(
                         data = &data[passed.consumed..];
                         if passed.frame.is_some() {
                             if !data.is_empty() {
-                                let e = HandoffError::Unexpected("bytes after a Leave", "handshake");
+                                let e = MigrationError::Unexpected("bytes after a Leave", "handshake");
                                 return Err(invalid(e));
                             }
                             handshaking.finish();

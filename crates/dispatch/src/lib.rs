@@ -4,7 +4,7 @@
 //! the real client, and splices bytes both ways (`server.rs`). Health checks (`health.rs`) take
 //! dead agents out; counters are served as Prometheus text (`metrics.rs`). With `--policy
 //! handoff` a full handshake's session moves to the client's home agent afterwards:
-//! `handoff.rs` is the shell around the protocol's state machine in `baton_wire::handoff`.
+//! `handoff.rs` is the shell around the protocol's state machine in `baton_migrate`.
 //! Agents are named by id and may come and go: `members.rs` is the roster and the plan from one
 //! roster to another (pure), `roster.rs` applies it (link pools, the agents file), `admin.rs`
 //! takes changes from operators.

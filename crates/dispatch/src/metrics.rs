@@ -139,7 +139,7 @@ impl Metrics {
     }
 
     /// How a `handoff` connection's migration ended.
-    pub fn handoff(&self, outcome: baton_wire::handoff::Outcome) {
+    pub fn handoff(&self, outcome: baton_migrate::Outcome) {
         let label = crate::handoff::outcome_label(outcome);
         let i = HANDOFF_OUTCOMES
             .iter()
@@ -149,7 +149,7 @@ impl Metrics {
     }
 
     /// How a move asked for by a draining agent ended (`None`: it stayed, nowhere to go).
-    pub fn drain_move(&self, outcome: Option<baton_wire::handoff::Outcome>) {
+    pub fn drain_move(&self, outcome: Option<baton_migrate::Outcome>) {
         let label = outcome.map_or("stayed", crate::handoff::outcome_label);
         let i = DRAIN_OUTCOMES.iter().position(|l| *l == label).unwrap_or(0);
         self.drain_moves[i].fetch_add(1, Ordering::Relaxed);
@@ -351,7 +351,7 @@ mod tests {
         let m = Metrics::new(2);
         m.routed(1, Reason::Ticket);
         m.hello(HelloOutcome::TooLarge);
-        m.handoff(baton_wire::handoff::Outcome::Migrated);
+        m.handoff(baton_migrate::Outcome::Migrated);
         m.bytes(5, 7);
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Fixed(m)));

@@ -12,7 +12,7 @@
 //! - `handoff` (CSSL-SF): every client has a *home agent* (by address, as `client-ip`). A
 //!   resumption, cheap, goes straight home; a full handshake goes to the least-loaded agent
 //!   (the home agent first when it is among them), which then hands the session to the home
-//!   agent ([`Router::home_of`], `baton_wire::handoff`).
+//!   agent ([`Router::home_of`], `baton_migrate`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

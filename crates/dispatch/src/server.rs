@@ -97,7 +97,7 @@ impl prometheus_client::collector::Collector for Collected {
 }
 
 pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
-    use baton_wire::handover::ListenerKind;
+    use baton_migrate::restart::ListenerKind;
     // The path of this binary before anything else: one renamed away later (an upgrade moves
     // the old file aside) must not be what a successor starts.
     let handover = crate::handover::Handover::new();
@@ -532,12 +532,12 @@ fn plan_for(
     // The home agent's id names who the session object is sealed for.
     let home_id = shared.router().id_of(home_idx).unwrap_or(0);
     let token = baton_link::token();
-    let mut binding = [0u8; baton_wire::handoff::BINDING_LEN];
+    let mut binding = [0u8; baton_migrate::BINDING_LEN];
     if let Some(h) = &home {
         binding[..16].copy_from_slice(&h.id());
     }
     binding[16..].copy_from_slice(&token);
-    let head = baton_wire::handoff::Relay::offer(home_id, binding);
+    let head = baton_migrate::Relay::offer(home_id, binding);
     let ends = crate::handoff::Ends {
         agent_idx,
         home_idx,
@@ -667,7 +667,7 @@ async fn linked(
     agent_idx: usize,
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
-    let mut watch = baton_wire::handoff::Relay::serving();
+    let mut watch = baton_migrate::Relay::serving();
     let first_len = first.bytes.len() as u64;
     if watch.watch_client(&first.bytes).is_err() {
         // Not TLS: the agent answers it (an alert), and nothing here can ever move.
@@ -698,7 +698,7 @@ async fn learn_session_id<S: AsyncRead + Unpin>(
     agent: &mut S,
     client: &mut TcpStream,
     agent_idx: usize,
-    mut watch: Option<&mut baton_wire::handoff::Relay>,
+    mut watch: Option<&mut baton_migrate::Relay>,
     shared: &Shared,
 ) -> std::io::Result<u64> {
     let mut reader = ServerHelloReader::new();

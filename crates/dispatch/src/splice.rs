@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use baton_wire::handoff::{HandoffError, Passed, Relay};
+use baton_migrate::{MigrationError, Passed, Relay};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
@@ -102,7 +102,7 @@ pub(crate) enum Watched {
     /// The agent asked to leave (it drains): the relay has [`Action::ChooseHome`] queued and
     /// every byte before the request has been forwarded. The client may still be open.
     ///
-    /// [`Action::ChooseHome`]: baton_wire::handoff::Action::ChooseHome
+    /// [`Action::ChooseHome`]: baton_migrate::Action::ChooseHome
     Left { client_ended: bool },
     /// `stop` resolved (a dispatcher handover): both directions stopped, each between two
     /// chunks or inside a write its reader was not taking; what was read and followed but not
@@ -158,7 +158,7 @@ where
     let clock = Clock::new();
     // Both directions follow records through the relay, a lock taken only between awaits.
     let relay = std::sync::Mutex::new(relay);
-    let watch = |f: &mut dyn FnMut(&mut Relay) -> Result<Passed, HandoffError>| {
+    let watch = |f: &mut dyn FnMut(&mut Relay) -> Result<Passed, MigrationError>| {
         let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut r).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     };

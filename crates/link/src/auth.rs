@@ -6,7 +6,7 @@ use baton_wire::codec::{encode_bytes, Codec, Len, Reader};
 
 pub const MAGIC: &[u8; 4] = b"BTLK";
 /// The link's protocol version, in the agent's hello. 2: the handoff exchange without
-/// Freeze/Frozen (the handshake agent cuts by itself, `baton_wire::handoff`); a dispatcher
+/// Freeze/Frozen (the handshake agent cuts by itself, `baton_migrate`); a dispatcher
 /// refuses an agent of another version (and an older dispatcher a newer agent) rather than
 /// mis-read its frames, so a cluster mixing builds during an upgrade fails loudly, per link.
 pub const VERSION: u8 = 2;

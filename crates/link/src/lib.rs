@@ -34,7 +34,7 @@
 //! The agent proves itself only after the dispatcher has, so a peer without the key learns
 //! nothing but random bytes, and every handshake has a deadline. The link id is the agent's
 //! challenge and names the connection: a migrated session object is sealed for one link and
-//! one token (`baton_wire::handoff`), so it opens nowhere else, and not after a restart.
+//! one token (`baton_migrate`), so it opens nowhere else, and not after a restart.
 //! What is not protected: after the handshake, frames on the link are not sealed one by one;
 //! the link belongs on the cluster's own network (the session objects it carries are sealed).
 

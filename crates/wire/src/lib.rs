@@ -29,8 +29,6 @@ pub mod codec;
 pub mod enums;
 mod error;
 pub mod fuzzing;
-pub mod handoff;
-pub mod handover;
 pub mod hello;
 pub mod message;
 pub mod names;

@@ -23,9 +23,9 @@ use rustls::{ClientConnection, ServerConnection};
 
 use super::harness::{cluster_ring, pattern};
 use super::into_layer_test::{established_with, flight};
-use super::secrets::{SecretLog, TrafficSecrets};
-use super::session::{self, Extras};
 use crate::http::ConnInfo;
+use baton_migrate::extract::{self, Extras};
+use baton_migrate::secrets::{SecretLog, TrafficSecrets};
 
 /// A session after its handshake, as the handshake agent holds it at the freeze: the tickets
 /// sent, the client's first request (1 KiB, like bench-handoff's) not yet given to rustls.
@@ -62,7 +62,7 @@ fn export_and_import_cpu_per_session() {
     for tls13 in [true, false] {
         let log = Arc::new(SecretLog::default());
         let ring = cluster_ring(3);
-        let binding = [9u8; baton_wire::handoff::BINDING_LEN];
+        let binding = [9u8; baton_migrate::BINDING_LEN];
         let info = ConnInfo {
             peer: "127.0.0.2:40000".parse().unwrap(),
             version: "TLSv1.3",
@@ -85,13 +85,13 @@ fn export_and_import_cpu_per_session() {
         stage("decrypt", &mut || {
             for s in sessions.iter_mut() {
                 let mut plain = Vec::new();
-                session::decrypt(&mut s.server, &s.request, &mut plain).unwrap();
+                extract::decrypt(&mut s.server, &s.request, &mut plain).unwrap();
                 plains.push(plain);
             }
         });
         stage("extractable", &mut || {
             for s in sessions.iter_mut() {
-                assert!(session::extractable(&mut s.server));
+                assert!(extract::extractable(&mut s.server));
             }
         });
         let mut clients = Vec::with_capacity(n);
@@ -109,10 +109,10 @@ fn export_and_import_cpu_per_session() {
                 let extras = Extras {
                     home: 1,
                     secrets,
-                    info: &info,
+                    app: info.application(),
                     plaintext: plain,
                 };
-                objects.push(session::extract(server, extras).unwrap());
+                objects.push(extract::extract(server, extras).unwrap());
             }
         });
         let mut sealed = Vec::with_capacity(n);
@@ -142,7 +142,7 @@ fn export_and_import_cpu_per_session() {
         let mut layers = Vec::with_capacity(n);
         stage("record layer", &mut || {
             for o in &opened {
-                layers.push(super::record_layer(o).unwrap());
+                layers.push(baton_migrate::record_layer(o).unwrap());
             }
         });
 

@@ -1,18 +1,16 @@
 //! The handshake agent's side of a migration: the tokio shell that pumps
-//! `baton_wire::handoff::Exporter` (the protocol) and `super::session` (the TLS work) over the
+//! `baton_migrate::Exporter` (the protocol) and `super::session` (the TLS work) over the
 //! connection's link stream. Every decision is in those two; this file only reads, writes and
 //! waits.
 
 use std::time::Instant;
 
+use baton_migrate::{ExportEvent, Exporter, Frame};
 use baton_session::migration::MAX_CARRIED_PLAINTEXT;
-use baton_wire::handoff::{ExportEvent, Exporter, Frame};
 use rustls::ProtocolVersion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
-use super::secrets::TrafficSecrets;
-use super::session::{self, Extras};
 use super::stream::MigratedStream;
 use crate::conn::Tls;
 use crate::engine::Engine;
@@ -20,6 +18,8 @@ use crate::http::ConnInfo;
 use crate::io::ConnIo;
 use crate::server::Shared;
 use crate::transport::AgentIo;
+use baton_migrate::extract::{self, Extras};
+use baton_migrate::secrets::TrafficSecrets;
 use baton_ops::process::thread_cpu;
 
 /// How a handoff attempt left the connection.
@@ -38,7 +38,7 @@ pub enum Exported {
 #[derive(Debug, Clone, Copy)]
 pub struct Offer {
     pub home: u16,
-    pub binding: [u8; baton_wire::handoff::BINDING_LEN],
+    pub binding: [u8; baton_migrate::BINDING_LEN],
 }
 
 /// Runs the handshake agent's side for a connection the dispatcher offered to hand on, right
@@ -247,7 +247,7 @@ async fn keep_after_abort(
     mut stream: Engine,
     x: &mut Exporter,
     plain: Vec<u8>,
-    read: Option<baton_wire::handoff::Splitter>,
+    read: Option<baton_migrate::Splitter>,
 ) -> Exported {
     let Ok(abort) = x.abort() else {
         return Exported::Closed;
@@ -304,12 +304,12 @@ async fn switch(
     let extras = Extras {
         home: offer.home,
         secrets,
-        info,
+        app: info.application(),
         plaintext: plain,
     };
     let (mut io, obj) = match stream.extract(extras) {
         Ok(extracted) => extracted,
-        Err(session::ExtractFailed) => {
+        Err(extract::ExtractFailed) => {
             m.failure(HandoffFailure::Export);
             return Exported::Closed;
         }
@@ -419,7 +419,7 @@ fn serve_here(
     obj: &baton_session::migration::SessionObject,
     ciphertext: &[u8],
 ) -> Exported {
-    match super::record_layer(obj) {
+    match baton_migrate::record_layer(obj) {
         Some(layer) => {
             let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
                 .negotiated(obj.version, obj.suite);

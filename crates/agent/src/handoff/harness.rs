@@ -18,19 +18,19 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use baton_record::RecordLayer;
-use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
-use baton_session::{KeyRing, TicketKey};
-use baton_wire::handoff::{
+use baton_migrate::{
     Action, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, RefuseReason, Relay,
     Splitter, Target, BINDING_LEN,
 };
+use baton_record::RecordLayer;
+use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
+use baton_session::{KeyRing, TicketKey};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
-use super::secrets::{self, Expected, SecretLog};
-use super::session::{self, Extras};
 use crate::http::ConnInfo;
+use baton_migrate::extract::{self, Extras};
+use baton_migrate::secrets::{self, Expected, SecretLog};
 
 /// The agents' ids: A runs the handshake, H is the client's home agent.
 const AGENT_A: u16 = 1;
@@ -525,7 +525,7 @@ impl Disp {
         }
     }
 
-    fn check(&mut self, net: &mut Net, r: Result<(), baton_wire::handoff::HandoffError>) {
+    fn check(&mut self, net: &mut Net, r: Result<(), baton_migrate::MigrationError>) {
         match r {
             Ok(()) => self.pump(net),
             Err(e) => {
@@ -927,7 +927,7 @@ impl HandshakeAgent {
         self.partial_at_cut = self.boundary < self.followed;
         let mut x = Exporter::cut(self.cap, self.timeout, net.now);
         x.continue_from(std::mem::take(&mut self.read));
-        let n = match session::decrypt(&mut conn, &[], &mut self.plain) {
+        let n = match extract::decrypt(&mut conn, &[], &mut self.plain) {
             Ok(n) => n,
             Err(e) => {
                 net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
@@ -959,20 +959,21 @@ impl HandshakeAgent {
     /// At the cut: extract, seal, switch; `rest` (client bytes after what rustls read) is
     /// after the cut, discarded until the verdict.
     fn switch(&mut self, net: &mut Net, mut conn: Box<ServerConnection>, cut: u32, rest: &[u8]) {
-        if !session::extractable(&mut conn) {
+        if !extract::extractable(&mut conn) {
             return self.abort(net, conn, rest);
         }
         let Some(x) = self.exporter.as_mut() else {
             return self.close(net, "no exporter");
         };
         let (home, binding) = self.offer.expect("offered");
+        let info = conn_info();
         let extras = Extras {
             home,
             secrets: self.expected.take().map(|e| e.take()).unwrap_or_default(),
-            info: &conn_info(),
+            app: info.application(),
             plaintext: std::mem::take(&mut self.plain),
         };
-        let Ok(obj) = session::extract(*conn, extras) else {
+        let Ok(obj) = extract::extract(*conn, extras) else {
             return self.close(net, "extract");
         };
         self.extracted = true;
@@ -1010,7 +1011,7 @@ impl HandshakeAgent {
             // the keys are dropped with the object
             Ok(Some(ExportEvent::Migrated)) => self.state = AState::Closed,
             Ok(Some(ExportEvent::ServeHere { ciphertext })) => {
-                let Some(layer) = super::record_layer(&obj) else {
+                let Some(layer) = baton_migrate::record_layer(&obj) else {
                     return self.close(net, "record layer");
                 };
                 let mut s = Serving::Layer(Box::new(layer));
@@ -1161,7 +1162,7 @@ impl HomeAgent {
                     &mut self.guard,
                 )
                 .map_err(|e| super::import::refusal(e).1)
-                .and_then(|obj| match super::record_layer(&obj) {
+                .and_then(|obj| match baton_migrate::record_layer(&obj) {
                     Some(layer) => Ok((obj, layer)),
                     None => Err(RefuseReason::Invalid),
                 });

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton_wire::handoff::{Outcome, RefuseReason};
+use baton_migrate::{Outcome, RefuseReason};
 use proptest::prelude::*;
 
 use super::{run, ClientStep, Fault, Report, Schedule};

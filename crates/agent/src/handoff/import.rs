@@ -1,5 +1,5 @@
 //! The home agent's side of a migration: the tokio shell around
-//! `baton_wire::handoff::Importer`. A link stream that starts with `Import{sealed object}`
+//! `baton_migrate::Importer`. A link stream that starts with `Import{sealed object}`
 //! instead of a ClientHello: the object must open with the cluster key and this stream's
 //! binding (the link's id and the stream's token), be addressed to this agent, unexpired,
 //! issued after this agent started and never seen before. Then this agent answers Ready and
@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use baton_migrate::{ImportEvent, Importer, RefuseReason};
 use baton_session::migration::{ImportError, ReplayGuard, SessionObject};
-use baton_wire::handoff::{ImportEvent, Importer, RefuseReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
@@ -120,15 +120,15 @@ pub async fn import(
             ImportEvent::Open(sealed) => {
                 let t = thread_cpu();
                 let layer =
-                    open(&sealed, binding, shared).and_then(|obj| {
-                        match super::record_layer(&obj) {
+                    open(&sealed, binding, shared).and_then(
+                        |obj| match baton_migrate::record_layer(&obj) {
                             Some(layer) => Ok((obj, layer)),
                             None => {
                                 m.failure(HandoffFailure::ImportInvalid);
                                 Err(RefuseReason::Invalid)
                             }
-                        }
-                    });
+                        },
+                    );
                 m.cpu(Side::Import, thread_cpu().saturating_sub(t));
                 let answer = match layer {
                     Ok(x) => {

@@ -1,5 +1,5 @@
 //! A rustls connection parked on the record layer, without sockets: the handshake
-//! and requests on rustls (a KeyUpdate among them), then `session::into_layer`, after which the
+//! and requests on rustls (a KeyUpdate among them), then `extract::into_layer`, after which the
 //! record layer alone carries the connection on: requests, the client's KeyUpdates, our own,
 //! close_notify. The client is rustls and must never see an error.
 
@@ -12,8 +12,8 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, ConnectionCommon, ServerConnection};
 
 use super::harness::{client_config, pattern, server_config};
-use super::secrets::{self, SecretLog, TrafficSecrets};
-use super::session;
+use baton_migrate::extract;
+use baton_migrate::secrets::{self, SecretLog, TrafficSecrets};
 
 /// Everything `from` wants to send.
 pub(super) fn flight<C, D>(from: &mut C) -> Vec<u8>
@@ -121,11 +121,11 @@ fn a_parked_rustls_connection_goes_on_from_the_record_layer() {
         assert_eq!(read_all(&mut client), pattern(0, sent));
 
         // idle: it parks
-        assert!(session::layer_can_carry(&server, &secrets));
-        assert!(session::extractable(&mut server));
-        let (mut layer, (version, suite)) = session::into_layer(server, &secrets).unwrap();
+        assert!(extract::layer_can_carry(&server, &secrets));
+        assert!(extract::extractable(&mut server));
+        let (mut layer, (version, suite)) = extract::into_layer(server, &secrets).unwrap();
         assert_eq!(version, if tls13 { 0x0304 } else { 0x0303 });
-        assert!(super::record_suite(version, suite).is_some());
+        assert!(baton_migrate::record_suite(version, suite).is_some());
         assert!(layer.release_buffers());
 
         // the client's next requests, its KeyUpdates, and ours
@@ -161,14 +161,14 @@ fn a_parked_rustls_connection_goes_on_from_the_record_layer() {
 #[test]
 fn without_the_traffic_secrets_a_tls13_connection_stays_on_rustls() {
     let (_, server, secrets) = established(true);
-    assert!(session::layer_can_carry(&server, &secrets));
-    assert!(!session::layer_can_carry(
+    assert!(extract::layer_can_carry(&server, &secrets));
+    assert!(!extract::layer_can_carry(
         &server,
         &TrafficSecrets::default()
     ));
     // TLS 1.2 needs none: there is no KeyUpdate to follow
     let (_, server, _) = established(false);
-    assert!(session::layer_can_carry(
+    assert!(extract::layer_can_carry(
         &server,
         &TrafficSecrets::default()
     ));

@@ -10,18 +10,18 @@ use std::io::{Read as _, Write as _};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use baton_record::RecordLayer;
-use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
-use baton_wire::handoff::{
+use baton_migrate::{
     Action, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, Relay, Splitter, Target,
     BINDING_LEN,
 };
+use baton_record::RecordLayer;
+use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, ServerConnection};
 
 use super::harness::{client_config, cluster_ring, conn_info, pattern, server_config};
-use super::secrets::{self, SecretLog};
-use super::session::{self, Extras};
+use baton_migrate::extract::{self, Extras};
+use baton_migrate::secrets::{self, SecretLog};
 
 const T: Duration = Duration::from_millis(50);
 
@@ -154,7 +154,7 @@ fn import(
     else {
         panic!("Commit after Ready");
     };
-    let layer = super::record_layer(&obj).expect("a record layer for the session");
+    let layer = baton_migrate::record_layer(&obj).expect("a record layer for the session");
     (layer, obj, ciphertext)
 }
 
@@ -213,7 +213,7 @@ fn an_established_session_leaves_a_draining_agent_twice() {
             let bytes = client_to(&mut d, &mut client);
             read.track(&bytes).unwrap();
             let mut plain = Vec::new();
-            session::decrypt(&mut server, &bytes, &mut plain).unwrap();
+            extract::decrypt(&mut server, &bytes, &mut plain).unwrap();
             server.writer().write_all(&plain).unwrap();
             served.extend(plain);
             let mut out = Vec::new();
@@ -247,18 +247,18 @@ fn an_established_session_leaves_a_draining_agent_twice() {
         );
         assert_eq!(got.event, None, "the Offer is the cut");
         let mut carried = Vec::new();
-        session::decrypt(&mut server, &got.decrypt, &mut carried).unwrap();
+        extract::decrypt(&mut server, &got.decrypt, &mut carried).unwrap();
         x.decrypted(carried.len());
         assert!(x.within_cap());
-        assert!(session::extractable(&mut server));
+        assert!(extract::extractable(&mut server));
         let info = conn_info();
         let extras = Extras {
             home: 2,
             secrets,
-            info: &info,
+            app: info.application(),
             plaintext: carried,
         };
-        let obj = session::extract(server, extras).unwrap();
+        let obj = extract::extract(server, extras).unwrap();
         if tls13 {
             // generation 0 from the key log, followed through the KeyUpdates to rustls' keys
             assert!(obj.tx.secret.is_some() && obj.rx.secret.is_some());
@@ -305,10 +305,10 @@ fn an_established_session_leaves_a_draining_agent_twice() {
         let extras = Extras {
             home: 3,
             secrets: Default::default(),
-            info: &info,
+            app: info.application(),
             plaintext: Vec::new(),
         };
-        let obj = session::from_layer(&keys, (obj2.version, obj2.suite), extras).unwrap();
+        let obj = extract::from_layer(&keys, (obj2.version, obj2.suite), extras).unwrap();
         let switch = x.switch(0, obj.seal(&ring, 2, &binding(3)).unwrap(), Instant::now());
         d.relay.from_agent(&switch.unwrap()).unwrap();
         d.take();

@@ -10,8 +10,8 @@ use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use baton_migrate::{MigrationError, Splitter};
 use baton_record::RecordLayer;
-use baton_wire::handoff::{HandoffError, Splitter};
 
 use crate::metering::{CryptoOp, METER};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -122,7 +122,7 @@ impl<IO> MigratedStream<IO> {
     /// Where the client's records stand in what was read from the socket: the ciphertext not
     /// yet decrypted starts at a record boundary, and may end inside one. For a move, which
     /// must cut the client's stream at a boundary.
-    pub fn records(&self) -> Result<Splitter, HandoffError> {
+    pub fn records(&self) -> Result<Splitter, MigrationError> {
         let mut s = Splitter::new();
         s.track(self.layer.undecrypted())?;
         s.track(&self.inbox)?;

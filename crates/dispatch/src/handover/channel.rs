@@ -10,7 +10,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use baton_wire::handover::{Message, MAX_MESSAGE};
+use baton_migrate::restart::{Message, MAX_MESSAGE};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
@@ -146,7 +146,7 @@ impl Channel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_wire::handover::ListenerKind;
+    use baton_migrate::restart::ListenerKind;
     use std::io::{Read, Write};
 
     /// Sockets cross the channel as sockets: what is written on the sent end's peer is read
@@ -189,12 +189,12 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let mut rx = Channel::new(b);
         // a Conn written as plain bytes: no socket beside it
-        let conn = Message::Conn(Box::new(baton_wire::handover::Handed {
+        let conn = Message::Conn(Box::new(baton_migrate::restart::Handed {
             source: "127.0.0.1:1".parse().unwrap(),
             destination: "127.0.0.1:2".parse().unwrap(),
             agent: 1,
             token: [0; 16],
-            position: baton_wire::handoff::Relay::serving().position().unwrap(),
+            position: baton_migrate::Relay::serving().position().unwrap(),
             to_client: Vec::new(),
             to_agent: Vec::new(),
         }));

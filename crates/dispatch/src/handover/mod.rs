@@ -6,7 +6,7 @@
 //! Each connection stops at a chunk boundary each way (never inside a write), ends its agent
 //! stream with `baton-handover` trailers, forwards what the agent still sends until its `ack`
 //! (the agent then waits for a re-attach stream with that token, `baton-link`), and passes
-//! the client's socket with its record positions ([`baton_wire::handover`]). The successor
+//! the client's socket with its record positions ([`baton_migrate::restart`]). The successor
 //! opens the re-attach stream on its own link to the same agent and serves on.
 //!
 //! Failures: a successor that does not get ready in `--handover-timeout` is killed and the old
@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_link::{LinkStream, StreamMeta};
-use baton_wire::handoff::Relay;
-use baton_wire::handover::{Handed, ListenerKind, Message, MAX_PENDING};
+use baton_migrate::restart::{Handed, ListenerKind, Message, MAX_PENDING};
+use baton_migrate::Relay;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -202,7 +202,7 @@ pub(crate) async fn hand_over(
             data = &data[passed.consumed..];
         }
         if pending.len() > MAX_PENDING {
-            return Err(invalid(baton_wire::handoff::HandoffError::Unexpected(
+            return Err(invalid(baton_migrate::MigrationError::Unexpected(
                 "more than a stream window",
                 "handover",
             )));
@@ -218,7 +218,7 @@ pub(crate) async fn hand_over(
     }
     let meta = *agent.meta();
     let position = relay.position().ok_or_else(|| {
-        invalid(baton_wire::handoff::HandoffError::Unexpected(
+        invalid(baton_migrate::MigrationError::Unexpected(
             "handover", "a move",
         ))
     })?;

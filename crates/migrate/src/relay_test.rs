@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::handoff::relay::*;
+use crate::relay::*;
 
 fn record(typ: u8, body_len: usize, fill: u8) -> Vec<u8> {
     let mut r = vec![typ, 3, 3, (body_len >> 8) as u8, body_len as u8];
@@ -89,7 +89,7 @@ fn encoding_is_unchanged() {
     for k in [2u8, 4, 5] {
         assert_eq!(
             Splitter::new().split(&[0xBA, b'B', b'T', 0, 1, k]),
-            Err(HandoffError::UnknownKind(k))
+            Err(MigrationError::UnknownKind(k))
         );
     }
 }
@@ -97,31 +97,31 @@ fn encoding_is_unchanged() {
 #[test]
 fn malformed_frames_are_errors() {
     let mut s = Splitter::new();
-    assert_eq!(s.split(&[0xBA, b'X', b'Y']), Err(HandoffError::Magic));
+    assert_eq!(s.split(&[0xBA, b'X', b'Y']), Err(MigrationError::Magic));
     assert_eq!(
         Splitter::new().split(&[0xBA, b'B', b'T', 0, 1, 99]),
-        Err(HandoffError::UnknownKind(99))
+        Err(MigrationError::UnknownKind(99))
     );
     assert_eq!(
         Splitter::new().split(&[0xBA, b'B', b'T', 0, 2, 3, 0]),
-        Err(HandoffError::Malformed("Decline"))
+        Err(MigrationError::Malformed("Decline"))
     );
     assert_eq!(
         Splitter::new().split(&[0xBA, b'B', b'T', 0, 3, 15, 0, 0]),
-        Err(HandoffError::Malformed("Switch")),
+        Err(MigrationError::Malformed("Switch")),
         "a Switch without its whole cut"
     );
     assert_eq!(
         Splitter::new().split(&[0xBA, b'B', b'T', 0, 0]),
-        Err(HandoffError::Malformed("empty"))
+        Err(MigrationError::Malformed("empty"))
     );
     assert_eq!(
         Splitter::new().split(b"GET / HTTP/1.1"),
-        Err(HandoffError::NotARecord(b'G'))
+        Err(MigrationError::NotARecord(b'G'))
     );
     assert_eq!(
         Splitter::new().split(&[23, 3, 3, 0xff, 0xff]),
-        Err(HandoffError::RecordTooLarge(0xffff))
+        Err(MigrationError::RecordTooLarge(0xffff))
     );
 }
 
@@ -295,7 +295,7 @@ fn a_cut_that_is_no_record_boundary_or_not_forwarded_is_refused() {
         relay.from_client(&client[..500]).unwrap();
         assert_eq!(
             relay.from_agent(&switch(cut, vec![1])),
-            Err(HandoffError::Malformed("cut")),
+            Err(MigrationError::Malformed("cut")),
             "cut {cut}"
         );
     }
@@ -445,13 +445,13 @@ fn protocol_violations_are_errors() {
     let mut relay = Relay::new();
     assert_eq!(
         relay.from_client(&Frame::Resume.to_bytes()),
-        Err(HandoffError::FrameFromClient)
+        Err(MigrationError::FrameFromClient)
     );
     // the verdict frames from the agent
     let mut relay = Relay::new();
     assert!(matches!(
         relay.from_agent(&Frame::Done.to_bytes()),
-        Err(HandoffError::Unexpected("Done", "relaying"))
+        Err(MigrationError::Unexpected("Done", "relaying"))
     ));
     // TLS from the agent after its Switch
     let mut relay = Relay::new();
@@ -625,7 +625,7 @@ proptest! {
 
     #[test]
     fn fuzz_entry_point_holds(data in proptest::collection::vec(any::<u8>(), 0..600)) {
-        crate::fuzzing::handoff(&data);
+        crate::fuzzing::migration(&data);
     }
 
     #[test]

@@ -27,8 +27,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::codec::{Codec, Reader};
-use crate::handoff::{HandoffError, Position};
+use crate::{MigrationError, Position};
+use baton_wire::codec::{Codec, Reader};
 
 /// The most bytes a connection may carry to the successor each way. Owed to the client: what
 /// the agent had queued on its stream when it saw the handover (a stream window, 256 KiB, one
@@ -89,7 +89,7 @@ pub enum HandoverError {
     #[error("malformed handover {0}")]
     Malformed(&'static str),
     #[error("handover connection position: {0}")]
-    Position(#[from] HandoffError),
+    Position(#[from] MigrationError),
 }
 
 impl ListenerKind {
@@ -129,8 +129,8 @@ impl Message {
                 c.agent.encode(&mut body);
                 body.extend_from_slice(&c.token);
                 c.position.encode(&mut body);
-                crate::codec::encode_bytes(&mut body, PENDING_LEN, &c.to_client);
-                crate::codec::encode_bytes(&mut body, PENDING_LEN, &c.to_agent);
+                baton_wire::codec::encode_bytes(&mut body, PENDING_LEN, &c.to_client);
+                baton_wire::codec::encode_bytes(&mut body, PENDING_LEN, &c.to_agent);
             }
             Message::Done => body.push(4),
         }
@@ -180,7 +180,7 @@ impl Message {
                 let token = r.take_array::<16>("token").map_err(bad("token"))?;
                 let position = Position::decode(&mut r)?;
                 let mut owed = || {
-                    crate::codec::read_vec(&mut r, PENDING_LEN, "owed bytes")
+                    baton_wire::codec::read_vec(&mut r, PENDING_LEN, "owed bytes")
                         .map(<[u8]>::to_vec)
                         .map_err(bad("owed bytes"))
                 };
@@ -204,7 +204,7 @@ impl Message {
     }
 }
 
-const PENDING_LEN: crate::codec::Len = crate::codec::Len::U32.at_most(MAX_PENDING);
+const PENDING_LEN: baton_wire::codec::Len = baton_wire::codec::Len::U32.at_most(MAX_PENDING);
 
 fn encode_addr(a: SocketAddr, out: &mut Vec<u8>) {
     match a.ip() {
@@ -233,7 +233,7 @@ fn decode_addr(r: &mut Reader<'_>) -> Result<SocketAddr, HandoverError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handoff::{Relay, Splitter};
+    use crate::{Relay, Splitter};
     use proptest::prelude::*;
 
     /// A position reached by following real bytes: `client` and `agent` cut anywhere.
@@ -246,9 +246,7 @@ mod tests {
             rest = &rest[p.consumed..];
         }
         if left {
-            relay
-                .watch_agent(&crate::handoff::Frame::Leave.to_bytes())
-                .unwrap();
+            relay.watch_agent(&crate::Frame::Leave.to_bytes()).unwrap();
         }
         relay.position().unwrap()
     }
@@ -308,14 +306,10 @@ mod tests {
         let mut new = Relay::resume(position);
         new.watch_client(&stream[c_cut..]).unwrap();
         // the agent's rest, then a Leave at the record boundary
-        let rest = [
-            &stream[a_cut..],
-            &crate::handoff::Frame::Leave.to_bytes()[..],
-        ]
-        .concat();
+        let rest = [&stream[a_cut..], &crate::Frame::Leave.to_bytes()[..]].concat();
         let p = new.watch_agent(&rest).unwrap();
         assert_eq!(p.tls, stream.len() - a_cut);
-        assert_eq!(p.frame, Some(crate::handoff::Frame::Leave));
+        assert_eq!(p.frame, Some(crate::Frame::Leave));
         assert!(new.is_leaving());
         // a fresh relay put at the same cut would have refused the middle of a record
         let mut blind = Relay::serving();
@@ -327,10 +321,7 @@ mod tests {
         let p = position(&[], &[], true);
         let mut relay = Relay::resume(p);
         assert!(relay.is_leaving());
-        assert_eq!(
-            relay.poll_action(),
-            Some(crate::handoff::Action::ChooseHome)
-        );
+        assert_eq!(relay.poll_action(), Some(crate::Action::ChooseHome));
     }
 
     #[test]
@@ -348,7 +339,7 @@ mod tests {
         // a frame in the client's direction
         let mut frame = Vec::new();
         frame.extend_from_slice(&1u32.to_be_bytes());
-        frame.push(crate::handoff::FRAME_TYPE);
+        frame.push(crate::FRAME_TYPE);
         frame.extend_from_slice(&0u32.to_be_bytes());
         frame.extend_from_slice(&0u32.to_be_bytes());
         assert!(decode(&[&frame[..], &at_rest, &[0]].concat()).is_err());

@@ -1,92 +1,6 @@
-//! The handoff protocol (CSSL-SF, the CSSL paper, section 4.4.1): how a TLS connection that one agent
-//! (the *handshake agent*) has just finished the handshake for is switched, on the same client
-//! TCP stream, to another agent (the client's *home agent*), which carries the bulk traffic.
-//!
-//! Every client connection reaches an agent as one stream of the *agent link* (`baton-link`:
-//! a few long-lived connections between the dispatcher and each agent, authenticated both ways
-//! with the cluster key, multiplexed). A migration is a stream move: the dispatcher opens a
-//! stream on the home agent's link, not a TCP connection. Handoff frames are read on link
-//! streams only, never on an agent's public port.
-//!
-//! After ServerHello everything is an encrypted record of type 23, so the dispatcher cannot see
-//! where the handshake ends: the handshake agent tells it, in-band, with *handoff frames*. A
-//! frame looks like a record header with a content type TLS never uses (0xBA), the magic "BT"
-//! and a 16-bit length, so one splitter walks a stream that mixes records and frames. Frames
-//! travel only between Baton processes; the client never sees one, and one that comes from the
-//! client is an error.
-//!
-//! The exchange (dispatcher D, handshake agent A, home agent H, client C) is a two-phase
-//! commit: at every moment at most one agent may use the session's keys.
-//!
-//! ```text
-//!  D->A  Offer{home, binding}  before the ClientHello: "hand this connection to agent `home`";
-//!                              `binding` = the id of the H link D will use || a fresh token
-//!                              (no Offer when A is the home agent already: a plain splice)
-//!  ...   the handshake, relayed both ways; D tracks C's record boundaries and keeps a copy
-//!        of every client byte it forwards to A from the Offer on (at most MAX_HELD: past it
-//!        D stops reading C until A has cut)
-//!  A     its handshake is done: it decrypts every whole client record rustls has read (at
-//!        most MAX_CARRIED plaintext: past it A sends Abort and keeps the connection), and
-//!        cuts there: `cut` = how many client bytes after the Offer it consumed, a record
-//!        boundary (part of a record rustls read past it is not consumed: its sequence number
-//!        stays unused, and rustls drops it at extraction); A extracts the session and seals
-//!        it bound to `binding`
-//!  A->D  tickets + Switch{cut, session}   in one write
-//!        (or Decline / Abort: A keeps the connection; D splices A<->C from here on)
-//!  D     forwards to A the rest of the client record it is in the middle of (a frame can
-//!        follow only a record boundary), then holds C's bytes: the held bytes start at `cut`
-//!        in the copy. A discards every client record after its cut until the verdict.
-//!  D->H  Import{session}    the first bytes of a new stream on that H link, carrying the token
-//!  H->D  Ready              H opened the object (bound to this link and token, unexpired,
-//!                           never imported, issued after H started); H uses nothing yet
-//!        (or Refused{reason})
-//!  D->H  Commit             D's decision, once: then the held bytes, and H<->C is spliced;
-//!  D->A  Done               A drops the keys and closes its stream (on the agent link, D
-//!                           sends Done as the stream's release, a reset with NO_ERROR: one
-//!                           frame, and A owes no END_STREAM back)
-//!        Refused, a broken H stream, or D's timeout before Ready:
-//!  D->H  Abort              (and the H stream is reset): H drops the keys, sends nothing
-//!  D->A  Resume             then the held bytes: A serves the session from its own record layer
-//!  (A->D Kept{cut}          A cut and extracted but could not seal: D answers Resume and the
-//!                           held bytes from `cut` at once, as after a refusal)
-//! ```
-//!
-//! A draining agent moves an established connection the same way, with the dispatcher's
-//! answer as the cut: A sends Leave (nothing more to the client from there) and decrypts the
-//! client's records until D's Offer; D sends the Offer at a client record boundary (forwarding
-//! the rest of the record it is in first) and holds every client byte after it; A switches with
-//! `cut` = 0 (or Abort: D gives it the held bytes and it keeps the connection). D answers
-//! Stay instead when there is nowhere to go.
-//!
-//! Why this keeps the invariants: client bytes go to exactly one agent, cut only at a record
-//! boundary, so no record is split between two decryptors and none is lost or repeated: A
-//! decrypted exactly the records before `cut` (D checks that `cut` is a record boundary within
-//! what it forwarded), and H gets exactly the copy from `cut` on, in order, before anything
-//! later. A decrypts nothing after its cut (it discards those records; on Resume it gets them
-//! again, from the copy). H has the session before the first record it must decrypt. Nobody
-//! encrypts twice under a key and sequence number: A sends nothing after Switch until D's
-//! verdict, H nothing after Ready until Commit, and D sends exactly one of Commit (to H) and
-//! Resume (to A). A timeout never grants the keys: A waiting for a verdict and H waiting for
-//! Commit give up by closing, never by using them. A sealed object copied off a link opens only
-//! on that link, with that token, once. The copy cannot deadlock the cut: A cuts as soon as
-//! its handshake is done, and the client's bytes up to its Finished (a hello and at most a
-//! certificate flight) are far below MAX_HELD, so D never stops reading the client before A
-//! can cut; after Switch D reads on to the end of the current record whatever the copy holds
-//! (one record more, at most).
-//!
-//! The link's hello carries the protocol version (`baton_link::auth::VERSION`): a dispatcher
-//! and agents of builds that speak different exchanges refuse each other's links rather than
-//! mis-parse these frames (the frame kinds of the retired Freeze/Frozen exchange are not
-//! reused either).
-//!
-//! [`Relay`] is the dispatcher's side as a state machine: bytes in, [`Action`]s out, no
-//! sockets, no clock (the shell owns the timeouts and calls [`Relay::home_failed`]).
-//! [`Exporter`] and [`Importer`] are the handshake and home agents' sides, with
-//! their deadlines given as instants (virtual time in tests).
-
-use crate::codec::{encode_bytes, Codec, Len, Reader};
-use crate::error::Error;
-use crate::record::{HEADER_LEN, MAX_CIPHERTEXT_LEN};
+use baton_wire::codec::{encode_bytes, Codec, Len, Reader};
+use baton_wire::record::{HEADER_LEN, MAX_CIPHERTEXT_LEN};
+use baton_wire::Error;
 
 /// The content type of a frame: unassigned in TLS (RFC 8446 B.1, IANA TLS ContentType).
 pub const FRAME_TYPE: u8 = 0xBA;
@@ -216,7 +130,7 @@ impl std::fmt::Debug for Frame {
 
 /// A handoff stream broke the protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HandoffError {
+pub enum MigrationError {
     #[error("not a TLS record or handoff frame (type {0:#04x})")]
     NotARecord(u8),
     #[error("record of {0} bytes exceeds the TLS limit")]
@@ -236,7 +150,7 @@ pub enum HandoffError {
 }
 
 impl Frame {
-    fn kind(&self) -> u8 {
+    pub(crate) fn kind(&self) -> u8 {
         match self {
             // 2, 4 and 5 were Freeze, Frozen and the old Switch: never reused, so a peer of
             // the old exchange reads an unknown kind rather than a wrong frame
@@ -256,7 +170,7 @@ impl Frame {
         }
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Frame::Offer { .. } => "Offer",
             Frame::Decline => "Decline",
@@ -315,9 +229,9 @@ impl Frame {
 
     /// Reads a frame's body (what its length covers). Not a [`Codec`]: the splitter has read
     /// the header already, among TLS records, and the errors name the frame kind.
-    fn decode(body: &[u8]) -> Result<Frame, HandoffError> {
+    pub(crate) fn decode(body: &[u8]) -> Result<Frame, MigrationError> {
         let mut r = Reader::new(body);
-        let kind = u8::read(&mut r).map_err(|_| HandoffError::Malformed("empty"))?;
+        let kind = u8::read(&mut r).map_err(|_| MigrationError::Malformed("empty"))?;
         let frame = match kind {
             1 => {
                 let offer = |r: &mut Reader<'_>| -> Result<Frame, Error> {
@@ -326,7 +240,7 @@ impl Frame {
                         binding: r.take_array("binding")?,
                     })
                 };
-                offer(&mut r).map_err(|_| HandoffError::Malformed("Offer"))?
+                offer(&mut r).map_err(|_| MigrationError::Malformed("Offer"))?
             }
             3 => Frame::Decline,
             6 => Frame::Abort,
@@ -335,44 +249,44 @@ impl Frame {
             IMPORT_KIND => Frame::Import(r.rest().to_vec()),
             10 => Frame::Ready,
             11 => Frame::Refused(
-                RefuseReason::read(&mut r).map_err(|_| HandoffError::Malformed("Refused"))?,
+                RefuseReason::read(&mut r).map_err(|_| MigrationError::Malformed("Refused"))?,
             ),
             12 => Frame::Commit,
             13 => Frame::Leave,
             14 => Frame::Stay,
             15 => Frame::Switch {
-                cut: u32::read(&mut r).map_err(|_| HandoffError::Malformed("Switch"))?,
+                cut: u32::read(&mut r).map_err(|_| MigrationError::Malformed("Switch"))?,
                 sealed: r.rest().to_vec(),
             },
             16 => Frame::Kept {
-                cut: u32::read(&mut r).map_err(|_| HandoffError::Malformed("Kept"))?,
+                cut: u32::read(&mut r).map_err(|_| MigrationError::Malformed("Kept"))?,
             },
-            k => return Err(HandoffError::UnknownKind(k)),
+            k => return Err(MigrationError::UnknownKind(k)),
         };
         match r.expect_empty("frame") {
             Ok(()) => Ok(frame),
-            Err(_) => Err(HandoffError::Malformed(frame.name())),
+            Err(_) => Err(MigrationError::Malformed(frame.name())),
         }
     }
 }
 
 /// What the front of a stream is, from its first bytes (at least one).
-fn classify(head: &[u8]) -> Result<bool, HandoffError> {
+fn classify(head: &[u8]) -> Result<bool, MigrationError> {
     // true: a frame; false: a TLS record
     match head[0] {
         FRAME_TYPE => {
             if head.len() >= 3 && head[1..3] != FRAME_MAGIC {
-                return Err(HandoffError::Magic);
+                return Err(MigrationError::Magic);
             }
             Ok(true)
         }
         20..=24 => {
             if head.len() >= 2 && head[1] != 3 {
-                return Err(HandoffError::NotARecord(head[0]));
+                return Err(MigrationError::NotARecord(head[0]));
             }
             Ok(false)
         }
-        t => Err(HandoffError::NotARecord(t)),
+        t => Err(MigrationError::NotARecord(t)),
     }
 }
 
@@ -382,12 +296,12 @@ fn classify(head: &[u8]) -> Result<bool, HandoffError> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Splitter {
     /// A unit's header being collected, or a whole frame.
-    head: Vec<u8>,
+    pub(crate) head: Vec<u8>,
     /// Body bytes still to pass of the record in progress.
-    body_left: usize,
+    pub(crate) body_left: usize,
     /// How many bytes at the front of `head` were [tracked](Self::track) (passed on by
     /// someone else) and must not be passed again.
-    head_passed: usize,
+    pub(crate) head_passed: usize,
 }
 
 /// The result of one [`Splitter::pass`] call.
@@ -425,8 +339,8 @@ impl Splitter {
 
     /// Follows a stream of TLS records only, keeping none of their bytes: afterwards the
     /// splitter knows where the stream stands (in which record, how far), so another reader can
-    /// take over mid-record. A frame is [`HandoffError::FrameFromClient`].
-    pub fn track(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+    /// take over mid-record. A frame is [`MigrationError::FrameFromClient`].
+    pub fn track(&mut self, data: &[u8]) -> Result<(), MigrationError> {
         let mut i = 0;
         while i < data.len() {
             i += self.follow_record(&data[i..])?;
@@ -437,7 +351,7 @@ impl Splitter {
     /// [`Splitter::track`], also saying where the last record boundary in `data` falls:
     /// `Some(i)` when `data[..i]` ends a record (the largest such `i`), `None` when no record
     /// ends in `data`. The handshake agent counts its cut with it.
-    pub fn follow(&mut self, data: &[u8]) -> Result<Option<usize>, HandoffError> {
+    pub fn follow(&mut self, data: &[u8]) -> Result<Option<usize>, MigrationError> {
         let (mut i, mut last) = (0, None);
         while i < data.len() {
             i += self.follow_record(&data[i..])?;
@@ -450,8 +364,8 @@ impl Splitter {
 
     /// Takes a record's bytes from the front of `data` (the rest of its body, or of its
     /// header, checked as it comes), keeping only an unfinished header; returns how many. A
-    /// frame where a record should start is [`HandoffError::FrameFromClient`].
-    fn follow_record(&mut self, data: &[u8]) -> Result<usize, HandoffError> {
+    /// frame where a record should start is [`MigrationError::FrameFromClient`].
+    fn follow_record(&mut self, data: &[u8]) -> Result<usize, MigrationError> {
         if self.body_left > 0 {
             let n = self.body_left.min(data.len());
             self.body_left -= n;
@@ -460,19 +374,19 @@ impl Splitter {
         // More than a header held: a frame or garbage that an earlier call refused (a caller
         // that goes on after an error gets the error again, not a wrapped length).
         let Some(room) = HEADER_LEN.checked_sub(self.head.len()) else {
-            return Err(HandoffError::Malformed("header"));
+            return Err(MigrationError::Malformed("header"));
         };
         let n = room.min(data.len());
         self.head.extend_from_slice(&data[..n]);
         // passed on as they came: a later `split` must not pass them again
         self.head_passed = self.head.len();
         if classify(&self.head)? {
-            return Err(HandoffError::FrameFromClient);
+            return Err(MigrationError::FrameFromClient);
         }
         if self.head.len() == HEADER_LEN {
             let len = body_len(&self.head)?;
             if len > MAX_CIPHERTEXT_LEN {
-                return Err(HandoffError::RecordTooLarge(len));
+                return Err(MigrationError::RecordTooLarge(len));
             }
             self.head.clear();
             self.head_passed = 0;
@@ -487,7 +401,7 @@ impl Splitter {
     /// forwards `data[..tls]`, acts on the frame and calls again with `data[consumed..]`.
     /// For a spliced stream, where copying every record as [`Splitter::split`] does would
     /// cost the bulk traffic a copy.
-    pub fn pass(&mut self, data: &[u8]) -> Result<Passed, HandoffError> {
+    pub fn pass(&mut self, data: &[u8]) -> Result<Passed, MigrationError> {
         let mut i = 0;
         while i < data.len() {
             // A unit starts (or its header goes on): its first byte tells a frame at once.
@@ -511,7 +425,7 @@ impl Splitter {
     }
 
     /// Consumes `data` up to and including the first complete frame.
-    pub fn split(&mut self, data: &[u8]) -> Result<Split, HandoffError> {
+    pub fn split(&mut self, data: &[u8]) -> Result<Split, MigrationError> {
         let mut out = Split::default();
         let mut i = 0;
         while i < data.len() {
@@ -540,7 +454,7 @@ impl Splitter {
             let len = body_len(&self.head)?;
             if !is_frame {
                 if len > MAX_CIPHERTEXT_LEN {
-                    return Err(HandoffError::RecordTooLarge(len));
+                    return Err(MigrationError::RecordTooLarge(len));
                 }
                 out.tls.extend_from_slice(&self.head[self.head_passed..]);
                 self.head.clear();
@@ -572,11 +486,12 @@ impl Splitter {
     }
 
     /// The inverse of [`Splitter::encode`], refusing a position no stream can be in.
-    pub fn decode(r: &mut Reader<'_>) -> Result<Self, HandoffError> {
-        let bad = |_| HandoffError::Malformed("splitter position");
-        let head = crate::codec::read_vec(r, Len::U32.at_most(HEADER_LEN + MAX_FRAME_BODY), "head")
-            .map_err(bad)?
-            .to_vec();
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, MigrationError> {
+        let bad = |_| MigrationError::Malformed("splitter position");
+        let head =
+            baton_wire::codec::read_vec(r, Len::U32.at_most(HEADER_LEN + MAX_FRAME_BODY), "head")
+                .map_err(bad)?
+                .to_vec();
         let body_left = u32::read(r).map_err(bad)? as usize;
         let head_passed = u32::read(r).map_err(bad)? as usize;
         let whole_header = head.len() >= HEADER_LEN;
@@ -588,7 +503,7 @@ impl Splitter {
             || (whole_header && !frame)
             || (!head.is_empty() && classify(&head).is_err())
         {
-            return Err(HandoffError::Malformed("splitter position"));
+            return Err(MigrationError::Malformed("splitter position"));
         }
         Ok(Self {
             head,
@@ -600,29 +515,11 @@ impl Splitter {
 
 /// The body length a whole unit header announces: records and frames both end it with a
 /// u16, after a type byte and two bytes of version or magic.
-fn body_len(head: &[u8]) -> Result<usize, HandoffError> {
+fn body_len(head: &[u8]) -> Result<usize, MigrationError> {
     let mut r = Reader::new(head);
     let len = r
         .take(3, "unit header")
         .and_then(|_| u16::read(&mut r))
-        .map_err(|_| HandoffError::Malformed("header"))?;
+        .map_err(|_| MigrationError::Malformed("header"))?;
     Ok(usize::from(len))
 }
-
-mod agent_side;
-mod relay;
-
-pub use agent_side::{ExportEvent, ExportInput, Exporter, ImportEvent, Importer};
-pub use relay::{Action, MoveReason, Outcome, Position, Relay, Target};
-
-#[cfg(test)]
-#[path = "relay_test.rs"]
-mod relay_test;
-
-#[cfg(test)]
-#[path = "agent_test.rs"]
-mod agent_test;
-
-#[cfg(test)]
-#[path = "leave_test.rs"]
-mod leave_test;

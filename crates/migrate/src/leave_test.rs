@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
-use crate::handoff::relay::*;
+use crate::relay::*;
 
 fn record(typ: u8, body_len: usize, fill: u8) -> Vec<u8> {
     let mut r = vec![typ, 3, 3, (body_len >> 8) as u8, body_len as u8];
@@ -198,7 +198,7 @@ fn other_frames_while_serving_are_errors() {
     let mut relay = Relay::serving();
     assert_eq!(
         relay.watch_client(&Frame::Leave.to_bytes()),
-        Err(HandoffError::FrameFromClient)
+        Err(MigrationError::FrameFromClient)
     );
     // a handshake relay is not spliced yet
     assert!(Relay::new().watch_agent(&record(23, 1, 1)).is_err());

@@ -15,8 +15,7 @@ use baton_session::migration::{DirectionState, SessionObject, DEFAULT_TTL};
 use rustls::{ConnectionTrafficSecrets, ProtocolVersion, ServerConnection};
 use zeroize::Zeroizing;
 
-use super::secrets::TrafficSecrets;
-use crate::http::ConnInfo;
+use crate::secrets::TrafficSecrets;
 
 /// Gives rustls whole client records and appends all the plaintext it then holds to `plain`;
 /// returns how many bytes it appended.
@@ -56,8 +55,17 @@ pub struct ExtractFailed;
 pub struct Extras<'a> {
     pub home: u16,
     pub secrets: TrafficSecrets,
-    pub info: &'a ConnInfo,
+    pub app: Application<'a>,
     pub plaintext: Vec<u8>,
+}
+
+/// What the application was told about the connection, told again to the home agent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Application<'a> {
+    pub resumed: bool,
+    pub alpn: Option<&'a str>,
+    pub sni: Option<&'a str>,
+    pub client_subject: Option<&'a str>,
 }
 
 /// Whether rustls is in a state to be extracted without losing anything.
@@ -108,7 +116,7 @@ fn keys_of(conn: ServerConnection, secrets: TrafficSecrets) -> Result<Keys, Extr
         .negotiated_cipher_suite()
         .map(|s| u16::from(s.suite()))
         .unwrap_or(0);
-    super::record_suite(version, suite).ok_or(ExtractFailed)?;
+    crate::suite::record_suite(version, suite).ok_or(ExtractFailed)?;
     let extracted = conn
         .dangerous_extract_secrets()
         .map_err(|_| ExtractFailed)?;
@@ -161,7 +169,7 @@ pub fn layer_can_carry(conn: &ServerConnection, secrets: &TrafficSecrets) -> boo
         .negotiated_cipher_suite()
         .map(|s| u16::from(s.suite()))
         .unwrap_or(0);
-    super::record_suite(version, suite).is_some()
+    crate::suite::record_suite(version, suite).is_some()
         && (!tls13 || secrets.client.is_some() && secrets.server.is_some())
 }
 
@@ -180,7 +188,7 @@ pub fn into_layer(
         tx,
         rx,
     } = keys_of(conn, secrets.clone())?;
-    let (v, s) = super::record_suite(version, suite).ok_or(ExtractFailed)?;
+    let (v, s) = crate::suite::record_suite(version, suite).ok_or(ExtractFailed)?;
     // TLS 1.3 goes on only with both traffic secrets: a KeyUpdate needs them
     let tls13 = version == 0x0304;
     let direction = |d: DirectionState| {
@@ -214,7 +222,7 @@ pub fn from_layer(
     extras: Extras<'_>,
 ) -> Result<SessionObject, ExtractFailed> {
     let (version, suite) = negotiated;
-    super::record_suite(version, suite).ok_or(ExtractFailed)?;
+    crate::suite::record_suite(version, suite).ok_or(ExtractFailed)?;
     let direction = |d: &baton_record::DirectionSecrets| DirectionState {
         secret: d.traffic_secret.clone(),
         seq: d.seq,
@@ -237,7 +245,7 @@ fn object(
     rx: DirectionState,
     extras: Extras<'_>,
 ) -> SessionObject {
-    let info = extras.info;
+    let app = extras.app;
     SessionObject {
         id: SessionObject::new_id(),
         home: extras.home,
@@ -246,10 +254,10 @@ fn object(
         suite,
         tx,
         rx,
-        resumed: info.resumed,
-        alpn: info.alpn.as_ref().map(|a| a.as_bytes().to_vec()),
-        sni: info.sni.clone(),
-        client_subject: info.client_subject.clone(),
+        resumed: app.resumed,
+        alpn: app.alpn.map(|a| a.as_bytes().to_vec()),
+        sni: app.sni.map(str::to_owned),
+        client_subject: app.client_subject.map(str::to_owned),
         plaintext: Zeroizing::new(extras.plaintext),
     }
 }

@@ -228,7 +228,7 @@ fn exporter_continues_where_the_tls_engine_stopped_reading() {
     // whatever came from the client is records only
     assert_eq!(
         Splitter::new().track(&Frame::Resume.to_bytes()),
-        Err(HandoffError::FrameFromClient)
+        Err(MigrationError::FrameFromClient)
     );
 }
 

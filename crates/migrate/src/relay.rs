@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Frame, HandoffError, Passed, RefuseReason, Splitter, BINDING_LEN, MAX_HELD};
+use crate::frame::{Frame, MigrationError, Passed, RefuseReason, Splitter, BINDING_LEN, MAX_HELD};
 
 /// Tracks the boundaries between the client's records, refusing anything but TLS records.
 #[derive(Debug, Default)]
@@ -14,7 +14,7 @@ struct ClientRecords {
 impl ClientRecords {
     /// How many of `data`'s bytes come before the next record boundary (all of them if none
     /// falls inside). At a boundary already: 0.
-    fn len_to_boundary(&mut self, data: &[u8]) -> Result<usize, HandoffError> {
+    fn len_to_boundary(&mut self, data: &[u8]) -> Result<usize, MigrationError> {
         if self.inner.at_boundary() {
             return Ok(0);
         }
@@ -50,20 +50,20 @@ impl Position {
         out.push(u8::from(self.left));
     }
 
-    pub fn decode(r: &mut crate::codec::Reader<'_>) -> Result<Self, HandoffError> {
+    pub fn decode(r: &mut baton_wire::codec::Reader<'_>) -> Result<Self, MigrationError> {
         let client = Splitter::decode(r)?;
         // the client's direction is only ever tracked: never a frame in it
-        if client.head.first() == Some(&super::FRAME_TYPE) {
-            return Err(HandoffError::FrameFromClient);
+        if client.head.first() == Some(&crate::frame::FRAME_TYPE) {
+            return Err(MigrationError::FrameFromClient);
         }
         let agent = Splitter::decode(r)?;
         let left = match r
             .take(1, "left")
-            .map_err(|_| HandoffError::Malformed("position"))?
+            .map_err(|_| MigrationError::Malformed("position"))?
         {
             [0] => false,
             [1] => true,
-            _ => return Err(HandoffError::Malformed("position")),
+            _ => return Err(MigrationError::Malformed("position")),
         };
         Ok(Self {
             client,
@@ -259,7 +259,7 @@ impl Relay {
     }
 
     /// The frame that opens the handshake agent's stream.
-    pub fn offer(home: u16, binding: [u8; super::BINDING_LEN]) -> Vec<u8> {
+    pub fn offer(home: u16, binding: [u8; BINDING_LEN]) -> Vec<u8> {
         Frame::Offer { home, binding }.to_bytes()
     }
 
@@ -317,7 +317,7 @@ impl Relay {
         )
     }
 
-    pub fn from_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+    pub fn from_client(&mut self, data: &[u8]) -> Result<(), MigrationError> {
         match self.state {
             // The handshake: forwarded, and copied for the home agent. The shell stops reading
             // at MAX_HELD; a read may overshoot it by one buffer.
@@ -365,9 +365,12 @@ impl Relay {
 
     /// Client bytes the shell forwards to the agent itself while serving (no copy): only
     /// followed, so the next move can cut at a record boundary.
-    pub fn watch_client(&mut self, data: &[u8]) -> Result<(), HandoffError> {
+    pub fn watch_client(&mut self, data: &[u8]) -> Result<(), MigrationError> {
         if !matches!(self.state, State::Serving | State::Leaving) {
-            return Err(HandoffError::Unexpected("spliced bytes", self.state.name()));
+            return Err(MigrationError::Unexpected(
+                "spliced bytes",
+                self.state.name(),
+            ));
         }
         self.client.inner.track(data)
     }
@@ -375,15 +378,18 @@ impl Relay {
     /// Agent bytes while serving: the front `tls` bytes go to the client unchanged. A Leave
     /// frame after them asks for [`Action::ChooseHome`] (the shell stops splicing and does the
     /// actions); the bytes after `consumed` are the shell's to feed again.
-    pub fn watch_agent(&mut self, data: &[u8]) -> Result<Passed, HandoffError> {
+    pub fn watch_agent(&mut self, data: &[u8]) -> Result<Passed, MigrationError> {
         if self.state != State::Serving {
-            return Err(HandoffError::Unexpected("spliced bytes", self.state.name()));
+            return Err(MigrationError::Unexpected(
+                "spliced bytes",
+                self.state.name(),
+            ));
         }
         let passed = self.agent.pass(data)?;
         match &passed.frame {
             None => {}
             Some(Frame::Leave) => self.leave(),
-            Some(f) => return Err(HandoffError::Unexpected(f.name(), "serving")),
+            Some(f) => return Err(MigrationError::Unexpected(f.name(), "serving")),
         }
         Ok(passed)
     }
@@ -419,14 +425,14 @@ impl Relay {
         self.push(Action::ChooseHome);
     }
 
-    pub fn from_agent(&mut self, mut data: &[u8]) -> Result<(), HandoffError> {
+    pub fn from_agent(&mut self, mut data: &[u8]) -> Result<(), MigrationError> {
         while !data.is_empty() {
             let split = self.agent.split(data)?;
             data = &data[split.consumed..];
             if !split.tls.is_empty() {
                 // The agent sends TLS only while the handshake is relayed, or it serves.
                 if !matches!(self.state, State::Relaying | State::Serving) {
-                    return Err(HandoffError::Unexpected(
+                    return Err(MigrationError::Unexpected(
                         "TLS from the agent",
                         self.state.name(),
                     ));
@@ -469,7 +475,7 @@ impl Relay {
                     self.finish(Target::HandshakeAgent, Outcome::Aborted);
                 }
                 (State::Serving, Frame::Leave) => self.leave(),
-                (s, f) => return Err(HandoffError::Unexpected(f.name(), s.name())),
+                (s, f) => return Err(MigrationError::Unexpected(f.name(), s.name())),
             }
         }
         Ok(())
@@ -477,9 +483,9 @@ impl Relay {
 
     /// The agent cut at `cut` bytes of the copy, of which it was sent `forwarded`: a record
     /// boundary within them, or the stream broke the protocol. The held bytes start there.
-    fn take_cut(&mut self, cut: u32, forwarded: usize) -> Result<(), HandoffError> {
+    fn take_cut(&mut self, cut: u32, forwarded: usize) -> Result<(), MigrationError> {
         let cut = cut as usize;
-        let bad = HandoffError::Malformed("cut");
+        let bad = MigrationError::Malformed("cut");
         if cut > forwarded || cut > self.held.len() {
             return Err(bad);
         }
@@ -487,10 +493,11 @@ impl Relay {
         // headers up to the cut, a few per handshake.
         let mut i = 0;
         while i < cut {
-            let Some(head) = self.held.get(i..i + super::HEADER_LEN) else {
+            let Some(head) = self.held.get(i..i + baton_wire::record::HEADER_LEN) else {
                 return Err(bad);
             };
-            i += super::HEADER_LEN + usize::from(u16::from_be_bytes([head[3], head[4]]));
+            i += baton_wire::record::HEADER_LEN
+                + usize::from(u16::from_be_bytes([head[3], head[4]]));
         }
         if i != cut {
             return Err(bad);
@@ -542,7 +549,7 @@ impl Relay {
         self.fall_back(None);
     }
 
-    pub fn from_home(&mut self, mut data: &[u8]) -> Result<(), HandoffError> {
+    pub fn from_home(&mut self, mut data: &[u8]) -> Result<(), MigrationError> {
         while !data.is_empty() {
             match self.state {
                 State::Importing => {}
@@ -553,7 +560,7 @@ impl Relay {
             data = &data[split.consumed..];
             if !split.tls.is_empty() {
                 self.fall_back(None);
-                return Err(HandoffError::Unexpected("TLS before Ready", "importing"));
+                return Err(MigrationError::Unexpected("TLS before Ready", "importing"));
             }
             match split.frame {
                 None => {}
@@ -572,7 +579,7 @@ impl Relay {
                 Some(Frame::Refused(r)) => self.fall_back(Some(r)),
                 Some(f) => {
                     self.fall_back(None);
-                    return Err(HandoffError::Unexpected(f.name(), "importing"));
+                    return Err(MigrationError::Unexpected(f.name(), "importing"));
                 }
             }
         }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Frame, HandoffError, RefuseReason, Splitter, BINDING_LEN};
+use crate::frame::{Frame, MigrationError, Splitter, BINDING_LEN};
 
 /// What the handshake agent must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -104,13 +104,13 @@ impl Exporter {
     }
 
     /// Bytes from the dispatcher. An error means the stream broke the protocol: close it.
-    pub fn from_dispatcher(&mut self, mut data: &[u8]) -> Result<ExportInput, HandoffError> {
+    pub fn from_dispatcher(&mut self, mut data: &[u8]) -> Result<ExportInput, MigrationError> {
         let mut out = ExportInput::default();
         while !data.is_empty() {
             match self.state {
                 ExportState::Leaving => {}
                 ExportState::Switched { kept } => return self.verdict(data, kept),
-                s => return Err(HandoffError::Unexpected("bytes", export_name(s))),
+                s => return Err(MigrationError::Unexpected("bytes", export_name(s))),
             }
             let split = self.splitter.split(data)?;
             data = &data[split.consumed..];
@@ -129,7 +129,12 @@ impl Exporter {
                     });
                     return Ok(out);
                 }
-                Some(f) => return Err(HandoffError::Unexpected(f.name(), export_name(self.state))),
+                Some(f) => {
+                    return Err(MigrationError::Unexpected(
+                        f.name(),
+                        export_name(self.state),
+                    ))
+                }
             }
         }
         Ok(out)
@@ -137,7 +142,7 @@ impl Exporter {
 
     /// After Switch: client records the dispatcher forwarded before it saw the cut are
     /// discarded (they reach whoever serves on, from the dispatcher's copy), then the verdict.
-    fn verdict(&mut self, mut data: &[u8], kept: bool) -> Result<ExportInput, HandoffError> {
+    fn verdict(&mut self, mut data: &[u8], kept: bool) -> Result<ExportInput, MigrationError> {
         let mut event = None;
         while !data.is_empty() {
             let split = self.splitter.split(data)?;
@@ -148,7 +153,7 @@ impl Exporter {
                 Some(Frame::Resume) => Some(ExportEvent::ServeHere {
                     ciphertext: data.to_vec(),
                 }),
-                Some(f) => return Err(HandoffError::Unexpected(f.name(), "switched")),
+                Some(f) => return Err(MigrationError::Unexpected(f.name(), "switched")),
             };
             self.state = ExportState::Finished;
             break;
@@ -162,13 +167,13 @@ impl Exporter {
     /// The dispatcher released the stream after Switch: that is Done, wherever the stream
     /// stood (a release may overtake client bytes still queued before it, which were after
     /// the cut anyway).
-    pub fn released(&mut self) -> Result<ExportEvent, HandoffError> {
+    pub fn released(&mut self) -> Result<ExportEvent, MigrationError> {
         match self.state {
             ExportState::Switched { kept: false } => {
                 self.state = ExportState::Finished;
                 Ok(ExportEvent::Migrated)
             }
-            s => Err(HandoffError::Unexpected("release", export_name(s))),
+            s => Err(MigrationError::Unexpected("release", export_name(s))),
         }
     }
 
@@ -196,14 +201,14 @@ impl Exporter {
         cut: u32,
         sealed: Vec<u8>,
         now: Instant,
-    ) -> Result<Vec<u8>, HandoffError> {
+    ) -> Result<Vec<u8>, MigrationError> {
         self.start_waiting("Switch", false, now)?;
         Ok(Frame::Switch { cut, sealed }.to_bytes())
     }
 
     /// Extracted, but the object could not be sealed: the Kept frame to send. The dispatcher
     /// answers Resume and the client's bytes from `cut` on ([`ExportEvent::ServeHere`]).
-    pub fn kept(&mut self, cut: u32, now: Instant) -> Result<Vec<u8>, HandoffError> {
+    pub fn kept(&mut self, cut: u32, now: Instant) -> Result<Vec<u8>, MigrationError> {
         self.start_waiting("Kept", true, now)?;
         Ok(Frame::Kept { cut }.to_bytes())
     }
@@ -213,9 +218,9 @@ impl Exporter {
         what: &'static str,
         kept: bool,
         now: Instant,
-    ) -> Result<(), HandoffError> {
+    ) -> Result<(), MigrationError> {
         if self.state != ExportState::Cutting {
-            return Err(HandoffError::Unexpected(what, export_name(self.state)));
+            return Err(MigrationError::Unexpected(what, export_name(self.state)));
         }
         self.state = ExportState::Switched { kept };
         self.deadline = now + self.timeout * 2;
@@ -225,9 +230,9 @@ impl Exporter {
     /// Over the cap, or not extractable, before anything was extracted: the Abort frame. The
     /// TLS engine reads on: after a handshake the dispatcher splices as after a Decline; after
     /// a Leave's Offer it gives this agent the bytes it held.
-    pub fn abort(&mut self) -> Result<Vec<u8>, HandoffError> {
+    pub fn abort(&mut self) -> Result<Vec<u8>, MigrationError> {
         if self.state != ExportState::Cutting {
-            return Err(HandoffError::Unexpected("Abort", export_name(self.state)));
+            return Err(MigrationError::Unexpected("Abort", export_name(self.state)));
         }
         self.state = ExportState::Finished;
         Ok(Frame::Abort.to_bytes())
@@ -254,121 +259,5 @@ fn export_name(s: ExportState) -> &'static str {
         ExportState::Cutting => "cutting",
         ExportState::Switched { .. } => "switched",
         ExportState::Finished => "finished",
-    }
-}
-
-/// What the home agent must do next.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ImportEvent {
-    /// Open this sealed session object (bound to the link and token it came with), then
-    /// [`Importer::ready`] or [`Importer::refuse`].
-    Open(Vec<u8>),
-    /// The dispatcher's decision: serve the session, starting with `ciphertext` (the client
-    /// bytes it held), then what the stream brings.
-    Commit { ciphertext: Vec<u8> },
-    /// The dispatcher went another way: drop the keys, send nothing, close.
-    Aborted,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ImportState {
-    AwaitImport,
-    Opening,
-    Ready,
-    Finished,
-}
-
-/// The home agent's side of one migration: a link stream that starts with Import.
-#[derive(Debug)]
-pub struct Importer {
-    state: ImportState,
-    splitter: Splitter,
-    timeout: Duration,
-    deadline: Instant,
-}
-
-impl Importer {
-    /// A stream that should bring Import within `timeout` of `now`.
-    pub fn new(timeout: Duration, now: Instant) -> Self {
-        Self {
-            state: ImportState::AwaitImport,
-            splitter: Splitter::new(),
-            timeout,
-            deadline: now + timeout,
-        }
-    }
-
-    /// Bytes from the dispatcher. An error means the stream broke the protocol: close it.
-    pub fn from_dispatcher(&mut self, data: &[u8]) -> Result<Option<ImportEvent>, HandoffError> {
-        if data.is_empty() {
-            return Ok(None);
-        }
-        let expect = match self.state {
-            ImportState::AwaitImport | ImportState::Ready => self.state,
-            s => return Err(HandoffError::Unexpected("bytes", import_name(s))),
-        };
-        let split = self.splitter.split(data)?;
-        if !split.tls.is_empty() {
-            return Err(HandoffError::Unexpected("TLS", import_name(expect)));
-        }
-        let rest = &data[split.consumed..];
-        let event = match (expect, split.frame) {
-            (_, None) => return Ok(None),
-            // Nothing follows Import until this agent has answered.
-            (ImportState::AwaitImport, Some(Frame::Import(sealed))) if rest.is_empty() => {
-                self.state = ImportState::Opening;
-                ImportEvent::Open(sealed)
-            }
-            (ImportState::Ready, Some(Frame::Commit)) => {
-                self.state = ImportState::Finished;
-                ImportEvent::Commit {
-                    ciphertext: rest.to_vec(),
-                }
-            }
-            (ImportState::Ready, Some(Frame::Abort)) => {
-                self.state = ImportState::Finished;
-                ImportEvent::Aborted
-            }
-            (s, Some(f)) => return Err(HandoffError::Unexpected(f.name(), import_name(s))),
-        };
-        Ok(Some(event))
-    }
-
-    /// The object opened: the Ready frame to send. The keys stay unused until Commit, which
-    /// must come within the timeout from `now`.
-    pub fn ready(&mut self, now: Instant) -> Result<Vec<u8>, HandoffError> {
-        if self.state != ImportState::Opening {
-            return Err(HandoffError::Unexpected("Ready", import_name(self.state)));
-        }
-        self.state = ImportState::Ready;
-        self.deadline = now + self.timeout * 2;
-        Ok(Frame::Ready.to_bytes())
-    }
-
-    /// The object did not open: the Refused frame to send; the stream is done.
-    pub fn refuse(&mut self, reason: RefuseReason) -> Result<Vec<u8>, HandoffError> {
-        if self.state != ImportState::Opening {
-            return Err(HandoffError::Unexpected("Refused", import_name(self.state)));
-        }
-        self.state = ImportState::Finished;
-        Ok(Frame::Refused(reason).to_bytes())
-    }
-
-    /// When the caller must give up waiting on the dispatcher (drop the keys, close).
-    pub fn deadline(&self) -> Option<Instant> {
-        matches!(self.state, ImportState::AwaitImport | ImportState::Ready).then_some(self.deadline)
-    }
-
-    pub fn timed_out(&self, now: Instant) -> bool {
-        self.deadline().is_some_and(|d| now >= d)
-    }
-}
-
-fn import_name(s: ImportState) -> &'static str {
-    match s {
-        ImportState::AwaitImport => "awaiting import",
-        ImportState::Opening => "opening",
-        ImportState::Ready => "ready",
-        ImportState::Finished => "finished",
     }
 }

@@ -1,2 +1,0 @@
-#![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| baton_wire::fuzzing::handoff(data));
