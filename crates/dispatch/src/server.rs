@@ -667,7 +667,7 @@ async fn linked(
     agent_idx: usize,
     shared: &Shared,
 ) -> std::io::Result<(usize, u64, u64)> {
-    let mut watch = baton_migrate::Relay::serving();
+    let mut watch = baton_migrate::Relay::serving().with_timeouts(shared.config.migration_timeouts);
     let first_len = first.bytes.len() as u64;
     if watch.watch_client(&first.bytes).is_err() {
         // Not TLS: the agent answers it (an alert), and nothing here can ever move.

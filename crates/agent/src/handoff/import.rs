@@ -92,7 +92,7 @@ pub async fn import(
     shared: &Shared,
 ) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
     let m = &shared.metrics.handoff;
-    let mut machine = Importer::new(shared.config.handoff_timeout, now());
+    let mut machine = Importer::new(shared.config.migration_timeouts, now());
     let mut buf = vec![0u8; 8 * 1024];
     let mut opened = None;
     loop {

@@ -350,7 +350,7 @@ async fn adopt(handed: Handed, fd: OwnedFd, shared: Arc<Shared>) {
     }
     shared.metrics.handover("taken");
     shared.router().adopted(idx);
-    let relay = Relay::resume(handed.position);
+    let relay = Relay::resume(handed.position).with_timeouts(shared.config.migration_timeouts);
     let down = handed.to_client.len() as u64;
     let r = crate::handoff::serve(&mut client, stream, idx, relay, (0, down), &shared).await;
     match r {
