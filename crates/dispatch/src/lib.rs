@@ -4,7 +4,9 @@
 //! the real client, and splices bytes both ways (`server.rs`). Health checks (`health.rs`) take
 //! dead agents out; counters are served as Prometheus text (`metrics.rs`). With `--policy
 //! handoff` a full handshake's session moves to the client's home agent afterwards:
-//! `handoff.rs` is the shell around the protocol's state machine in `baton_migrate`.
+//! `migration.rs` pumps the protocol's state machine (`baton_migrate`). `restart/` replaces
+//! this process by a successor without dropping a connection (hot restart); `context.rs` is
+//! the state every task shares.
 //! Agents are named by id and may come and go: `members.rs` is the roster and the plan from one
 //! roster to another (pure), `roster.rs` applies it (link pools, the agents file), `admin.rs`
 //! takes changes from operators.
@@ -13,12 +15,13 @@
 
 mod admin;
 mod config;
-mod handoff;
-mod handover;
+mod context;
 mod health;
 pub mod members;
 mod metrics;
+mod migration;
 mod notify;
+mod restart;
 mod roster;
 pub mod route;
 mod server;

@@ -138,6 +138,18 @@ pub enum Outcome {
     FellBack(Option<RefuseReason>),
 }
 
+impl Outcome {
+    /// The outcome's label in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Migrated => "migrated",
+            Outcome::Declined => "declined",
+            Outcome::Aborted => "aborted",
+            Outcome::FellBack(_) => "fell_back",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Relaying the handshake, every client byte copied (the home agent's, from the cut on);

@@ -13,8 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::handover::HandedOver;
-use crate::server::Shared;
+use crate::context::Context;
+use crate::restart::give::HandedOver;
 use crate::splice::Watched;
 
 /// Who takes part in one handed-off connection.
@@ -62,7 +62,7 @@ pub async fn relay(
     agent: LinkStream,
     ends: Ends,
     first: Vec<u8>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     let mut relay = Relay::new().with_timeouts(shared.config.migration_timeouts);
     relay
@@ -96,7 +96,7 @@ pub async fn serve(
     agent_idx: usize,
     relay: Relay,
     (up, down): (u64, u64),
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     let meta = *agent.meta();
     let conn = Conn {
@@ -130,7 +130,7 @@ async fn drive(
     mut relay: Relay,
     mut conn: Conn,
     mut handshaking: Option<HandshakeGuard<'_>>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     // A connection that cannot be handed over (its client ended its half) is not asked again.
     let mut may_hand_over = true;
@@ -141,9 +141,9 @@ async fn drive(
             if let Some(h) = handshaking.as_mut() {
                 h.finish();
             }
-            if may_hand_over && shared.handover.is_on() {
+            if may_hand_over && shared.restart.is_on() {
                 let owed = std::mem::take(&mut owed);
-                let handed = crate::handover::hand_over(
+                let handed = crate::restart::give::hand_over(
                     client,
                     &mut agent,
                     &mut relay,
@@ -187,7 +187,7 @@ async fn drive(
             }
             let stop = async {
                 if may_hand_over {
-                    shared.handover.started().await
+                    shared.restart.started().await
                 } else {
                     std::future::pending().await
                 }
@@ -254,7 +254,7 @@ async fn drive(
 
 /// Answers an agent that asked to leave: the client's next home, or a Stay (the relay queues
 /// the frames; `moving` sends them).
-fn answer_leave(relay: &mut Relay, conn: &mut Conn, client_ended: bool, shared: &Shared) {
+fn answer_leave(relay: &mut Relay, conn: &mut Conn, client_ended: bool, shared: &Context) {
     let next = (!client_ended)
         .then(|| next_home(conn.agent_idx, conn.source, conn.destination, shared))
         .flatten();
@@ -279,7 +279,7 @@ fn next_home(
     leaving: usize,
     source: SocketAddr,
     destination: SocketAddr,
-    shared: &Shared,
+    shared: &Context,
 ) -> Option<Ends> {
     let home_idx = shared.router().home_excluding(source.ip(), leaving)?;
     let home = shared.roster.link(home_idx)?;
@@ -434,7 +434,7 @@ pub async fn at_home(
     mut agent: LinkStream,
     agent_idx: usize,
     first: Vec<u8>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     let mut handshaking = HandshakeGuard {
         shared,
@@ -518,7 +518,7 @@ pub async fn at_home(
 
 /// Tells the router, once, that this connection's handshake is over.
 struct HandshakeGuard<'a> {
-    shared: &'a Shared,
+    shared: &'a Context,
     agent: usize,
     done: bool,
 }
@@ -542,16 +542,6 @@ async fn read_opt(s: Option<&mut LinkStream>, buf: &mut Vec<u8>) -> std::io::Res
     match s {
         Some(s) => s.read_buf(buf).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Label of a handoff outcome, for metrics.
-pub fn outcome_label(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Migrated => "migrated",
-        Outcome::Declined => "declined",
-        Outcome::Aborted => "aborted",
-        Outcome::FellBack(_) => "fell_back",
     }
 }
 
