@@ -71,7 +71,7 @@ impl Cluster {
     }
 
     fn status(&self) -> Value {
-        let (code, body) = baton_lab::rollout::http(
+        let (code, body) = baton_cluster::rollout::http(
             self.admin(),
             &admin_token(),
             "GET",
@@ -145,7 +145,7 @@ fn pids(status: &Value, list: &str) -> Vec<u64> {
 }
 
 fn alive(pid: u32) -> bool {
-    baton_lab::rollout::alive(pid)
+    baton_cluster::rollout::alive(pid)
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -261,10 +261,13 @@ fn rollout_replaces_every_agent_under_keepalive_load_and_the_cluster_serves_afte
     for (i, (old, new)) in before.iter().zip(&after).enumerate() {
         assert_ne!(old, new, "agent {i} was not replaced");
         assert!(
-            !baton_lab::rollout::alive(*old as u32),
+            !baton_cluster::rollout::alive(*old as u32),
             "agent {i}'s old process {old} still runs"
         );
-        assert!(baton_lab::rollout::alive(*new as u32), "agent {i}: {new}");
+        assert!(
+            baton_cluster::rollout::alive(*new as u32),
+            "agent {i}: {new}"
+        );
     }
     let status = c.status();
     assert_eq!(status["rollout"]["running"], false, "{status}");
@@ -290,7 +293,7 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     let c = Cluster::start(&["--agents", "1"]);
     let admin = c.admin();
     let ask = |method: &str, path: &str, body: &str| {
-        baton_lab::rollout::http(
+        baton_cluster::rollout::http(
             admin,
             &admin_token(),
             method,
@@ -378,7 +381,7 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
 
     // and the successor hands over in turn (its successor is found under this `baton up`)
     std::thread::sleep(Duration::from_secs(1));
-    let (code, body) = baton_lab::rollout::http(
+    let (code, body) = baton_cluster::rollout::http(
         c.admin(),
         &admin_token(),
         "POST",
@@ -445,7 +448,7 @@ fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
     let mut c = Cluster::start(&["--agents", "1", "--dispatchers", "2"]);
     let admin = c.admin();
     let ask = |method: &str, path: &str| {
-        baton_lab::rollout::http(
+        baton_cluster::rollout::http(
             admin,
             &admin_token(),
             method,
@@ -460,7 +463,7 @@ fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
 
     // one operation at a time: no handover while a rollout runs
     let rollout = std::thread::spawn(move || {
-        baton_lab::rollout::http(
+        baton_cluster::rollout::http(
             admin,
             &admin_token(),
             "POST",
@@ -559,7 +562,7 @@ fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
     let c = Cluster::start_with(&bin, dir, &["--agents", "1"]);
     let first = c.dispatcher_pids()[0];
     let ask = || {
-        baton_lab::rollout::http(
+        baton_cluster::rollout::http(
             c.admin(),
             &admin_token(),
             "POST",

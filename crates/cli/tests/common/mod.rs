@@ -22,6 +22,6 @@ mod up;
 // Each test binary uses only some of it.
 #[allow(unused_imports)]
 pub use {
-    baton_lab::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
+    baton_cluster::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
     metrics::*, net::*, pki::*, process::*, redis::*, skip::*, up::*,
 };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::cluster::{Cluster, ClusterSpec, Store};
-use crate::handover::Seen;
+use crate::restart::Seen;
 
 /// `baton up`: start a dispatcher and N agents on this machine.
 #[derive(clap::Args, Debug, Clone)]
@@ -86,7 +86,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
     }
     // a dispatcher that hands over leaves its successor to us when it exits: watched and
     // stopped here like the processes we start
-    crate::handover::become_subreaper();
+    crate::restart::become_subreaper();
     let baton = std::env::current_exe().context("locating the baton binary")?;
     let owns_dir = args.dir.is_none();
     let dir = match args.dir {

@@ -392,7 +392,7 @@ pub(crate) struct Control {
     pub argv: Mutex<Vec<Vec<String>>>,
     pub watch: Watch,
     /// Each dispatcher's current process (a successor after a handover).
-    pub dispatchers: Mutex<Vec<crate::handover::Dispatcher>>,
+    pub dispatchers: Mutex<Vec<crate::restart::Dispatcher>>,
     /// The operation running, if any (one rollout or handover at a time): why another is
     /// refused.
     pub busy: Mutex<Option<&'static str>>,
@@ -433,7 +433,7 @@ pub(crate) struct HandoverStatus {
     pub running: bool,
     /// The dispatcher handing over, while running.
     pub dispatcher: Option<usize>,
-    pub last: Option<crate::handover::HandoverReport>,
+    pub last: Option<crate::restart::HandoverReport>,
 }
 
 /// Holds [`Control::busy`] while an operation runs.
@@ -450,7 +450,7 @@ impl Control {
         let argv = (0..cluster.agents.len())
             .map(|i| cluster.agent_command_line(i))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let dispatchers = crate::handover::dispatchers_of(&cluster)?;
+        let dispatchers = crate::restart::dispatchers_of(&cluster)?;
         let c = Arc::new(Control {
             cluster: Mutex::new(cluster),
             argv: Mutex::new(argv),
@@ -639,7 +639,7 @@ pub(crate) mod admin {
     use baton_ops::reply::{json, text};
 
     use super::{Control, RolloutRequest};
-    use crate::handover::HandoverRequest;
+    use crate::restart::HandoverRequest;
 
     /// The largest request body (`{"pause_ms": ...}`).
     const BODY_LIMIT: usize = 4096;
@@ -801,7 +801,7 @@ pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
     };
     let token = Token::load(&args.admin_token_file)?;
     if args.handover {
-        return crate::handover::handover_cli(
+        return crate::restart::handover_cli(
             args.admin,
             &token,
             ms(&args.ready_timeout)?,
