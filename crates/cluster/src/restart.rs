@@ -1,43 +1,45 @@
-//! `baton up` and dispatcher handovers: a dispatcher that hands over (SIGUSR2 from anyone, or
-//! `POST /handover` on `baton up --admin`) is replaced by a successor process with the same
+//! Hot restart of `baton up`'s dispatchers: a dispatcher asked to restart (SIGUSR2 from anyone,
+//! or `POST /restart` on `baton up --admin`) is replaced by a successor process with the same
 //! command line that `baton up` did not start and has no `Child` handle for. `baton up` makes
 //! itself a child subreaper, so that a successor orphaned by its predecessor's exit becomes
 //! its child (reaped here, never a stray process); it then watches the successor by pid
 //! (`/proc/PID`, its command line checked against pid reuse) and stops it with the cluster.
 //! A dispatcher that exits without a successor still stops the cluster.
 //!
-//! `POST /handover` asks each dispatcher in turn: SIGUSR2, then wait until the old process is
+//! `POST /restart` asks each dispatcher in turn: SIGUSR2, then wait until the old process is
 //! gone, its successor (a child of the old one with the same command line) runs and the
 //! metrics socket they share answers again, then the next dispatcher. A successor that fails
-//! leaves the old process serving (its log says "handover failed; serving on"): the
-//! operation stops there and says so.
+//! leaves the old process serving (its log says so): the operation stops there and says so.
 
 use std::io::{Read as _, Seek as _};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::client::http;
 use crate::cluster::{Cluster, Proc};
-use crate::rollout::{alive, http, Control, Status};
-use crate::signal::Signal;
+use crate::procs::{alive, args_of, find_successor, reap};
+use crate::signal::{self, Signal};
 
-/// How long one dispatcher may take to hand over: its own `--handover-timeout` (30 s by
-/// default) and a little more for the successor to start and the old process to exit.
+/// How long one dispatcher may take to restart: its own deadline for handing its connections
+/// to the successor (`--handover-timeout`, 30 s by default) and a little more for the
+/// successor to start and the old process to exit.
 const DEADLINE: Duration = Duration::from_secs(40);
 const MAX_DEADLINE_MS: u64 = 600_000;
 
-/// `POST /handover`'s optional body.
+/// `POST /restart`'s optional body.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HandoverRequest {
+pub struct RestartRequest {
     /// How long each dispatcher may take (SIGUSR2 to its successor serving); 40 s by default.
     pub timeout_ms: Option<u64>,
 }
 
-impl HandoverRequest {
+impl RestartRequest {
     pub fn deadline(&self) -> Result<Duration, String> {
         match self.timeout_ms {
             None => Ok(DEADLINE),
@@ -52,7 +54,7 @@ impl HandoverRequest {
 
 /// What happened to one dispatcher.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DispatcherHandover {
+pub struct DispatcherRestart {
     pub id: usize,
     pub old_pid: u32,
     /// The successor (absent when none was seen).
@@ -73,12 +75,12 @@ pub struct DispatcherHandover {
     pub error: Option<String>,
 }
 
-/// `POST /handover`'s answer.
+/// `POST /restart`'s answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HandoverReport {
-    /// Every dispatcher handed over and its successor serves.
+pub struct RestartReport {
+    /// Every dispatcher was replaced and its successor serves.
     pub ok: bool,
-    pub dispatchers: Vec<DispatcherHandover>,
+    pub dispatchers: Vec<DispatcherRestart>,
     pub total_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -112,7 +114,7 @@ impl Dispatcher {
 #[derive(Debug)]
 pub(crate) enum Seen {
     /// Dispatcher `i` (`old`) exited and `new` serves in its place.
-    HandedOver { i: usize, old: u32, new: u32 },
+    Restarted { i: usize, old: u32, new: u32 },
     /// Dispatcher `i` (`pid`) exited without a successor.
     Exited { i: usize, pid: u32, status: String },
 }
@@ -132,60 +134,9 @@ pub(crate) fn become_subreaper() {
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         tracing::warn!(
             error = %e,
-            "not a child subreaper: a dispatcher handed over outside `POST /handover` may go unseen"
+            "not a child subreaper: a dispatcher restarted outside `POST /restart` may go unseen"
         );
     }
-}
-
-/// Argv after argv[0] of `pid`, NUL-separated as the kernel has it.
-fn args_of(pid: u32) -> Option<Vec<u8>> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let start = raw.iter().position(|b| *b == 0)? + 1;
-    Some(raw[start..].to_vec())
-}
-
-/// The parent of `pid`, if it runs (not a zombie).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = rest.next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    rest.next()?.parse().ok()
-}
-
-/// A running process with command line `args`, a child of one of `parents` (the first
-/// parent's children first), not in `except`.
-fn find_successor(args: &[u8], parents: &[u32], except: &[u32]) -> Option<u32> {
-    let mut best: Option<(usize, u32)> = None;
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if except.contains(&pid) {
-            continue;
-        }
-        let Some(rank) = parent_of(pid).and_then(|pp| parents.iter().position(|p| *p == pp)) else {
-            continue;
-        };
-        if best.is_some_and(|(r, _)| r <= rank) {
-            continue;
-        }
-        if args_of(pid).as_deref() == Some(args) {
-            best = Some((rank, pid));
-        }
-    }
-    best.map(|(_, pid)| pid)
-}
-
-/// Reaps `pid` if it is an exited child of this process: how it ended.
-fn reap(pid: u32) -> Option<String> {
-    use rustix::process::{waitpid, Pid, WaitOptions};
-    use std::os::unix::process::ExitStatusExt as _;
-    let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
-    let (_, status) = waitpid(Some(pid), WaitOptions::NOHANG).ok()??;
-    Some(std::process::ExitStatus::from_raw(status.as_raw()).to_string())
 }
 
 /// Whether `pid` still runs as dispatcher `d` (a reused pid has another command line).
@@ -228,230 +179,188 @@ fn counters(metrics: std::net::SocketAddr) -> anyhow::Result<(u64, u64, u64)> {
     Ok((n("taken"), n("lost"), active))
 }
 
-impl Control {
-    /// Looks at every dispatcher: one that exited with a successor is followed (the
-    /// successor is its process from now on), one without is reported.
-    pub(crate) fn check_dispatchers(&self, cluster: &mut Cluster) -> Vec<Seen> {
-        let mut ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
-        let mut seen = Vec::new();
-        for i in 0..ds.len() {
-            let Some(status) = exit_of(cluster, i, &ds[i]) else {
-                continue;
-            };
-            let old = ds[i].pid;
-            let except: Vec<u32> = ds.iter().map(|d| d.pid).collect();
-            let me = std::process::id();
-            match find_successor(&ds[i].args, &[old, me], &except) {
-                Some(new) => {
-                    ds[i].pid = new;
-                    ds[i].followed = true;
-                    seen.push(Seen::HandedOver { i, old, new });
-                }
-                None => seen.push(Seen::Exited {
-                    i,
-                    pid: old,
-                    status,
-                }),
+/// Looks at every dispatcher: one that exited with a successor is followed (the successor is
+/// its process from now on), one without is reported.
+pub(crate) fn check(cluster: &mut Cluster, ds: &mut [Dispatcher]) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for i in 0..ds.len() {
+        let Some(status) = exit_of(cluster, i, &ds[i]) else {
+            continue;
+        };
+        let old = ds[i].pid;
+        let except: Vec<u32> = ds.iter().map(|d| d.pid).collect();
+        let me = std::process::id();
+        match find_successor(&ds[i].args, &[old, me], &except) {
+            Some(new) => {
+                ds[i].pid = new;
+                ds[i].followed = true;
+                seen.push(Seen::Restarted { i, old, new });
             }
+            None => seen.push(Seen::Exited {
+                i,
+                pid: old,
+                status,
+            }),
         }
-        seen
     }
+    seen
+}
 
-    /// Hands every dispatcher over in turn (blocking: run it off the async runtime). Refused
-    /// while a rollout or another handover runs.
-    pub fn handover(&self, deadline: Duration) -> Result<HandoverReport, &'static str> {
-        let _busy = self.begin("a handover is running")?;
-        let n = self
-            .dispatchers
+/// Hot-restarts dispatcher `i` (of `ds`, the dispatchers as `baton up` follows them): SIGUSR2,
+/// then until the old process is gone and its successor serves, at most `deadline`. `abort`
+/// stops the wait early (the cluster is being stopped).
+pub(crate) fn restart_one(
+    cluster: &mut Cluster,
+    ds: &Mutex<Vec<Dispatcher>>,
+    i: usize,
+    deadline: Duration,
+    abort: &AtomicBool,
+) -> DispatcherRestart {
+    let began = Instant::now();
+    let d = ds.lock().unwrap_or_else(|p| p.into_inner())[i].clone();
+    let old = d.pid;
+    let metrics = proc_of(cluster, i).addr("metrics");
+    let mut r = DispatcherRestart {
+        id: i,
+        old_pid: old,
+        new_pid: None,
+        connections: None,
+        gone_ms: 0,
+        serving_ms: 0,
+        exit: String::new(),
+        taken: None,
+        lost: None,
+        error: None,
+    };
+    if let Some(status) = exit_of(cluster, i, &d) {
+        r.error = Some(format!(
+            "dispatcher {i} (pid {old}) is not running: {status}"
+        ));
+        return r;
+    }
+    r.connections = metrics.and_then(|m| counters(m).ok()).map(|c| c.2);
+    // what the dispatcher logs from now on: a failed successor says so there
+    let mut log = Tail::new(log_of(cluster, i));
+    // (a pid that runs as this dispatcher: checked just above)
+    signal::send(old, Signal::USR2);
+    let until = began + deadline;
+    let me = std::process::id();
+    let mut successor = None;
+    let mut gone = false;
+    let result: anyhow::Result<()> = loop {
+        let except: Vec<u32> = ds
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .len();
-        let progress = |s: &mut Status, running, dispatcher| {
-            s.handover.running = running;
-            s.handover.dispatcher = dispatcher;
-        };
-        let turns = self.in_turn(n, Duration::ZERO, progress, |i| {
-            let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
-            tracing::info!(dispatcher = i, "handover: asking the dispatcher (SIGUSR2)");
-            let r = self.hand_over(&mut cluster, i, deadline);
-            self.refresh(&mut cluster);
-            match &r.error {
-                None => tracing::info!(
-                    dispatcher = i,
-                    old_pid = r.old_pid,
-                    new_pid = r.new_pid,
-                    gone_ms = r.gone_ms,
-                    taken = r.taken,
-                    lost = r.lost,
-                    "handover: the successor serves"
-                ),
-                Some(e) => tracing::error!(dispatcher = i, error = %e, "handover: stopped"),
-            }
-            let failed = r.error.clone();
-            (r, failed)
-        });
-        let report = HandoverReport {
-            ok: turns.ok,
-            dispatchers: turns.done,
-            total_ms: turns.total_ms,
-            error: turns.error,
-        };
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.handover.last = Some(report.clone());
-        progress(&mut s, false, None);
-        Ok(report)
-    }
-
-    /// One dispatcher: SIGUSR2, then until the old process is gone and its successor serves.
-    fn hand_over(&self, cluster: &mut Cluster, i: usize, deadline: Duration) -> DispatcherHandover {
-        let began = Instant::now();
-        let d = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner())[i].clone();
-        let old = d.pid;
-        let metrics = proc_of(cluster, i).addr("metrics");
-        let mut r = DispatcherHandover {
-            id: i,
-            old_pid: old,
-            new_pid: None,
-            connections: None,
-            gone_ms: 0,
-            serving_ms: 0,
-            exit: String::new(),
-            taken: None,
-            lost: None,
-            error: None,
-        };
-        if let Some(status) = exit_of(cluster, i, &d) {
-            r.error = Some(format!(
-                "dispatcher {i} (pid {old}) is not running: {status}"
-            ));
-            return r;
+            .iter()
+            .map(|d| d.pid)
+            .collect();
+        if successor.is_none() {
+            successor = find_successor(&d.args, &[old, me], &except);
         }
-        r.connections = metrics.and_then(|m| counters(m).ok()).map(|c| c.2);
-        // what the dispatcher logs from now on: a failed successor says so there
-        let mut log = Tail::new(log_of(cluster, i));
-        // (a pid that runs as this dispatcher: checked just above)
-        crate::signal::send(old, Signal::USR2);
-        let until = began + deadline;
-        let me = std::process::id();
-        let mut successor = None;
-        let mut gone = false;
-        let result: anyhow::Result<()> = loop {
-            let except: Vec<u32> = self
-                .dispatchers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|d| d.pid)
-                .collect();
-            if successor.is_none() {
-                successor = find_successor(&d.args, &[old, me], &except);
-            }
-            if !gone {
-                if let Some(status) = exit_of(cluster, i, &d) {
-                    gone = true;
-                    r.gone_ms = began.elapsed().as_millis() as u64;
-                    r.exit = status;
-                    // orphaned by the exit: a child of this process now
-                    if successor.is_none() {
-                        successor = find_successor(&d.args, &[old, me], &except);
-                    }
-                    let Some(new) = successor else {
-                        break Err(anyhow!(
-                            "dispatcher {i} (pid {old}) exited ({}) without a successor",
-                            r.exit
-                        ));
-                    };
-                    let mut ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
-                    ds[i].pid = new;
-                    ds[i].followed = true;
+        if !gone {
+            if let Some(status) = exit_of(cluster, i, &d) {
+                gone = true;
+                r.gone_ms = began.elapsed().as_millis() as u64;
+                r.exit = status;
+                // orphaned by the exit: a child of this process now
+                if successor.is_none() {
+                    successor = find_successor(&d.args, &[old, me], &except);
                 }
-            }
-            r.new_pid = successor;
-            match (gone, successor) {
-                (true, Some(new)) => {
-                    if !runs_as(new, &d) {
-                        break Err(anyhow!(
-                            "dispatcher {i}'s successor (pid {new}) exited after pid {old} did"
-                        ));
-                    }
-                    let serving = match metrics {
-                        Some(m) => baton_bench::scrape::page_blocking(m).is_ok(),
-                        None => true,
-                    };
-                    if serving {
-                        r.serving_ms = began.elapsed().as_millis() as u64;
-                        break Ok(());
-                    }
-                }
-                (false, Some(new)) if !alive(new) => {
+                let Some(new) = successor else {
                     break Err(anyhow!(
-                        "dispatcher {i}'s successor (pid {new}) exited before it took over; pid {old} serves on{}",
-                        log.failure().map(|l| format!(": {l}")).unwrap_or_default()
+                        "dispatcher {i} (pid {old}) exited ({}) without a successor",
+                        r.exit
+                    ));
+                };
+                let mut ds = ds.lock().unwrap_or_else(|p| p.into_inner());
+                ds[i].pid = new;
+                ds[i].followed = true;
+            }
+        }
+        r.new_pid = successor;
+        match (gone, successor) {
+            (true, Some(new)) => {
+                if !runs_as(new, &d) {
+                    break Err(anyhow!(
+                        "dispatcher {i}'s successor (pid {new}) exited after pid {old} did"
                     ));
                 }
-                (false, _) => {
-                    if let Some(line) = log.failure() {
-                        break Err(anyhow!("dispatcher {i} (pid {old}): {line}"));
-                    }
-                }
-                (true, None) => unreachable!("a dispatcher gone without a successor breaks above"),
-            }
-            if Instant::now() >= until {
-                break Err(match gone {
-                    true => anyhow!(
-                        "dispatcher {i}'s successor (pid {}) did not serve its metrics within {deadline:?}",
-                        successor.unwrap_or(0)
-                    ),
-                    false => anyhow!(
-                        "dispatcher {i} (pid {old}) did not hand over within {deadline:?}; it serves on"
-                    ),
-                });
-            }
-            if self.abort.load(Ordering::Relaxed) {
-                break Err(anyhow!("stopped: the cluster is shutting down"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if let Err(e) = result {
-            r.error = Some(format!("{e:#}"));
-            return r;
-        }
-        // the successor counts a connection once it is re-attached: until the counts settle
-        if let Some(m) = metrics {
-            let settle = Instant::now() + Duration::from_secs(1);
-            let mut last = None;
-            while Instant::now() < settle {
-                let Ok((taken, lost, _)) = counters(m) else {
-                    break;
+                let serving = match metrics {
+                    Some(m) => baton_bench::scrape::page_blocking(m).is_ok(),
+                    None => true,
                 };
-                if last == Some((taken, lost)) {
-                    break;
+                if serving {
+                    r.serving_ms = began.elapsed().as_millis() as u64;
+                    break Ok(());
                 }
-                last = Some((taken, lost));
-                std::thread::sleep(Duration::from_millis(100));
             }
-            if let Some((taken, lost)) = last {
-                r.taken = Some(taken);
-                r.lost = Some(lost);
+            (false, Some(new)) if !alive(new) => {
+                break Err(anyhow!(
+                    "dispatcher {i}'s successor (pid {new}) exited before it took over; pid {old} serves on{}",
+                    log.failure().map(|l| format!(": {l}")).unwrap_or_default()
+                ));
             }
+            (false, _) => {
+                if let Some(line) = log.failure() {
+                    break Err(anyhow!("dispatcher {i} (pid {old}): {line}"));
+                }
+            }
+            (true, None) => unreachable!("a dispatcher gone without a successor breaks above"),
         }
-        r
+        if Instant::now() >= until {
+            break Err(match gone {
+                true => anyhow!(
+                    "dispatcher {i}'s successor (pid {}) did not serve its metrics within {deadline:?}",
+                    successor.unwrap_or(0)
+                ),
+                false => anyhow!(
+                    "dispatcher {i} (pid {old}) was not replaced within {deadline:?}; it serves on"
+                ),
+            });
+        }
+        if abort.load(Ordering::Relaxed) {
+            break Err(anyhow!("stopped: the cluster is shutting down"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Err(e) = result {
+        r.error = Some(format!("{e:#}"));
+        return r;
     }
+    // the successor counts a connection once it is re-attached: until the counts settle
+    if let Some(m) = metrics {
+        let settle = Instant::now() + Duration::from_secs(1);
+        let mut last = None;
+        while Instant::now() < settle {
+            let Ok((taken, lost, _)) = counters(m) else {
+                break;
+            };
+            if last == Some((taken, lost)) {
+                break;
+            }
+            last = Some((taken, lost));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some((taken, lost)) = last {
+            r.taken = Some(taken);
+            r.lost = Some(lost);
+        }
+    }
+    r
+}
 
-    /// Stops the dispatchers' processes that are not the cluster's children: successors
-    /// followed, and any on their way (a handover under way as the cluster stops). SIGTERM
-    /// now, and `finish` (after the cluster's own stop) waits and kills what is left.
-    pub(crate) fn stop_successors(&self) -> Successors {
-        let ds = self.dispatchers.lock().unwrap_or_else(|p| p.into_inner());
-        let pids = successors_of(&ds);
-        for pid in &pids {
-            // (a pid just seen running with a dispatcher's command line)
-            crate::signal::send(*pid, Signal::TERM);
-        }
-        Successors {
-            pids,
-            ds: ds.clone(),
-        }
+/// Stops the processes of `ds` that are not the cluster's children: successors followed, and
+/// any on their way (a restart under way as the cluster stops). SIGTERM now, and `finish`
+/// (after the cluster's own stop) waits and kills what is left.
+pub(crate) fn stop_successors(ds: &[Dispatcher]) -> Successors {
+    let pids = successors_of(ds);
+    for pid in &pids {
+        // (a pid just seen running with a dispatcher's command line)
+        signal::send(*pid, Signal::TERM);
+    }
+    Successors {
+        pids,
+        ds: ds.to_vec(),
     }
 }
 
@@ -482,7 +391,7 @@ fn successors_of(ds: &[Dispatcher]) -> Vec<u32> {
     pids
 }
 
-/// The successors [`Control::stop_successors`] asked to stop.
+/// The successors [`stop_successors`] asked to stop.
 pub(crate) struct Successors {
     pids: Vec<u32>,
     ds: Vec<Dispatcher>,
@@ -504,7 +413,7 @@ impl Successors {
         }
         for pid in &self.pids {
             if alive(*pid) && self.ds.iter().any(|d| runs_as(*pid, d)) {
-                crate::signal::send(*pid, Signal::KILL);
+                signal::send(*pid, Signal::KILL);
             }
         }
         let until = Instant::now() + Duration::from_secs(2);
@@ -528,7 +437,7 @@ impl Tail {
         Tail { path, offset }
     }
 
-    /// The dispatcher's "handover failed; serving on" line, if written since.
+    /// The dispatcher's line that its successor failed and it serves on, if written since.
     fn failure(&mut self) -> Option<String> {
         let mut f = std::fs::File::open(&self.path).ok()?;
         f.seek(std::io::SeekFrom::Start(self.offset)).ok()?;
@@ -551,9 +460,9 @@ impl Tail {
     }
 }
 
-/// `baton rollout --handover`: asks `baton up --admin` for a handover of every dispatcher and
-/// prints the summary; an error when one did not hand over.
-pub(crate) fn handover_cli(
+/// `baton rollout --restart`: asks `baton up --admin` for a hot restart of every dispatcher and
+/// prints the summary; an error when one was not replaced.
+pub(crate) fn restart_cli(
     admin: std::net::SocketAddr,
     token: &baton_ops::guard::Token,
     timeout_ms: Option<u64>,
@@ -564,11 +473,11 @@ pub(crate) fn handover_cli(
         admin,
         token,
         "POST",
-        "/handover",
+        "/restart",
         &body.to_string(),
         Duration::from_secs(3600),
     )?;
-    let report: HandoverReport = match serde_json::from_str(&answer) {
+    let report: RestartReport = match serde_json::from_str(&answer) {
         Ok(r) => r,
         Err(_) => bail!("baton up at {admin} answered {status}: {}", answer.trim()),
     };
@@ -579,7 +488,7 @@ pub(crate) fn handover_cli(
     }
     if !report.ok {
         bail!(
-            "handover stopped: {}",
+            "hot restart stopped: {}",
             report.error.as_deref().unwrap_or("see above")
         );
     }
@@ -587,7 +496,7 @@ pub(crate) fn handover_cli(
 }
 
 /// The summary a person reads.
-pub fn table(r: &HandoverReport) -> String {
+pub fn table(r: &RestartReport) -> String {
     use std::fmt::Write as _;
     let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
     let mut o = String::new();
@@ -618,9 +527,9 @@ pub fn table(r: &HandoverReport) -> String {
         o,
         "{} in {:.1} s",
         if r.ok {
-            format!("{} dispatchers handed over", r.dispatchers.len())
+            format!("{} dispatchers restarted", r.dispatchers.len())
         } else {
-            "handover stopped".into()
+            "hot restart stopped".into()
         },
         r.total_ms as f64 / 1000.0
     );
@@ -638,49 +547,21 @@ pub(crate) fn dispatchers_of(cluster: &Cluster) -> anyhow::Result<Vec<Dispatcher
 
 #[cfg(test)]
 mod tests {
-    use std::process::Command;
-
     use super::*;
 
     #[test]
     fn request_bodies_are_checked() {
-        assert_eq!(HandoverRequest::default().deadline().unwrap(), DEADLINE);
-        let r: HandoverRequest = serde_json::from_str(r#"{"timeout_ms": 5000}"#).unwrap();
+        assert_eq!(RestartRequest::default().deadline().unwrap(), DEADLINE);
+        let r: RestartRequest = serde_json::from_str(r#"{"timeout_ms": 5000}"#).unwrap();
         assert_eq!(r.deadline().unwrap(), Duration::from_secs(5));
-        assert!(serde_json::from_str::<HandoverRequest>(r#"{"timeout": 1}"#).is_err());
-        let zero = HandoverRequest {
+        assert!(serde_json::from_str::<RestartRequest>(r#"{"timeout": 1}"#).is_err());
+        let zero = RestartRequest {
             timeout_ms: Some(0),
         };
         assert!(zero.deadline().is_err());
-        let long = HandoverRequest {
+        let long = RestartRequest {
             timeout_ms: Some(MAX_DEADLINE_MS + 1),
         };
         assert!(long.deadline().is_err());
-    }
-
-    #[test]
-    fn a_child_with_the_same_command_line_is_found_by_its_parent() {
-        // `sh -c 'sleep 30 & wait'`: the sleep is a child of the shell, with its own argv
-        let mut sh = Command::new("sh")
-            .args(["-c", "sleep 30.5 & wait"])
-            .spawn()
-            .unwrap();
-        let shell = sh.id();
-        let args = b"30.5\0".to_vec();
-        let until = Instant::now() + Duration::from_secs(5);
-        let mut found = None;
-        while found.is_none() && Instant::now() < until {
-            found = find_successor(&args, &[shell], &[]);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let sleep = found.expect("the shell's sleep");
-        assert_eq!(parent_of(sleep), Some(shell));
-        assert_eq!(args_of(sleep).as_deref(), Some(&args[..]));
-        // not found under another parent, nor when excluded
-        assert_eq!(find_successor(&args, &[std::process::id()], &[]), None);
-        assert_eq!(find_successor(&args, &[shell], &[sleep]), None);
-        crate::signal::send(sleep, Signal::KILL);
-        let _ = sh.kill();
-        let _ = sh.wait();
     }
 }
