@@ -9,7 +9,8 @@
 //! `POST /restart` asks each dispatcher in turn: SIGUSR2, then wait until the old process is
 //! gone, its successor (a child of the old one with the same command line) runs and the
 //! metrics socket they share answers again, then the next dispatcher. A successor that fails
-//! leaves the old process serving (its log says so): the operation stops there and says so.
+//! leaves the old process serving (its log says "handover failed; serving on"): the operation
+//! stops there and says so.
 
 use std::io::{Read as _, Seek as _};
 use std::path::PathBuf;

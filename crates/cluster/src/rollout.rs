@@ -375,7 +375,6 @@ pub struct RolloutArgs {
     /// Hot-restart every dispatcher instead, each replaced by a successor process (`POST
     /// /restart`: one at a time, SIGUSR2, until the old process is gone and the successor
     /// serves). With it, --ready-timeout bounds each dispatcher's restart (default 40s).
-    /// `--handover` is an alias.
     #[arg(long, visible_alias = "handover", conflicts_with_all = ["pause", "drain_timeout"])]
     pub restart: bool,
 }
