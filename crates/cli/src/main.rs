@@ -35,10 +35,10 @@ enum Command {
     /// Reproduce the source documents' experiments (docs/references.md) on this machine, baselines beside Baton.
     Lab(baton_lab::LabArgs),
     /// Start a local cluster: a dispatcher and N agents on this machine.
-    Up(Box<baton_lab::UpArgs>),
-    /// Restart the agents of `baton up --admin ADDR` one at a time (each drains first) and
-    /// print what each took.
-    Rollout(baton_lab::RolloutArgs),
+    Up(Box<baton_cluster::UpArgs>),
+    /// Restart the agents of `baton up --admin ADDR` one at a time (each drains first), or with
+    /// --restart hot-restart its dispatchers, and print what each took.
+    Rollout(baton_cluster::RolloutArgs),
     /// Hold private keys in a process of their own and sign for agents (`baton agent
     /// --key-signer`).
     Signer(Box<baton_signer::SignerArgs>),
@@ -65,8 +65,8 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Lab(args) => baton_lab::lab(args).map(|()| ExitCode::SUCCESS),
-        Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
-        Command::Rollout(args) => baton_lab::rollout_cli(args).map(|()| ExitCode::SUCCESS),
+        Command::Up(args) => baton_cluster::up(*args).map(|()| ExitCode::SUCCESS),
+        Command::Rollout(args) => baton_cluster::rollout_cli(args).map(|()| ExitCode::SUCCESS),
         Command::Signer(args) => baton_signer::run(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
