@@ -44,6 +44,44 @@ enum Command {
     Signer(Box<baton_signer::SignerArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
+    /// Write man pages, or print shell completions, for this binary.
+    #[command(subcommand)]
+    Generate(Generate),
+}
+
+#[derive(Subcommand)]
+enum Generate {
+    /// One man page per command (`baton.1`, `baton-agent.1`, ...) into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: std::path::PathBuf,
+    },
+    /// A completion script for SHELL, on standard output.
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `baton generate`.
+fn generate(what: Generate) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    match what {
+        Generate::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
+        Generate::Completions { shell } => {
+            // into memory first: clap_complete panics on a write error (a closed pipe)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "baton", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .context("writing the completion script")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// mimalloc rather than the system allocator: a handshake allocates and frees many small,
@@ -71,12 +109,13 @@ fn main() -> ExitCode {
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }
+        Command::Generate(what) => generate(what),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("baton: error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(baton_ops::exit::code_of(&e))
         }
     }
 }

@@ -32,7 +32,7 @@ pub use route::{Policy, Reason, Router};
 
 /// `baton dispatch`: runs until SIGTERM/SIGINT.
 pub fn run(args: DispatchArgs) -> anyhow::Result<()> {
-    let config = args.resolve()?;
+    let config = args.resolve().map_err(baton_ops::exit::invalid)?;
     // `--workers 1`: a current-thread runtime, the cheapest per connection (see
     // `baton_ops::runtime`: 2.6 link writes per client instead of 3.6, about a fifth less CPU
     // per connection than two workers on this 2-core machine).
