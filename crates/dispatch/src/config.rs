@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use baton_ops::cidr::Cidr;
+use baton_ops::duration::HumanDuration;
 use baton_ops::guard::Token;
 
 use crate::members::{self, Admin, Spec};
@@ -78,40 +79,40 @@ pub struct DispatchArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
     /// Time allowed for the ClientHello to arrive. Default 10s.
-    #[arg(long, value_name = "SECONDS")]
-    pub hello_timeout: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub hello_timeout: Option<HumanDuration>,
     /// Time allowed to connect to an agent. Default 2s.
-    #[arg(long, value_name = "SECONDS")]
-    pub connect_timeout: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub connect_timeout: Option<HumanDuration>,
     /// The step every migration deadline is a multiple of, the same setting as the agents':
     /// the home agent has 1 step to take a migrated session (connect and answer), after which
     /// the handshake agent keeps it; the client's record in flight at the cut has 2, after
     /// which the connection closes. Default 1s. (`--handoff-timeout`: its old name.)
     #[arg(long, alias = "handoff-timeout", value_name = "DURATION")]
     #[serde(alias = "handoff-timeout")]
-    pub migration_timeout: Option<baton_ops::duration::HumanDuration>,
+    pub migration_timeout: Option<HumanDuration>,
     /// `handoff`: full handshakes a client's home agent may have done beyond the least-loaded
     /// agent and still take the client's next full handshake (no migration). Wider moves
     /// fewer sessions; the handshake counts stay within about this many of each other.
     /// Default 8; 0 sends a handshake home only when the home has done no more.
     #[arg(long, value_name = "N")]
     pub handoff_window: Option<u64>,
-    /// Time between health checks of each agent. Default 0.5s; two failures in a row take an
+    /// Time between health checks of each agent. Default 500ms; two failures in a row take an
     /// agent out, one success brings it back.
-    #[arg(long, value_name = "SECONDS")]
-    pub health_interval: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub health_interval: Option<HumanDuration>,
     /// A spliced connection on which neither side sends a byte for this long is closed.
     /// Default 120s (above an agent's idle timeout, which normally ends it first).
-    #[arg(long, value_name = "SECONDS")]
-    pub idle_timeout: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<HumanDuration>,
     /// Once either side of a spliced connection has ended its half, the other may stay
     /// silent only this long before the connection is closed. Default 10s.
-    #[arg(long, value_name = "SECONDS")]
-    pub half_close_timeout: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub half_close_timeout: Option<HumanDuration>,
     /// TCP keepalive on client sockets: the first probe after this long without traffic
     /// (then every 10s, 3 probes), so clients that vanished free their slot. Default 60s.
-    #[arg(long, value_name = "SECONDS")]
-    pub tcp_keepalive: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub tcp_keepalive: Option<HumanDuration>,
     /// Connections relayed at once; more are closed at accept. Default 20000.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
@@ -125,8 +126,8 @@ pub struct DispatchArgs {
     /// Dispatcher handover (SIGUSR2 or `POST /handover`): time allowed for the successor to
     /// be ready, and then for every live connection to be passed to it; connections not
     /// passed by then close with the old process. Default 30s.
-    #[arg(long, value_name = "SECONDS")]
-    pub handover_timeout: Option<f64>,
+    #[arg(long, value_name = "DURATION")]
+    pub handover_timeout: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone)]
@@ -235,12 +236,12 @@ impl DispatchArgs {
         if policy == Policy::Handoff && args.agent_link.is_empty() && args.agents_file.is_none() {
             bail!("--policy handoff needs --agent-link for every agent (migrations travel on the links)");
         }
-        let secs = |v: Option<f64>, d: f64, name: &str| -> anyhow::Result<Duration> {
-            let v = v.unwrap_or(d);
-            if !(v > 0.0 && v < 3600.0) {
-                bail!("--{name} must be between 0 and 3600 seconds");
+        let secs = |v: Option<HumanDuration>, d: f64, name: &str| -> anyhow::Result<Duration> {
+            let v = v.map_or(Duration::from_secs_f64(d), |v| v.0);
+            if v.is_zero() || v >= Duration::from_secs(3600) {
+                bail!("--{name} must be more than 0 and less than 1h");
             }
-            Ok(Duration::from_secs_f64(v))
+            Ok(v)
         };
         Ok(DispatchConfig {
             listen: if args.listen.is_empty() {
