@@ -113,8 +113,9 @@ pub fn admin_limits(lifetime: std::time::Duration) -> crate::control::Limits {
 }
 
 /// Serves an admin endpoint on `listener` until `stop`: every request `handle` sees has passed
-/// [`check`] with `token` (a refused one is answered, counted in `counters.denied` and logged),
-/// and its connection is never pushed out for a newcomer from then on.
+/// [`check`] with `token` (a refused one is answered, counted in `counters.denied` and logged,
+/// and its connection closed), and its connection is never pushed out for a newcomer from then
+/// on.
 pub async fn serve_admin<H, F>(
     listener: tokio::net::TcpListener,
     stop: tokio_util::sync::CancellationToken,
@@ -146,7 +147,13 @@ pub async fn serve_admin<H, F>(
                         .denied
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(reason = ?why, path = parts.uri.path(), "admin call refused");
-                    return crate::reply::refused(why);
+                    // and the connection ends: one that asked wrongly keeps no slot
+                    let mut refused = crate::reply::refused(why);
+                    refused.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                    return refused;
                 }
                 slot.prove();
                 handle(http::Request::from_parts(parts, body)).await

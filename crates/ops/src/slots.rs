@@ -6,10 +6,12 @@
 //! slot. Here a newcomer is always let in, and the oldest unproven connection makes room for
 //! it: one of the newcomer's own source once that source holds its share, else any; among
 //! those, the oldest that has not been heard from ([`Slot::heard`]: sent what its protocol
-//! asks first) in [`GRACE`], else the oldest not heard from yet, else the oldest. A peer that finishes its business in less time than an
-//! attacker takes to open the cap's worth of new connections is never pushed out, nor one that
-//! talks while the others are silent; one that has proved itself ([`Slot::prove`]) is never
-//! pushed out at all, and counts against a cap of its own.
+//! asks first) in [`GRACE`], else the oldest that has held its slot for longer than that, else
+//! the oldest not heard from yet, else the oldest. A newcomer has its [`GRACE`] whatever the
+//! others do (silent, or talking without ever proving anything), so a peer that finishes its
+//! business in less time than an attacker takes to open the cap's worth of new connections is
+//! never pushed out; one that has proved itself ([`Slot::prove`]) is never pushed out at all,
+//! and counts against a cap of its own.
 //!
 //! [`Table`] is the decision, plain data; [`Slots`] shares it between tasks and tells an
 //! evicted connection's task through its [`Slot`].
@@ -107,12 +109,14 @@ impl Table {
     }
 
     /// Who makes room among the unproven connections `from` picks by source: the oldest one
-    /// silent for longer than [`GRACE`], else the oldest silent one, else the oldest.
+    /// silent for longer than [`GRACE`], else the oldest past its grace, else the oldest
+    /// silent one, else the oldest.
     fn victim(&self, from: impl Fn(IpAddr) -> bool, now: Instant) -> Option<u64> {
         let candidates = || self.unproven.iter().filter(|(_, h)| from(h.source));
-        let silent_past_grace =
-            candidates().find(|(_, h)| !h.heard && now.saturating_duration_since(h.since) >= GRACE);
-        silent_past_grace
+        let past_grace = |h: &Holder| now.saturating_duration_since(h.since) >= GRACE;
+        candidates()
+            .find(|(_, h)| !h.heard && past_grace(h))
+            .or_else(|| candidates().find(|(_, h)| past_grace(h)))
             .or_else(|| candidates().find(|(_, h)| !h.heard))
             .or_else(|| candidates().next())
             .map(|(t, _)| *t)
@@ -319,10 +323,14 @@ mod tests {
             vec![silent],
             "the one silent past its grace goes first"
         );
-        // none silent past its grace: the oldest silent one goes, still before a talker
+        // none silent past its grace: a newcomer keeps its grace, and the talker that has had
+        // its slot for seconds without proving anything goes
+        let (_, evicted) = ticket(t.admit(ip(1), at(5)));
+        assert_eq!(evicted, vec![talker]);
+        assert!(t.unproven.contains_key(&young));
+        // only newcomers left: the oldest silent one goes
         let (_, evicted) = ticket(t.admit(ip(1), at(5)));
         assert_eq!(evicted, vec![young]);
-        assert!(t.unproven.contains_key(&talker));
         // only talkers left: the oldest of them goes
         let mut t = Table::new(2, 2, 0);
         let (a, _) = ticket(t.admit(ip(1), at(0)));
@@ -357,7 +365,9 @@ mod tests {
         // Attackers that reconnect when closed: each eviction brings one new attacker, which
         // pushes out the next-oldest attacker, never the honest peer that came after them all
         // (in its grace, or once it has talked), however long the flood goes on.
-        for (attackers_talk, honest_talks) in [(false, false), (false, true), (true, true)] {
+        for (attackers_talk, honest_talks) in
+            [(false, false), (false, true), (true, false), (true, true)]
+        {
             let mut t = Table::new(8, 8, 0);
             for _ in 0..8 {
                 let (a, _) = ticket(t.admit(ip(1), at(0)));
