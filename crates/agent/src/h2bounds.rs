@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::conn::pace::{HeadPace, TooSlow};
 use crate::h2frames::H2Frames;
-use crate::pace::{HeadPace, TooSlow};
 
 /// The window `--h2-max-resets` counts in.
 pub const RESET_WINDOW: Duration = Duration::from_secs(10);

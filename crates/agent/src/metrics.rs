@@ -142,7 +142,7 @@ pub struct Metrics {
     /// Requests received in early data: [served, too_early (425)].
     early_requests: [AtomicU64; 2],
     /// Session migration (CSSL-SF).
-    pub handoff: crate::handoff::metrics::HandoffMetrics,
+    pub handoff: crate::migration::metrics::HandoffMetrics,
     /// The session store, for its size and hit counters.
     store: Mutex<Option<Arc<dyn SessionStore>>>,
 }

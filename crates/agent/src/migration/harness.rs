@@ -28,7 +28,7 @@ use baton_session::{KeyRing, TicketKey};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
-use crate::http::ConnInfo;
+use crate::conn_info::ConnInfo;
 use baton_migrate::extract::{self, Extras};
 use baton_migrate::secrets::{self, Expected, SecretLog};
 

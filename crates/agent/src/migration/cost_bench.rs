@@ -23,7 +23,7 @@ use rustls::{ClientConnection, ServerConnection};
 
 use super::harness::{cluster_ring, pattern};
 use super::into_layer_test::{established_with, flight};
-use crate::http::ConnInfo;
+use crate::conn_info::ConnInfo;
 use baton_migrate::extract::{self, Extras};
 use baton_migrate::secrets::{SecretLog, TrafficSecrets};
 

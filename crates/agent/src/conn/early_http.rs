@@ -1,6 +1,6 @@
 //! The first HTTP/1.1 request of a connection whose early data was accepted (`early_tls`),
 //! answered on the connection as `early_tls` drives it: at once, before the client's Finished
-//! has come (0.5-RTT data). One hyper connection for that one request, as `conn::serve_http1`
+//! has come (0.5-RTT data). One hyper connection for that one request, as `http1::serve_http1`
 //! serves each: once the response is whole, hyper reads no more and the stream comes back, at
 //! a request boundary, for the path every connection takes after it.
 
@@ -12,11 +12,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::time::Instant;
 
-use crate::conn::{wants_keep_alive, Prefixed};
-use crate::early_tls::EarlyConn;
-use crate::http::ConnInfo;
-use crate::pace::{self, HeadPace, RequestState, TooSlow};
-use crate::server::Shared;
+use super::early_tls::EarlyConn;
+use super::pace::{self, HeadPace, RequestState, TooSlow};
+use super::prefixed::Prefixed;
+use crate::body::on_end;
+use crate::conn_info::ConnInfo;
+use crate::context::Context;
+use crate::http::wants_keep_alive;
 
 /// Serves the first request on `conn`; gives the connection back with what hyper read after
 /// the request, or `None` when the connection ends here (the client's `Connection: close`, an
@@ -25,9 +27,9 @@ pub(crate) async fn serve_first(
     conn: EarlyConn,
     info: ConnInfo,
     first_by: Instant,
-    shared: &Arc<Shared>,
+    ctx: &Arc<Context>,
 ) -> Option<(EarlyConn, bytes::Bytes)> {
-    let cfg = &shared.config;
+    let cfg = &ctx.config;
     let peer = info.peer;
     let info = Arc::new(info);
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -46,7 +48,7 @@ pub(crate) async fn serve_first(
     // Set by the service when a keep-alive response has been handed to hyper whole.
     let whole = Arc::new(tokio::sync::Notify::new());
     let gate = Arc::new(AtomicBool::new(false));
-    let http = shared.http.clone();
+    let http = ctx.http.clone();
     let (n, p, seen) = (whole.clone(), gate.clone(), state.clone());
     let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         seen.saw_head();
@@ -56,7 +58,7 @@ pub(crate) async fn serve_first(
             let resp = http.handle(i, req).await?;
             Ok::<_, std::convert::Infallible>(if keep_alive {
                 resp.map(|b| {
-                    crate::http::on_end(b, move || {
+                    on_end(b, move || {
                         p.store(true, Ordering::Relaxed);
                         n.notify_one();
                     })
@@ -78,7 +80,7 @@ pub(crate) async fn serve_first(
             r = std::future::poll_fn(|cx| http1.as_mut().poll_without_shutdown(cx)) => break r,
             _ = whole.notified() => http1.as_mut().graceful_shutdown(),
             why = pace::overdue(pace, &state) => {
-                shared.metrics.slow_request(why == TooSlow::Rate);
+                ctx.metrics.slow_request(why == TooSlow::Rate);
                 return None;
             }
         }

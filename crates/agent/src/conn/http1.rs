@@ -1,0 +1,289 @@
+//! HTTP/1.1 from request to request on an engine (rustls or the record layer): waits for each
+//! request, parks the connection when a wait lasts (`park`), moves it when the agent drains
+//! (`migration::export::leave`), and wakes it from its park; what to do at each step is
+//! decided in `decide`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::time::Instant;
+
+use super::decide::{self, Left, Next, Waited};
+use super::engine::Engine;
+use super::pace::{self, HeadPace, RequestState, TooSlow};
+use super::park::{self, Parked, Parking};
+use super::prefixed::Prefixed;
+use crate::body::on_end;
+use crate::conn_info::ConnInfo;
+use crate::context::Context;
+use crate::http::wants_keep_alive;
+use crate::migration::export::{self, Exported};
+use baton_migrate::secrets::TrafficSecrets;
+
+/// Serves a connection's parked stretches until it ends: each one a small wait (`park`), then
+/// the connection's full state again (boxed: it lives only while the connection works) until
+/// it parks again or ends.
+pub(crate) async fn idle(mut next: Option<Parked>) {
+    while let Some(mut parked) = next {
+        let woken = parked.wait().await;
+        if woken == Waited::End {
+            return;
+        }
+        next = Box::pin(resume(parked, woken)).await;
+    }
+}
+
+/// A parked connection's client sent something, or the agent drains: its full state again,
+/// from the record layer, with the wait it parked in.
+pub(crate) async fn resume(parked: Parked, woken: Waited) -> Option<Parked> {
+    let Parked {
+        stream,
+        info,
+        ctx,
+        movable,
+        first,
+        until,
+    } = parked;
+    let conn = Http1 {
+        stream: Engine::Layer(stream),
+        info,
+        ctx,
+        secrets: TrafficSecrets::default(),
+        movable,
+        first,
+    };
+    serve_http1(conn, bytes::Bytes::new(), Some((until, woken))).await
+}
+
+/// What an HTTP/1.1 connection carries from request to request.
+pub(crate) struct Http1 {
+    pub(crate) stream: Engine,
+    pub(crate) info: Arc<ConnInfo>,
+    pub(crate) ctx: Arc<Context>,
+    /// A rustls connection's TLS 1.3 traffic secrets, for parking it or moving it (the record
+    /// layer has its own).
+    pub(crate) secrets: TrafficSecrets,
+    /// Whether the dispatcher can move it to another agent while it idles (a drain's Leave).
+    pub(crate) movable: bool,
+    /// The first request's deadline, until it has come.
+    pub(crate) first: Option<Instant>,
+}
+
+/// HTTP/1.1, one hyper connection per request: after each keep-alive response the hyper
+/// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream waits for the
+/// next request; a wait that lasts `--park-after` parks the connection (returned: see `park`),
+/// so an idle keep-alive connection holds only its socket and keys. Bytes hyper read ahead
+/// (pipelined requests) are handed to the next one. `resume`: the wait a parked connection
+/// was in (its deadline) and what woke it.
+pub(crate) async fn serve_http1(
+    conn: Http1,
+    mut ahead: bytes::Bytes,
+    mut resume: Option<(Instant, Waited)>,
+) -> Option<Parked> {
+    let Http1 {
+        mut stream,
+        info,
+        ctx,
+        mut secrets,
+        mut movable,
+        mut first,
+    } = conn;
+    let cfg = &ctx.config;
+    let peer = info.peer;
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_timeout)
+        .max_headers(cfg.max_headers)
+        .max_header_size(cfg.max_header_bytes)
+        // Bounds what one connection may buffer (pipelined requests, body reads).
+        .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
+    // Cleared for a connection that rustls must keep: it waits without a park time.
+    let mut parkable = true;
+    loop {
+        if ahead.is_empty() {
+            let later = first.is_none();
+            let (until, mut woken) = match resume.take() {
+                Some((until, woken)) => (until, Some(woken)),
+                None => (
+                    decide::wait_until(first, Instant::now(), cfg.idle_timeout),
+                    None,
+                ),
+            };
+            let mut park_at = parkable.then(|| Instant::now() + cfg.park_after);
+            // whether any of the next request came (see `wait_request`)
+            let mut begun = false;
+            let waited = loop {
+                let waited = match woken.take() {
+                    // a parked connection woken by its client reads what came
+                    Some(Waited::Request) | None => {
+                        stream
+                            .wait_request(&ctx, until, later, movable, park_at, &mut begun)
+                            .await
+                    }
+                    Some(woken) => woken,
+                };
+                if waited != Waited::Park {
+                    break waited;
+                }
+                park_at = None;
+                if !park::settled(&mut stream) {
+                    // a KeyUpdate answer may be queued: it goes out now if the socket takes it
+                    park::flush_now(&mut stream).await;
+                }
+                match park::park(stream, &secrets) {
+                    Parking::Parked(layered) => {
+                        return Some(Parked {
+                            stream: layered,
+                            info,
+                            ctx,
+                            movable,
+                            first,
+                            until,
+                        })
+                    }
+                    Parking::Later(engine) => stream = engine,
+                    Parking::Never(engine) => {
+                        stream = engine;
+                        parkable = false;
+                    }
+                    Parking::Lost => {
+                        tracing::debug!(%peer, "idle connection lost on its way to the record layer");
+                        return None;
+                    }
+                }
+            };
+            match decide::after_wait(waited, movable) {
+                Next::Serve => {}
+                Next::DrainClose => {
+                    ctx.metrics.handoff.drain_closed();
+                    close(&mut stream, cfg.idle_timeout).await;
+                    return None;
+                }
+                Next::Leave => {
+                    let draining = ctx.draining.is_cancelled();
+                    // one move: a connection that stays is not offered again
+                    movable = false;
+                    let secrets = std::mem::take(&mut secrets);
+                    // Boxed: a move is rare, and its future large; inline, every parked
+                    // connection's wake-up would allocate and copy it.
+                    let left = Box::pin(export::leave(stream, secrets, &info, &ctx)).await;
+                    let (left, stayed) = stayed(left);
+                    let next = decide::after_leave(left, draining);
+                    let Some((engine, plain)) = stayed else {
+                        if next == Next::DrainEnd {
+                            ctx.metrics.handoff.drain_closed();
+                        }
+                        return None;
+                    };
+                    (stream, ahead) = (engine, plain);
+                    if next == Next::DrainClose {
+                        ctx.metrics.handoff.drain_closed();
+                        close(&mut stream, cfg.idle_timeout).await;
+                        return None;
+                    }
+                    // served at once if something came, else waited for
+                    continue;
+                }
+                // the wait ended (idle timeout, deadline, error): nothing more to send
+                _ => return None,
+            }
+        }
+        let state = Arc::new(RequestState::default());
+        let pace = HeadPace {
+            start: Instant::now(),
+            first_by: first.take(),
+            min_rate: cfg.min_header_rate,
+        };
+        // Set by the service when a keep-alive response has been handed to hyper whole.
+        let whole = Arc::new(tokio::sync::Notify::new());
+        let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let http = ctx.http.clone();
+        let (i, n, p, seen) = (info.clone(), whole.clone(), gate.clone(), state.clone());
+        let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            seen.saw_head();
+            let keep_alive = wants_keep_alive(&req);
+            let (http, i, n, p) = (http.clone(), i.clone(), n.clone(), p.clone());
+            // boxed: hyper needs an Unpin future to hand the stream back
+            Box::pin(async move {
+                let resp = http.handle(i, req).await?;
+                Ok::<_, std::convert::Infallible>(if keep_alive {
+                    resp.map(|b| {
+                        on_end(b, move || {
+                            p.store(true, std::sync::atomic::Ordering::Relaxed);
+                            n.notify_one();
+                        })
+                    })
+                } else {
+                    resp
+                })
+            })
+        });
+        // Once the response is whole, hyper reads no more: the next request must wait for the
+        // stream, not start in this hyper connection that is about to shut down.
+        let io = TokioIo::new(Prefixed {
+            ahead,
+            inner: stream,
+            gate: Some(gate.clone()),
+            state: Some(state.clone()),
+        });
+        let mut conn = Box::pin(builder.serve_connection(io, service));
+        let result = loop {
+            tokio::select! {
+                r = std::future::poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break r,
+                // hyper has the whole response: stop after it instead of waiting for another.
+                // (A drain needs no branch: this hyper connection serves one request, whose
+                // bytes are here, and `again` below ends the loop. Shutting hyper down before
+                // it has read them would close the connection unanswered.)
+                _ = whole.notified() => conn.as_mut().graceful_shutdown(),
+                why = pace::overdue(pace, &state) => {
+                    ctx.metrics.slow_request(why == TooSlow::Rate);
+                    return None;
+                }
+            }
+        };
+        let parts = Pin::into_inner(conn).into_parts();
+        let Prefixed {
+            ahead: left, inner, ..
+        } = parts.io.into_inner();
+        stream = inner;
+        // what hyper read ahead comes first, then anything still unread in the prefix
+        ahead = [parts.read_buf, left].concat().into();
+        if let Err(e) = &result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+        // A drain is met at the next wait: a connection that can move moves then.
+        let handed_over = gate.load(std::sync::atomic::Ordering::Relaxed);
+        if decide::after_request(result.is_ok(), handed_over) == Next::Close {
+            close(&mut stream, cfg.idle_timeout).await;
+            return None;
+        }
+    }
+}
+
+/// close_notify, then FIN. (By reference: the engine by value would make this future, and
+/// every one that awaits it, an engine larger.)
+async fn close(stream: &mut Engine, within: std::time::Duration) {
+    let _ = tokio::time::timeout(within, tokio::io::AsyncWriteExt::shutdown(stream)).await;
+}
+
+/// What a Leave left here: how (for `decide::after_leave`), and the engine with what came
+/// meanwhile, if the connection stays.
+fn stayed(left: Exported) -> (Left, Option<(Engine, bytes::Bytes)>) {
+    match left {
+        Exported::Migrated => (Left::Migrated, None),
+        Exported::Closed => (Left::Closed, None),
+        Exported::ServeHere(layer) => (
+            Left::ServeHere,
+            Some((Engine::Layer(layer), bytes::Bytes::new())),
+        ),
+        Exported::Keep(rustls, plain) => {
+            let kept = Left::Kept {
+                ahead: !plain.is_empty(),
+            };
+            (kept, Some((Engine::Rustls(rustls), plain.into())))
+        }
+    }
+}
