@@ -13,14 +13,14 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use baton_link::LinkStream;
-use baton_migrate::secrets::TrafficSecrets;
+use baton_migrate::secrets::{Expected, TrafficSecrets};
 use baton_ops::cidr::Cidr;
 use baton_wire::proxy_v2::ProxyHeader;
 
 use super::decide::{self, Waited};
 use super::early_serve;
 use super::early_tls::{self, Start};
-use super::engine::Engine;
+use super::engine::{Engine, RustlsStream};
 use super::http1::{self, Http1};
 use super::io::ConnIo;
 use super::legacy::refuse_legacy_client;
@@ -30,7 +30,7 @@ use super::serve_stream::serve_h2;
 use super::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
-use crate::metrics::{FailureReason, Version};
+use crate::metrics::{FailureReason, Metrics, Version};
 use crate::migration::export::{self, Exported};
 use crate::migration::import;
 use crate::migration::metrics::Why;
@@ -156,35 +156,7 @@ async fn serve(
     let metrics = &ctx.metrics;
     // The first request's head is due this long after accept, handshake included.
     let first_by = deadline - cfg.handshake_timeout + cfg.request_timeout;
-    // A socket's peek returns what has come; a link stream's waits for all it asks for (the
-    // hello's client random only once the first bytes look like a ClientHello).
-    let mut head = [0u8; 43];
-    let want = if io.is_tcp() { head.len() } else { 11 };
-    let mut n =
-        match tokio::time::timeout_at(deadline, refuse_legacy_client(&mut io, &mut head[..want]))
-            .await
-        {
-            Ok(Ok(Some(n))) => n,
-            Ok(Ok(None)) => {
-                metrics.failure(FailureReason::Incompatible);
-                return None;
-            }
-            // Closed before sending a byte: a port probe or health check, not a failed handshake.
-            Ok(Err(_)) => return None,
-            Err(_) => {
-                metrics.failure(FailureReason::Timeout);
-                return None;
-            }
-        };
-    if n < head.len() && baton_migrate::secrets::client_random_may_follow(&head[..n]) {
-        n = tokio::time::timeout_at(deadline, io.peek(&mut head))
-            .await
-            .map_or(0, |r| r.unwrap_or(0));
-    }
-    // The TLS 1.3 traffic secrets (for KeyUpdate after a move, or on the record layer once
-    // parked): the key log finds them by the ClientHello's random.
-    let expected = baton_migrate::secrets::client_random(&head[..n])
-        .and_then(|random| ctx.tls.secret_log().expect(random));
+    let expected = peek_hello(&mut io, deadline, &ctx).await?;
     let on_link = !io.is_tcp();
     let mut io = ConnIo::new(io, metrics.clone(), cfg.idle_timeout);
     io.track_records();
@@ -218,7 +190,7 @@ async fn serve(
         }
         TlsAcceptor::from(ctx.tls.config()).accept(io)
     };
-    let stream = match tokio::time::timeout_at(deadline, accept).await {
+    let mut stream = match tokio::time::timeout_at(deadline, accept).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             let reason = FailureReason::of(&e);
@@ -233,22 +205,8 @@ async fn serve(
         }
     };
 
-    let info = {
-        let (_, tls) = stream.get_ref();
-        let version = match tls.protocol_version() {
-            Some(ProtocolVersion::TLSv1_2) => Version::Tls12,
-            _ => Version::Tls13,
-        };
-        let kind = tls.handshake_kind();
-        metrics.handshake(
-            version,
-            kind == Some(HandshakeKind::Resumed),
-            kind == Some(HandshakeKind::FullWithHelloRetryRequest),
-        );
-        ConnInfo::of(peer, tls)
-    };
+    let info = handshake_done(&stream, peer, metrics);
     let h2 = info.alpn.as_deref() == Some("h2");
-    let mut stream = stream;
     let mut ahead = bytes::Bytes::new();
     // Taken now: the log keeps them only during handshakes, the connection for its life.
     let mut secrets = expected.map(|e| e.take()).unwrap_or_default();
@@ -267,39 +225,7 @@ async fn serve(
     }
 
     if h2 {
-        // hyper allocates ~16 KiB of buffers per connection as soon as it starts, so it starts
-        // only once the client has sent something: connections that idle after the handshake
-        // (browser preconnects, pools warmed ahead of need) then hold only their TLS state.
-        // Nothing is read here: either rustls already holds request bytes, or the socket
-        // becomes readable. (HTTP/1.1 waits the same way in `serve_http1`.)
-        let mut engine = Engine::Rustls(Box::new(stream));
-        if ahead.is_empty()
-            && engine
-                .wait_request(&ctx, first_by, false, false, None, &mut false)
-                .await
-                != Waited::Request
-        {
-            return None;
-        }
-        let Engine::Rustls(mut stream) = engine else {
-            unreachable!("a rustls connection stays one until it moves")
-        };
-        // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
-        let io = stream.get_mut().0;
-        io.stop_coalescing();
-        io.take_records();
-        serve_h2(
-            Prefixed {
-                ahead,
-                inner: stream,
-                gate: None,
-                state: None,
-            },
-            info,
-            first_by,
-            &ctx,
-        )
-        .await;
+        serve_h2_rustls(stream, ahead, info, first_by, &ctx).await;
         None
     } else {
         let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
@@ -316,6 +242,104 @@ async fn serve(
         };
         http1::serve_http1(conn, ahead, None).await
     }
+}
+
+/// Peeks at the hello before rustls reads it: refuses a client below TLS 1.2 (counted), and
+/// asks the key log for the connection's TLS 1.3 traffic secrets (for KeyUpdate after a move,
+/// or on the record layer once parked), found by the ClientHello's random. `None`: the
+/// connection ends here.
+async fn peek_hello(
+    io: &mut AgentIo,
+    deadline: Instant,
+    ctx: &Context,
+) -> Option<Option<Expected>> {
+    // A socket's peek returns what has come; a link stream's waits for all it asks for (the
+    // hello's client random only once the first bytes look like a ClientHello).
+    let mut head = [0u8; 43];
+    let want = if io.is_tcp() { head.len() } else { 11 };
+    let mut n = match tokio::time::timeout_at(deadline, refuse_legacy_client(io, &mut head[..want]))
+        .await
+    {
+        Ok(Ok(Some(n))) => n,
+        Ok(Ok(None)) => {
+            ctx.metrics.failure(FailureReason::Incompatible);
+            return None;
+        }
+        // Closed before sending a byte: a port probe or health check, not a failed handshake.
+        Ok(Err(_)) => return None,
+        Err(_) => {
+            ctx.metrics.failure(FailureReason::Timeout);
+            return None;
+        }
+    };
+    if n < head.len() && baton_migrate::secrets::client_random_may_follow(&head[..n]) {
+        n = tokio::time::timeout_at(deadline, io.peek(&mut head))
+            .await
+            .map_or(0, |r| r.unwrap_or(0));
+    }
+    let expected = baton_migrate::secrets::client_random(&head[..n])
+        .and_then(|random| ctx.tls.secret_log().expect(random));
+    Some(expected)
+}
+
+/// Counts a handshake that has just ended (version, resumed, HelloRetryRequest) and tells
+/// what the HTTP layer knows about the connection.
+fn handshake_done(stream: &RustlsStream, peer: SocketAddr, metrics: &Metrics) -> ConnInfo {
+    let (_, tls) = stream.get_ref();
+    let version = match tls.protocol_version() {
+        Some(ProtocolVersion::TLSv1_2) => Version::Tls12,
+        _ => Version::Tls13,
+    };
+    let kind = tls.handshake_kind();
+    metrics.handshake(
+        version,
+        kind == Some(HandshakeKind::Resumed),
+        kind == Some(HandshakeKind::FullWithHelloRetryRequest),
+    );
+    ConnInfo::of(peer, tls)
+}
+
+/// HTTP/2 on a connection handshaken here, `ahead` (what a move that kept it read) first.
+async fn serve_h2_rustls(
+    stream: RustlsStream,
+    ahead: bytes::Bytes,
+    info: ConnInfo,
+    first_by: Instant,
+    ctx: &Arc<Context>,
+) {
+    // hyper allocates ~16 KiB of buffers per connection as soon as it starts, so it starts
+    // only once the client has sent something: connections that idle after the handshake
+    // (browser preconnects, pools warmed ahead of need) then hold only their TLS state.
+    // Nothing is read here: either rustls already holds request bytes, or the socket
+    // becomes readable. (HTTP/1.1 waits the same way in `serve_http1`.)
+    let mut engine = Engine::Rustls(Box::new(stream));
+    if ahead.is_empty()
+        && engine
+            .wait_request(ctx, first_by, false, false, None, &mut false)
+            .await
+            != Waited::Request
+    {
+        return;
+    }
+    let Engine::Rustls(mut stream) = engine else {
+        unreachable!("a rustls connection stays one until it moves")
+    };
+    // HTTP/2 answers from stream tasks: nothing may stay held while it waits for them.
+    let io = stream.get_mut().0;
+    io.stop_coalescing();
+    io.take_records();
+    serve_h2(
+        Prefixed {
+            ahead,
+            inner: stream,
+            gate: None,
+            state: None,
+        },
+        info,
+        first_by,
+        ctx,
+    )
+    .await
 }
 
 /// A connection whose session moved here (imported, or served here after a move failed):

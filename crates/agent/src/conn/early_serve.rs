@@ -1,15 +1,18 @@
 //! A connection that offered early data, served from its server flight on: with early data
-//! accepted, its first request is answered at once (`early_http`), before the client's
-//! Finished; then its handshake ends (`early_tls`) and an HTTP/1.1 connection is handed over
-//! to the path every connection takes (`http1`). HTTP/2 stays on `EarlyConn` for its life.
+//! accepted, its first HTTP/1.1 request is answered at once, before the client's Finished
+//! (0.5-RTT data), in a hyper connection of its own (`one_request`) that gives the stream
+//! back at a request boundary; then its handshake ends (`early_tls`) and the connection is
+//! handed over to the path every connection takes (`http1`). HTTP/2 stays on `EarlyConn`
+//! for its life (`serve_stream`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::early_http;
 use super::early_tls::{EarlyConn, Handover};
+use super::one_request;
+use super::pace::HeadPace;
 use super::serve_stream::serve_stream;
 use crate::context::Context;
 
@@ -39,8 +42,16 @@ pub(crate) async fn serve(
     }
     let (mut conn, mut ahead, mut first) = (conn, bytes::Bytes::new(), Some(first_by));
     if conn.accepted() {
+        // the first request, answered on the connection as `early_tls` drives it: at once,
+        // before the client's Finished has come (0.5-RTT data)
+        let pace = HeadPace {
+            start: Instant::now(),
+            first_by: Some(first_by),
+            min_rate: ctx.config.min_header_rate,
+        };
+        let (info, builder) = (Arc::new(info), one_request::builder(&ctx.config));
         let (served, read) = tokio::select! {
-            served = early_http::serve_first(conn, info, first_by, ctx) => served?,
+            served = one_request::serve(conn, ahead, pace, &info, ctx, &builder) => served?,
             () = overdue => return None,
         };
         (conn, ahead, first) = (served, read, None);

@@ -17,9 +17,9 @@
 //! follows the handshake; `EarlyState` tells the HTTP layer whether the handshake is still
 //! running (a request read then came in early data: marked `Early-Data: 1`, or 425).
 //!
-//! Only until the first request is answered, though (HTTP/1.1: `early_http`): then the
+//! Only until the first request is answered, though (HTTP/1.1: `early_serve`): then the
 //! handshake is driven to its end, and the connection goes on as a tokio-rustls stream, on the
-//! path every other HTTP/1.1 connection takes (`conn::serve_http1`: it waits for requests,
+//! path every other HTTP/1.1 connection takes (`http1::serve_http1`: it waits for requests,
 //! parks, and moves when the agent drains). What came after the first request, early data
 //! included, is served there: by then the client's Finished has come, so none of it can be a
 //! replay. HTTP/2 stays on `EarlyConn` for its life (on no path does it park or move).

@@ -3,22 +3,17 @@
 //! (`migration::export::leave`), and wakes it from its park; what to do at each step is
 //! decided in `decide`.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::time::Instant;
 
 use super::decide::{self, Left, Next, Waited};
 use super::engine::Engine;
-use super::pace::{self, HeadPace, RequestState, TooSlow};
+use super::one_request;
+use super::pace::HeadPace;
 use super::park::{self, Parked, Parking};
-use super::prefixed::Prefixed;
-use crate::body::on_end;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
-use crate::http::wants_keep_alive;
 use crate::migration::export::{self, Exported};
 use baton_migrate::secrets::TrafficSecrets;
 
@@ -92,14 +87,7 @@ pub(crate) async fn serve_http1(
     } = conn;
     let cfg = &ctx.config;
     let peer = info.peer;
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_timeout)
-        .max_headers(cfg.max_headers)
-        .max_header_size(cfg.max_header_bytes)
-        // Bounds what one connection may buffer (pipelined requests, body reads).
-        .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
+    let builder = one_request::builder(cfg);
     // Cleared for a connection that rustls must keep: it waits without a park time.
     let mut parkable = true;
     loop {
@@ -191,75 +179,13 @@ pub(crate) async fn serve_http1(
                 _ => return None,
             }
         }
-        let state = Arc::new(RequestState::default());
         let pace = HeadPace {
             start: Instant::now(),
             first_by: first.take(),
             min_rate: cfg.min_header_rate,
         };
-        // Set by the service when a keep-alive response has been handed to hyper whole.
-        let whole = Arc::new(tokio::sync::Notify::new());
-        let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let http = ctx.http.clone();
-        let (i, n, p, seen) = (info.clone(), whole.clone(), gate.clone(), state.clone());
-        let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            seen.saw_head();
-            let keep_alive = wants_keep_alive(&req);
-            let (http, i, n, p) = (http.clone(), i.clone(), n.clone(), p.clone());
-            // boxed: hyper needs an Unpin future to hand the stream back
-            Box::pin(async move {
-                let resp = http.handle(i, req).await?;
-                Ok::<_, std::convert::Infallible>(if keep_alive {
-                    resp.map(|b| {
-                        on_end(b, move || {
-                            p.store(true, std::sync::atomic::Ordering::Relaxed);
-                            n.notify_one();
-                        })
-                    })
-                } else {
-                    resp
-                })
-            })
-        });
-        // Once the response is whole, hyper reads no more: the next request must wait for the
-        // stream, not start in this hyper connection that is about to shut down.
-        let io = TokioIo::new(Prefixed {
-            ahead,
-            inner: stream,
-            gate: Some(gate.clone()),
-            state: Some(state.clone()),
-        });
-        let mut conn = Box::pin(builder.serve_connection(io, service));
-        let result = loop {
-            tokio::select! {
-                r = std::future::poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break r,
-                // hyper has the whole response: stop after it instead of waiting for another.
-                // (A drain needs no branch: this hyper connection serves one request, whose
-                // bytes are here, and `again` below ends the loop. Shutting hyper down before
-                // it has read them would close the connection unanswered.)
-                _ = whole.notified() => conn.as_mut().graceful_shutdown(),
-                why = pace::overdue(pace, &state) => {
-                    ctx.metrics.slow_request(why == TooSlow::Rate);
-                    return None;
-                }
-            }
-        };
-        let parts = Pin::into_inner(conn).into_parts();
-        let Prefixed {
-            ahead: left, inner, ..
-        } = parts.io.into_inner();
-        stream = inner;
-        // what hyper read ahead comes first, then anything still unread in the prefix
-        ahead = [parts.read_buf, left].concat().into();
-        if let Err(e) = &result {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
-        }
         // A drain is met at the next wait: a connection that can move moves then.
-        let handed_over = gate.load(std::sync::atomic::Ordering::Relaxed);
-        if decide::after_request(result.is_ok(), handed_over) == Next::Close {
-            close(&mut stream, cfg.idle_timeout).await;
-            return None;
-        }
+        (stream, ahead) = one_request::serve(stream, ahead, pace, &info, &ctx, &builder).await?;
     }
 }
 

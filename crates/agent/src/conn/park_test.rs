@@ -1,5 +1,5 @@
 //! Parked connections over real sockets: the agent's own connection code
-//! (`conn::serve_tcp`) on loopback, rustls clients in TLS 1.2 and 1.3 that idle long enough to
+//! (`conn::accept::serve_tcp`) on loopback, rustls clients in TLS 1.2 and 1.3 that idle long enough to
 //! park, then send more requests, KeyUpdates, half records, close_notify; the agent's counters
 //! must come out as exact as without parking (handshakes, bytes both ways).
 

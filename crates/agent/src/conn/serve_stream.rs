@@ -11,6 +11,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::time::Instant;
 
+use super::one_request;
 use super::pace::{self, HeadPace, RequestState, TooSlow};
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
@@ -133,13 +134,7 @@ pub(crate) async fn serve_stream<S>(
         seen.saw_head();
         http.clone().handle(info.clone(), req)
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_timeout)
-        .max_headers(cfg.max_headers)
-        .max_header_size(cfg.max_header_bytes)
-        .max_buf_size(cfg.max_header_bytes.max(64 * 1024));
+    let builder = one_request::builder(cfg);
     let conn = Box::pin(builder.serve_connection(TokioIo::new(stream), service));
     if let Err(e) = drive(conn, pace, &state, None, ctx).await {
         tracing::debug!(%peer, error = %e, "migrated connection ended with an error");

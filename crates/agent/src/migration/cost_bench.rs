@@ -4,8 +4,8 @@
 //! is ignored by default. Run it on the release build:
 //!
 //! ```sh
-//! cargo test --release -p baton-agent handoff::cost_bench -- --ignored --nocapture
-//! BATON_COST_SESSIONS=20000 cargo test --release -p baton-agent handoff::cost_bench -- --ignored --nocapture
+//! cargo test --release -p baton-agent migration::cost_bench -- --ignored --nocapture
+//! BATON_COST_SESSIONS=20000 cargo test --release -p baton-agent migration::cost_bench -- --ignored --nocapture
 //! ```
 //!
 //! Each stage runs over every session in one batch between two thread-CPU reads, so the

@@ -781,7 +781,7 @@ enum AState {
     Closed,
 }
 
-/// The handshake agent: `export.rs` and the handshake part of `conn.rs`.
+/// The handshake agent: `export.rs` and the handshake part of `conn/accept.rs`.
 struct HandshakeAgent {
     state: AState,
     log: Arc<SecretLog>,
@@ -889,7 +889,7 @@ impl HandshakeAgent {
         };
         self.offer = Some((home, binding));
         let rest = &head[split.consumed..];
-        // conn.rs peeks the ClientHello's random to keep this connection's traffic secrets
+        // conn/accept.rs peeks the ClientHello's random to keep this connection's traffic secrets
         self.expected = secrets::client_random(rest).and_then(|r| self.log.expect(r));
         let conn = ServerConnection::new(self.config.clone()).expect("server connection");
         self.handshake(net, Box::new(conn), rest);
