@@ -92,55 +92,34 @@ pub(crate) async fn serve_http1(
     let mut parkable = true;
     loop {
         if ahead.is_empty() {
-            let later = first.is_none();
-            let (until, mut woken) = match resume.take() {
-                Some((until, woken)) => (until, Some(woken)),
-                None => (
-                    decide::wait_until(first, Instant::now(), cfg.idle_timeout),
-                    None,
-                ),
+            let wait = Wait {
+                until: match resume {
+                    Some((until, _)) => until,
+                    None => decide::wait_until(first, Instant::now(), cfg.idle_timeout),
+                },
+                later: first.is_none(),
+                movable,
+                park_at: parkable.then(|| Instant::now() + cfg.park_after),
+                woken: resume.take().map(|(_, woken)| woken),
             };
-            let mut park_at = parkable.then(|| Instant::now() + cfg.park_after);
-            // whether any of the next request came (see `wait_request`)
-            let mut begun = false;
-            let waited = loop {
-                let waited = match woken.take() {
-                    // a parked connection woken by its client reads what came
-                    Some(Waited::Request) | None => {
-                        stream
-                            .wait_request(&ctx, until, later, movable, park_at, &mut begun)
-                            .await
-                    }
-                    Some(woken) => woken,
-                };
-                if waited != Waited::Park {
-                    break waited;
+            let waited = match wait_or_park(stream, &ctx, &wait, &secrets, &mut parkable).await {
+                Waiting::Over(engine, waited) => {
+                    stream = engine;
+                    waited
                 }
-                park_at = None;
-                if !park::settled(&mut stream) {
-                    // a KeyUpdate answer may be queued: it goes out now if the socket takes it
-                    park::flush_now(&mut stream).await;
+                Waiting::Parked(layered) => {
+                    return Some(Parked {
+                        stream: layered,
+                        info,
+                        ctx,
+                        movable,
+                        first,
+                        until: wait.until,
+                    })
                 }
-                match park::park(stream, &secrets) {
-                    Parking::Parked(layered) => {
-                        return Some(Parked {
-                            stream: layered,
-                            info,
-                            ctx,
-                            movable,
-                            first,
-                            until,
-                        })
-                    }
-                    Parking::Later(engine) => stream = engine,
-                    Parking::Never(engine) => {
-                        stream = engine;
-                        parkable = false;
-                    }
-                    Parking::Lost => {
-                        tracing::debug!(%peer, "idle connection lost on its way to the record layer");
-                        return None;
-                    }
+                Waiting::Lost => {
+                    tracing::debug!(%peer, "idle connection lost on its way to the record layer");
+                    return None;
                 }
             };
             match decide::after_wait(waited, movable) {
@@ -151,28 +130,14 @@ pub(crate) async fn serve_http1(
                     return None;
                 }
                 Next::Leave => {
-                    let draining = ctx.draining.is_cancelled();
                     // one move: a connection that stays is not offered again
                     movable = false;
                     let secrets = std::mem::take(&mut secrets);
                     // Boxed: a move is rare, and its future large; inline, every parked
                     // connection's wake-up would allocate and copy it.
-                    let left = Box::pin(export::leave(stream, secrets, &info, &ctx)).await;
-                    let (left, stayed) = stayed(left);
-                    let next = decide::after_leave(left, draining);
-                    let Some((engine, plain)) = stayed else {
-                        if next == Next::DrainEnd {
-                            ctx.metrics.handoff.drain_closed();
-                        }
-                        return None;
-                    };
-                    (stream, ahead) = (engine, plain);
-                    if next == Next::DrainClose {
-                        ctx.metrics.handoff.drain_closed();
-                        close(&mut stream, cfg.idle_timeout).await;
-                        return None;
-                    }
-                    // served at once if something came, else waited for
+                    let stays = Box::pin(leave(stream, secrets, &info, &ctx)).await;
+                    // served at once if something came meanwhile, else waited for
+                    (stream, ahead) = stays?;
                     continue;
                 }
                 // the wait ended (idle timeout, deadline, error): nothing more to send
@@ -187,6 +152,95 @@ pub(crate) async fn serve_http1(
         // A drain is met at the next wait: a connection that can move moves then.
         (stream, ahead) = one_request::serve(stream, ahead, pace, &info, &ctx, &builder).await?;
     }
+}
+
+/// A wait for a request: until when, whether it is for a later request (a drain ends it),
+/// whether the dispatcher can move the connection, when it parks, and what woke it from its
+/// park (if it was parked).
+struct Wait {
+    until: Instant,
+    later: bool,
+    movable: bool,
+    park_at: Option<Instant>,
+    woken: Option<Waited>,
+}
+
+/// How a wait for a request ended.
+enum Waiting {
+    /// With the engine, and why.
+    Over(Engine, Waited),
+    /// Parked on the record layer at the wait's park time: the caller returns it.
+    Parked(park::Layered),
+    /// Taken out of rustls but refused by the record layer.
+    Lost,
+}
+
+/// Waits for a request on `stream`; once the wait lasts to its park time, parks the connection
+/// if `park` can (if it never can, `parkable` is cleared and the wait goes on without one).
+async fn wait_or_park(
+    mut stream: Engine,
+    ctx: &Context,
+    wait: &Wait,
+    secrets: &TrafficSecrets,
+    parkable: &mut bool,
+) -> Waiting {
+    let (mut woken, mut park_at) = (wait.woken, wait.park_at);
+    // whether any of the next request came (see `wait_request`)
+    let mut begun = false;
+    loop {
+        let waited = match woken.take() {
+            // a parked connection woken by its client reads what came
+            Some(Waited::Request) | None => {
+                let (until, later, movable) = (wait.until, wait.later, wait.movable);
+                stream
+                    .wait_request(ctx, until, later, movable, park_at, &mut begun)
+                    .await
+            }
+            Some(woken) => woken,
+        };
+        if waited != Waited::Park {
+            return Waiting::Over(stream, waited);
+        }
+        park_at = None;
+        if !park::settled(&mut stream) {
+            // a KeyUpdate answer may be queued: it goes out now if the socket takes it
+            park::flush_now(&mut stream).await;
+        }
+        match park::park(stream, secrets) {
+            Parking::Parked(layered) => return Waiting::Parked(layered),
+            Parking::Later(engine) => stream = engine,
+            Parking::Never(engine) => {
+                stream = engine;
+                *parkable = false;
+            }
+            Parking::Lost => return Waiting::Lost,
+        }
+    }
+}
+
+/// Asks the dispatcher to move an idle connection (a drain's Leave). Gives back what stays,
+/// with what came meanwhile; `None` when it is gone (moved, lost, or closed for the drain).
+async fn leave(
+    stream: Engine,
+    secrets: TrafficSecrets,
+    info: &ConnInfo,
+    ctx: &Context,
+) -> Option<(Engine, bytes::Bytes)> {
+    let draining = ctx.draining.is_cancelled();
+    let (left, stayed) = stayed(export::leave(stream, secrets, info, ctx).await);
+    let next = decide::after_leave(left, draining);
+    let Some((mut engine, plain)) = stayed else {
+        if next == Next::DrainEnd {
+            ctx.metrics.handoff.drain_closed();
+        }
+        return None;
+    };
+    if next == Next::DrainClose {
+        ctx.metrics.handoff.drain_closed();
+        close(&mut engine, ctx.config.idle_timeout).await;
+        return None;
+    }
+    Some((engine, plain))
 }
 
 /// close_notify, then FIN. (By reference: the engine by value would make this future, and
