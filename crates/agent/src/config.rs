@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -189,9 +188,16 @@ pub struct AgentArgs {
     #[arg(long, value_name = "CIDR")]
     pub link_allow: Vec<baton_ops::cidr::Cidr>,
 
-    /// Longest a migration step may take (the dispatcher's freeze, its verdict) before the
-    /// handshake agent gives up on it. Default 2s.
+    /// The step every migration deadline is a multiple of, the same setting as the
+    /// dispatcher's: an agent waits 2 steps for a moved session's Import and 4 for the
+    /// dispatcher's verdict (past them it closes the connection; it never uses the keys on
+    /// its own). Default 1s.
     #[arg(long, value_name = "DURATION")]
+    pub migration_timeout: Option<HumanDuration>,
+
+    /// Deprecated (use --migration-timeout, half of it): the agent's wait for a verdict was
+    /// twice this.
+    #[arg(long, value_name = "DURATION", hide = true)]
     pub handoff_timeout: Option<HumanDuration>,
 
     /// Bytes returned by `GET /` from the built-in responder. Default 1024.
@@ -385,46 +391,7 @@ pub enum ClientAuth {
     Optional,
 }
 
-/// A duration written `500ms`, `10s`, `5m`, `2h`, `1d` (or bare seconds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HumanDuration(pub Duration);
-
-impl FromStr for HumanDuration {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let (num, unit) = s.split_at(split);
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("`{s}` is not a duration like 500ms, 10s, 5m, 2h"))?;
-        let d = match unit {
-            "ms" => Duration::from_millis(n),
-            "" | "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            "d" => Duration::from_secs(n.saturating_mul(86400)),
-            _ => return Err(format!("`{s}`: unknown unit `{unit}` (ms, s, m, h, d)")),
-        };
-        Ok(Self(d))
-    }
-}
-
-impl<'de> Deserialize<'de> for HumanDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Secs(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Secs(s) => Ok(Self(Duration::from_secs(s))),
-            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
-        }
-    }
-}
+pub use baton_ops::duration::HumanDuration;
 
 /// Where sessions live.
 #[derive(Clone, PartialEq, Eq)]
@@ -510,7 +477,7 @@ fn store_kind(
 pub struct AgentConfig {
     pub listen: Vec<SocketAddr>,
     pub handoff: bool,
-    pub handoff_timeout: Duration,
+    pub migration_timeouts: baton_migrate::Timeouts,
     pub link_listen: Option<SocketAddr>,
     /// Who may open link connections (`--link-allow`); empty: anyone.
     pub link_allow: Vec<baton_ops::cidr::Cidr>,
@@ -599,7 +566,7 @@ impl AgentArgs {
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
-            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, early_data, handoff, handoff_timeout, link_listen, body_size,
+            tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, early_data, handoff, migration_timeout, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, request_timeout, min_header_rate, h2_keepalive, h2_keepalive_timeout,
             h2_max_streams, h2_max_resets, drain_timeout, park_after, max_header_bytes, max_headers)
@@ -640,6 +607,9 @@ impl AgentArgs {
     }
 
     fn into_config(self) -> anyhow::Result<AgentConfig> {
+        if self.migration_timeout.is_some() && self.handoff_timeout.is_some() {
+            bail!("--handoff-timeout is the old name of --migration-timeout (halved): give one");
+        }
         if self.upstream.is_empty() && self.upstream_balance.is_some() {
             bail!("--upstream-balance needs --upstream (the backends to balance)");
         }
@@ -700,7 +670,12 @@ impl AgentArgs {
             handoff,
             link_listen: self.link_listen,
             link_allow: self.link_allow,
-            handoff_timeout: dur(self.handoff_timeout, 2),
+            migration_timeouts: baton_migrate::Timeouts::from_setting(
+                self.migration_timeout
+                    .map(|step| step.0)
+                    .or(self.handoff_timeout.map(|old| old.0 / 2)),
+            )
+            .map_err(anyhow::Error::msg)?,
             store,
             cluster_key_file: self.cluster_key_file,
             store_wait: self.store_wait.map_or(Duration::from_millis(20), |d| d.0),
@@ -859,6 +834,30 @@ mod tests {
     }
 
     #[test]
+    fn the_migration_timeout_and_the_old_agent_flag() {
+        let step = |flags: &[&str]| {
+            let mut all = vec!["--self-signed", "ecdsa-p256"];
+            all.extend_from_slice(flags);
+            parse(&all)
+                .resolve()
+                .map(|c| c.migration_timeouts.step())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(step(&[]), Ok(Duration::from_secs(1)));
+        assert_eq!(
+            step(&["--migration-timeout", "300ms"]),
+            Ok(Duration::from_millis(300))
+        );
+        // the agent's old flag was its own wait, twice the step
+        assert_eq!(
+            step(&["--handoff-timeout", "2s"]),
+            Ok(Duration::from_secs(1))
+        );
+        assert!(step(&["--handoff-timeout", "2s", "--migration-timeout", "1s"]).is_err());
+        assert!(step(&["--migration-timeout", "0s"]).is_err());
+    }
+
+    #[test]
     fn park_after() {
         let c = from_flags(&["--self-signed", "ecdsa-p256"]);
         assert_eq!(c.park_after, Duration::from_millis(50));
@@ -878,18 +877,6 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(e.to_string().contains("--h2-max-resets"), "{e}");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(
-            "500ms".parse(),
-            Ok(HumanDuration(Duration::from_millis(500)))
-        );
-        assert_eq!("2h".parse(), Ok(HumanDuration(Duration::from_secs(7200))));
-        assert_eq!("7".parse(), Ok(HumanDuration(Duration::from_secs(7))));
-        assert!("7 parsecs".parse::<HumanDuration>().is_err());
-        assert!("".parse::<HumanDuration>().is_err());
     }
 
     #[test]

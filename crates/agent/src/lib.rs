@@ -49,7 +49,7 @@ pub use policy::parse_versions as parse_tls_versions;
 
 /// `baton agent`: resolves the configuration and runs until SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let config = args.resolve()?;
+    let config = args.resolve().map_err(baton_ops::exit::invalid)?;
     let runtime = baton_ops::runtime::for_workers(config.workers, "baton-agent")
         .context("starting runtime")?;
     runtime.block_on(server::run(config))

@@ -117,7 +117,8 @@ fn percent(s: &str, what: &str) -> anyhow::Result<f64> {
     Ok(v / 100.0)
 }
 
-pub fn find_max(mut a: FindMaxArgs) -> anyhow::Result<ExitCode> {
+/// The run's settings from its flags; an error is a usage error.
+fn settings(a: &FindMaxArgs) -> anyhow::Result<(std::time::Duration, Criteria, Limits)> {
     if a.bench.rate.is_some() || a.bench.connections.is_some() || a.bench.duration.is_some() {
         bail!("find-max chooses the rate and holds each step for --steady: no --rate, -n or -d");
     }
@@ -155,6 +156,11 @@ pub fn find_max(mut a: FindMaxArgs) -> anyhow::Result<ExitCode> {
     };
     // room for a server that is not a fixed capacity (repeats that fail) but never unbounded
     limits.max_steps = 2 * limits.steps_for_fixed_capacity();
+    Ok((steady, criteria, limits))
+}
+
+pub fn find_max(mut a: FindMaxArgs) -> anyhow::Result<ExitCode> {
+    let (steady, criteria, limits) = settings(&a).map_err(baton_ops::exit::invalid)?;
     a.bench.clients = a.bench.clients.or(Some(DEFAULT_CLIENTS));
     let html = a.bench.report.take();
     let json = a.bench.json.take();

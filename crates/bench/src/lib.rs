@@ -67,9 +67,13 @@ pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {
 pub fn merge_files(a: MergeArgs) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for path in &a.runs {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let r: Report = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{}: not a baton bench --json result", path.display()))?;
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+        let r: Report = bytes
+            .and_then(|b| {
+                serde_json::from_slice(&b)
+                    .with_context(|| format!("{}: not a baton bench --json result", path.display()))
+            })
+            .map_err(baton_ops::exit::invalid)?;
         runs.push(r);
     }
     let merged = merge::merge(&runs)?;
@@ -100,12 +104,12 @@ fn write_outputs(
 /// `baton bench`: runs, prints the summary, writes `--json`. Exit code 1 when no transaction
 /// succeeded, so scripts notice a dead target.
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let args = args.load()?;
+    let args = args.load().map_err(baton_ops::exit::invalid)?;
     let sweep = args.sweep();
     if !sweep.is_empty() {
         return run_sweep(args, &sweep);
     }
-    let cfg = Arc::new(args.resolve()?);
+    let cfg = Arc::new(args.resolve().map_err(baton_ops::exit::invalid)?);
     let report = execute(cfg.clone())?;
     // the summary first: a run is not lost to an unwritable --json path
     if !cfg.quiet {
@@ -126,11 +130,14 @@ fn run_sweep(args: BenchArgs, sweep: &sweep::Sweep) -> anyhow::Result<ExitCode> 
     let quiet = args.quiet;
     let (json, html) = (args.json.clone(), args.report.clone());
     if html.is_some() {
-        anyhow::bail!("--report is for one run; a sweep writes its table and --json");
+        let e = anyhow::anyhow!("--report is for one run; a sweep writes its table and --json");
+        return Err(baton_ops::exit::invalid(e));
     }
     let mut results = Vec::new();
     for (i, cell) in cells.iter().enumerate() {
-        let mut cfg = sweep::apply(&args, cell)?.resolve()?;
+        let mut cfg = sweep::apply(&args, cell)
+            .and_then(|a| a.resolve())
+            .map_err(baton_ops::exit::invalid)?;
         cfg.quiet = true;
         let what: Vec<String> = cell.iter().map(|(k, v)| format!("{k} {v}")).collect();
         if !quiet {

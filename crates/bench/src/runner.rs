@@ -23,14 +23,15 @@ pub struct Outcome {
 }
 
 pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcome> {
-    let tls = TlsEngine::new(&cfg)?;
+    // what the TLS engine refuses is in the flags (suites, groups, CA files)
+    let tls = TlsEngine::new(&cfg).map_err(baton_ops::exit::invalid)?;
     let addr = tokio::net::lookup_host((cfg.host.as_str(), cfg.port))
         .await
         .with_context(|| format!("resolving {}", cfg.host))?
         .next()
         .with_context(|| format!("{} has no address", cfg.host))?;
     let request = request_bytes(&cfg);
-    let mix = cfg.mix()?.map(Arc::new);
+    let mix = cfg.mix().map_err(baton_ops::exit::invalid)?.map(Arc::new);
     let bar = progress.then(|| {
         let bar = match cfg.connections {
             Some(n) => ProgressBar::new(n),

@@ -35,15 +35,53 @@ enum Command {
     /// Reproduce the source documents' experiments (docs/references.md) on this machine, baselines beside Baton.
     Lab(baton_lab::LabArgs),
     /// Start a local cluster: a dispatcher and N agents on this machine.
-    Up(Box<baton_lab::UpArgs>),
-    /// Restart the agents of `baton up --admin ADDR` one at a time (each drains first) and
-    /// print what each took.
-    Rollout(baton_lab::RolloutArgs),
+    Up(Box<baton_cluster::UpArgs>),
+    /// Restart the agents of `baton up --admin ADDR` one at a time (each drains first), or with
+    /// --restart hot-restart its dispatchers, and print what each took.
+    Rollout(baton_cluster::RolloutArgs),
     /// Hold private keys in a process of their own and sign for agents (`baton agent
     /// --key-signer`).
     Signer(Box<baton_signer::SignerArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
+    /// Write man pages, or print shell completions, for this binary.
+    #[command(subcommand)]
+    Generate(Generate),
+}
+
+#[derive(Subcommand)]
+enum Generate {
+    /// One man page per command (`baton.1`, `baton-agent.1`, ...) into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: std::path::PathBuf,
+    },
+    /// A completion script for SHELL, on standard output.
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `baton generate`.
+fn generate(what: Generate) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    match what {
+        Generate::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
+        Generate::Completions { shell } => {
+            // into memory first: clap_complete panics on a write error (a closed pipe)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "baton", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .context("writing the completion script")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// mimalloc rather than the system allocator: a handshake allocates and frees many small,
@@ -65,18 +103,19 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => baton_dispatch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => baton_lab::demo(args).map(|()| ExitCode::SUCCESS),
         Command::Lab(args) => baton_lab::lab(args).map(|()| ExitCode::SUCCESS),
-        Command::Up(args) => baton_lab::up(*args).map(|()| ExitCode::SUCCESS),
-        Command::Rollout(args) => baton_lab::rollout_cli(args).map(|()| ExitCode::SUCCESS),
+        Command::Up(args) => baton_cluster::up(*args).map(|()| ExitCode::SUCCESS),
+        Command::Rollout(args) => baton_cluster::rollout_cli(args).map(|()| ExitCode::SUCCESS),
         Command::Signer(args) => baton_signer::run(*args).map(|()| ExitCode::SUCCESS),
         Command::TicketKey(args) => {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }
+        Command::Generate(what) => generate(what),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("baton: error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(baton_ops::exit::code_of(&e))
         }
     }
 }

@@ -305,8 +305,9 @@ fn a_successor_takes_every_live_connection_and_the_old_dispatcher_exits() {
         &format!("https://localhost:{}/bytes/10", d.addr.port()),
     ]);
     assert!(out.status.success(), "{}", text_of(&out));
-    // and it can hand over again, through the admin endpoint this time
-    let (status, _) = admin_request(d.admin, "POST", "/handover", None);
+    // and it can hand over again, through the admin endpoint this time (by its new name;
+    // the other calls here use the old one)
+    let (status, _) = admin_request(d.admin, "POST", "/restart", None);
     assert_eq!(status, 202);
     d.follow_successor();
     for (i, (_, k)) in clients.iter_mut().enumerate() {

@@ -438,8 +438,8 @@ fn dispatcher(c: &Cluster) -> Dispatcher {
             "0",
             "--cluster-key-file",
             &c.dispatcher_key,
-            "--handoff-timeout",
-            "0.5",
+            "--migration-timeout",
+            "500ms",
             // a dead agent is noticed only when a connection to it fails
             "--health-interval",
             "60",

@@ -1,7 +1,8 @@
 //! `baton up --admin` and `baton rollout`: the agents restarted one at a time under keep-alive
-//! load, and the dispatchers handed over to successor processes (`POST /handover`, `baton
-//! rollout --handover`; issue 18). Real processes on 127.0.0.1: the cluster, `baton bench` with
-//! think time, `baton rollout`, curl.
+//! load, and the dispatchers hot-restarted, each replaced by a successor process (`POST
+//! /restart`, `baton rollout --restart`, and their aliases `POST /handover` and `--handover`).
+//! Real processes on 127.0.0.1: the cluster, `baton bench` with think time, `baton rollout`,
+//! curl.
 
 mod common;
 
@@ -71,7 +72,7 @@ impl Cluster {
     }
 
     fn status(&self) -> Value {
-        let (code, body) = baton_lab::rollout::http(
+        let (code, body) = baton_cluster::client::http(
             self.admin(),
             &admin_token(),
             "GET",
@@ -95,8 +96,9 @@ impl Cluster {
             .collect()
     }
 
-    /// `baton rollout --handover --json`: the answer, once it succeeded.
-    fn handover(&self) -> Value {
+    /// `baton rollout FLAG --json` (`--restart`, or its alias `--handover`): the answer, once
+    /// it succeeded.
+    fn restart(&self, flag: &str) -> Value {
         let out = Command::new(BATON)
             .args([
                 "rollout",
@@ -104,7 +106,7 @@ impl Cluster {
                 &self.admin().to_string(),
                 "--admin-token-file",
                 admin_token_file(),
-                "--handover",
+                flag,
                 "--json",
             ])
             .output()
@@ -145,7 +147,7 @@ fn pids(status: &Value, list: &str) -> Vec<u64> {
 }
 
 fn alive(pid: u32) -> bool {
-    baton_lab::rollout::alive(pid)
+    baton_cluster::procs::alive(pid)
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -261,10 +263,10 @@ fn rollout_replaces_every_agent_under_keepalive_load_and_the_cluster_serves_afte
     for (i, (old, new)) in before.iter().zip(&after).enumerate() {
         assert_ne!(old, new, "agent {i} was not replaced");
         assert!(
-            !baton_lab::rollout::alive(*old as u32),
+            !baton_cluster::procs::alive(*old as u32),
             "agent {i}'s old process {old} still runs"
         );
-        assert!(baton_lab::rollout::alive(*new as u32), "agent {i}: {new}");
+        assert!(baton_cluster::procs::alive(*new as u32), "agent {i}: {new}");
     }
     let status = c.status();
     assert_eq!(status["rollout"]["running"], false, "{status}");
@@ -290,7 +292,7 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     let c = Cluster::start(&["--agents", "1"]);
     let admin = c.admin();
     let ask = |method: &str, path: &str, body: &str| {
-        baton_lab::rollout::http(
+        baton_cluster::client::http(
             admin,
             &admin_token(),
             method,
@@ -303,8 +305,10 @@ fn rollout_admin_refuses_what_it_cannot_do() {
     assert_eq!(ask("POST", "/rollout", "{\"pause\": 1}").0, 400);
     assert_eq!(ask("POST", "/rollout", "{\"drain_timeout_ms\": 0}").0, 400);
     assert_eq!(ask("POST", "/rollout", &"x".repeat(10_000)).0, 413);
-    assert_eq!(ask("POST", "/handover", "{\"timeout_ms\": 0}").0, 400);
-    assert_eq!(ask("POST", "/handover", "{\"pause_ms\": 1}").0, 400);
+    for path in ["/restart", "/handover"] {
+        assert_eq!(ask("POST", path, "{\"timeout_ms\": 0}").0, 400, "{path}");
+        assert_eq!(ask("POST", path, "{\"pause_ms\": 1}").0, 400, "{path}");
+    }
     assert_eq!(ask("GET", "/nothing", "").0, 404);
     // an admin endpoint on another address than loopback is refused at start
     let out = Command::new(BATON)
@@ -340,7 +344,7 @@ fn rollout_admin_refuses_what_it_cannot_do() {
 }
 
 #[test]
-fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_after() {
+fn a_hot_restart_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_after() {
     let c = Cluster::start(&["--agents", "2", "--policy", "handoff"]);
     let first = c.dispatcher_pids()[0];
     let json = c.dir.arg("bench.json");
@@ -348,8 +352,8 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
     std::thread::sleep(Duration::from_secs(2));
 
     // the dispatcher hands its listeners and live connections to a successor
-    let report = c.handover();
-    eprintln!("handover: {report}");
+    let report = c.restart("--restart");
+    eprintln!("hot restart: {report}");
     assert_eq!(report["ok"], true, "{report}");
     let d = &report["dispatchers"][0];
     assert_eq!(
@@ -376,13 +380,13 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
         text_of(&out)
     );
 
-    // and the successor hands over in turn (its successor is found under this `baton up`)
+    // and the successor is replaced in turn (its successor is found under this `baton up`)
     std::thread::sleep(Duration::from_secs(1));
-    let (code, body) = baton_lab::rollout::http(
+    let (code, body) = baton_cluster::client::http(
         c.admin(),
         &admin_token(),
         "POST",
-        "/handover",
+        "/restart",
         "",
         Duration::from_secs(60),
     )
@@ -396,13 +400,15 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
     );
     assert!(!alive(second) && alive(third), "{again}");
     let status = c.status();
-    assert_eq!(status["handover"]["last"]["ok"], true, "{status}");
-    assert_eq!(status["handover"]["running"], false, "{status}");
+    assert_eq!(status["restart"]["last"]["ok"], true, "{status}");
+    assert_eq!(status["restart"]["running"], false, "{status}");
+    // and under its alias
+    assert_eq!(status["handover"], status["restart"], "{status}");
 
     let done = bench.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap_or_default())
         .unwrap_or_else(|e| panic!("bench JSON: {e}: {}", text_of(&done)));
-    nothing_lost("two handovers", &v);
+    nothing_lost("two hot restarts", &v);
 
     // the agents restart as before: the successor answers the rollout on the admin socket it
     // inherited, and its links come up to each new agent (after the load: a rollout under
@@ -440,12 +446,12 @@ fn handover_replaces_the_dispatcher_under_keepalive_load_and_a_rollout_works_aft
 }
 
 #[test]
-fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
+fn restarted_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
     // two dispatchers with the same command line (ports 0): each successor is told apart
     let mut c = Cluster::start(&["--agents", "1", "--dispatchers", "2"]);
     let admin = c.admin();
     let ask = |method: &str, path: &str| {
-        baton_lab::rollout::http(
+        baton_cluster::client::http(
             admin,
             &admin_token(),
             method,
@@ -458,9 +464,9 @@ fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
     let first = c.dispatcher_pids();
     assert_eq!(first.len(), 2);
 
-    // one operation at a time: no handover while a rollout runs
+    // one operation at a time: no hot restart while a rollout runs
     let rollout = std::thread::spawn(move || {
-        baton_lab::rollout::http(
+        baton_cluster::client::http(
             admin,
             &admin_token(),
             "POST",
@@ -475,13 +481,13 @@ fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
         assert!(Instant::now() < until, "the rollout did not start");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (code, body) = ask("POST", "/handover");
+    let (code, body) = ask("POST", "/restart");
     assert_eq!(code, 409, "{body}");
     assert!(body.contains("rollout"), "{body}");
     let (code, body) = rollout.join().unwrap();
     assert_eq!(code, 200, "{body}");
 
-    // both, one after the other
+    // both, one after the other (asked by the alias)
     let (code, body) = ask("POST", "/handover");
     assert_eq!(code, 200, "{body}");
     let r: Value = serde_json::from_str(&body).unwrap();
@@ -551,7 +557,7 @@ fn handed_over_dispatchers_are_followed_and_one_that_dies_stops_the_cluster() {
 }
 
 #[test]
-fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
+fn a_hot_restart_whose_successor_fails_leaves_the_dispatcher_serving() {
     // `baton up` from a copy of the binary, which the test replaces as an upgrade would
     let dir = TempDir::new("rollout-broken");
     let bin = dir.arg("baton");
@@ -559,11 +565,11 @@ fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
     let c = Cluster::start_with(&bin, dir, &["--agents", "1"]);
     let first = c.dispatcher_pids()[0];
     let ask = || {
-        baton_lab::rollout::http(
+        baton_cluster::client::http(
             c.admin(),
             &admin_token(),
             "POST",
-            "/handover",
+            "/restart",
             "",
             Duration::from_secs(60),
         )
@@ -601,10 +607,11 @@ fn a_handover_whose_successor_fails_leaves_the_dispatcher_serving() {
         "{}",
         text_of(&out)
     );
-    // the binary back: the same dispatcher hands over
+    // the binary back: the same dispatcher is replaced, asked by `baton rollout --handover`
+    // (the alias of --restart)
     std::fs::rename(&good, &bin).unwrap();
-    let (code, body) = ask();
-    assert_eq!(code, 200, "{body}");
+    let report = c.restart("--handover");
+    assert_eq!(report["ok"], true, "{report}");
     assert!(!alive(first));
     let out = c.curl();
     assert_eq!(

@@ -24,9 +24,9 @@ use baton_ops::control::Counters;
 use baton_ops::guard::{self, Token};
 use baton_ops::reply::{json, text};
 
+use crate::context::Context;
 use crate::members::{Admin, Change, Spec};
 use crate::roster::{self, ChangeError};
-use crate::server::Shared;
 
 /// The largest request body (one agent's JSON).
 const BODY_LIMIT: usize = 4096;
@@ -37,7 +37,7 @@ pub(crate) async fn serve(
     listener: TcpListener,
     token: Arc<Token>,
     counters: Arc<Counters>,
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     stop: CancellationToken,
 ) {
     guard::serve_admin(listener, stop, token, LIFETIME, counters, move |req| {
@@ -47,7 +47,7 @@ pub(crate) async fn serve(
     .await
 }
 
-async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
+async fn handle(req: Request<Incoming>, shared: &Context) -> Response<Full<Bytes>> {
     let segments: Vec<String> = req
         .uri()
         .path()
@@ -90,9 +90,10 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>
             };
             changed(shared, Change::Remove(id), StatusCode::OK)
         }
-        // A successor process takes over the listeners and every live connection (as SIGUSR2).
-        (Method::POST, ["handover"]) => {
-            if shared.handover.request() {
+        // A hot restart: a successor process takes over the listeners and every live
+        // connection (as SIGUSR2). `/handover` is its old name.
+        (Method::POST, ["restart" | "handover"]) => {
+            if shared.restart.request() {
                 text(StatusCode::ACCEPTED, "handover started\n")
             } else {
                 text(StatusCode::CONFLICT, "a handover is under way\n")
@@ -101,12 +102,12 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>
         _ => text(
             StatusCode::NOT_FOUND,
             "GET /agents, POST /agents, POST /agents/ID/drain|disable|enable, DELETE /agents/ID, \
-             POST /handover\n",
+             POST /restart\n",
         ),
     }
 }
 
-fn changed(shared: &Shared, change: Change, ok: StatusCode) -> Response<Full<Bytes>> {
+fn changed(shared: &Context, change: Change, ok: StatusCode) -> Response<Full<Bytes>> {
     match shared.roster.change(&shared.router, change) {
         Ok(()) => json(ok, &roster::list(&shared.roster, &shared.router)),
         Err(e @ ChangeError::Unknown(_)) => text(StatusCode::NOT_FOUND, &format!("{e}\n")),

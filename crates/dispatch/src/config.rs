@@ -83,11 +83,13 @@ pub struct DispatchArgs {
     /// Time allowed to connect to an agent. Default 2s.
     #[arg(long, value_name = "SECONDS")]
     pub connect_timeout: Option<f64>,
-    /// `handoff`: time allowed for the home agent to take a migrated session (connect and
-    /// answer), and for the handshake agent to cut; then the handshake agent keeps it.
-    /// Default 1s.
-    #[arg(long, value_name = "SECONDS")]
-    pub handoff_timeout: Option<f64>,
+    /// The step every migration deadline is a multiple of, the same setting as the agents':
+    /// the home agent has 1 step to take a migrated session (connect and answer), after which
+    /// the handshake agent keeps it; the client's record in flight at the cut has 2, after
+    /// which the connection closes. Default 1s. (`--handoff-timeout`: its old name.)
+    #[arg(long, alias = "handoff-timeout", value_name = "DURATION")]
+    #[serde(alias = "handoff-timeout")]
+    pub migration_timeout: Option<baton_ops::duration::HumanDuration>,
     /// `handoff`: full handshakes a client's home agent may have done beyond the least-loaded
     /// agent and still take the client's next full handshake (no migration). Wider moves
     /// fewer sessions; the handshake counts stay within about this many of each other.
@@ -148,7 +150,7 @@ pub struct DispatchConfig {
     pub metrics: Option<SocketAddr>,
     pub hello_timeout: Duration,
     pub connect_timeout: Duration,
-    pub handoff_timeout: Duration,
+    pub migration_timeouts: baton_migrate::Timeouts,
     pub handoff_window: u64,
     pub health_interval: Duration,
     pub idle_timeout: Duration,
@@ -264,7 +266,10 @@ impl DispatchArgs {
             metrics: args.metrics,
             hello_timeout: secs(args.hello_timeout, 10.0, "hello-timeout")?,
             connect_timeout: secs(args.connect_timeout, 2.0, "connect-timeout")?,
-            handoff_timeout: secs(args.handoff_timeout, 1.0, "handoff-timeout")?,
+            migration_timeouts: baton_migrate::Timeouts::from_setting(
+                args.migration_timeout.map(|d| d.0),
+            )
+            .map_err(anyhow::Error::msg)?,
             handoff_window: args.handoff_window.unwrap_or(8),
             health_interval: secs(args.health_interval, 0.5, "health-interval")?,
             idle_timeout: secs(args.idle_timeout, 120.0, "idle-timeout")?,
@@ -302,7 +307,7 @@ impl DispatchArgs {
             metrics: self.metrics.or(file.metrics),
             hello_timeout: self.hello_timeout.or(file.hello_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
-            handoff_timeout: self.handoff_timeout.or(file.handoff_timeout),
+            migration_timeout: self.migration_timeout.or(file.migration_timeout),
             handoff_window: self.handoff_window.or(file.handoff_window),
             health_interval: self.health_interval.or(file.health_interval),
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
@@ -338,5 +343,38 @@ mod tests {
         assert_eq!(c.half_close_timeout, Duration::from_secs(10));
         assert!(DispatchArgs::default().resolve().is_err());
         assert!(toml::from_str::<DispatchArgs>("agents = []").is_err());
+    }
+
+    #[test]
+    fn the_migration_timeout_and_its_old_name() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: DispatchArgs,
+        }
+        let resolve = |flags: &[&str]| {
+            let mut argv = vec!["dispatch", "--agent", "127.0.0.1:1"];
+            argv.extend_from_slice(flags);
+            <Cli as clap::Parser>::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.args.resolve().map_err(|e| e.to_string()))
+                .map(|c| c.migration_timeouts.step())
+        };
+        assert_eq!(resolve(&[]), Ok(Duration::from_secs(1)));
+        assert_eq!(
+            resolve(&["--migration-timeout", "250ms"]),
+            Ok(Duration::from_millis(250))
+        );
+        // the old flag took float seconds, and means the same
+        assert_eq!(
+            resolve(&["--handoff-timeout", "0.5"]),
+            Ok(Duration::from_millis(500))
+        );
+        assert!(resolve(&["--migration-timeout", "0"]).is_err());
+        let file: DispatchArgs = toml::from_str("handoff-timeout = 0.25").unwrap();
+        assert_eq!(
+            file.migration_timeout.map(|d| d.0),
+            Some(Duration::from_millis(250))
+        );
     }
 }

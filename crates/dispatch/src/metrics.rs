@@ -140,7 +140,7 @@ impl Metrics {
 
     /// How a `handoff` connection's migration ended.
     pub fn handoff(&self, outcome: baton_migrate::Outcome) {
-        let label = crate::handoff::outcome_label(outcome);
+        let label = outcome.label();
         let i = HANDOFF_OUTCOMES
             .iter()
             .position(|l| *l == label)
@@ -150,7 +150,7 @@ impl Metrics {
 
     /// How a move asked for by a draining agent ended (`None`: it stayed, nowhere to go).
     pub fn drain_move(&self, outcome: Option<baton_migrate::Outcome>) {
-        let label = outcome.map_or("stayed", crate::handoff::outcome_label);
+        let label = outcome.map_or("stayed", baton_migrate::Outcome::label);
         let i = DRAIN_OUTCOMES.iter().position(|l| *l == label).unwrap_or(0);
         self.drain_moves[i].fetch_add(1, Ordering::Relaxed);
     }

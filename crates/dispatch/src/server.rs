@@ -11,7 +11,7 @@ use baton_link::{LinkStream, StreamMeta};
 use baton_ops::accept::{Acceptor, Admitted};
 use baton_ops::cidr::Cidr;
 use baton_ops::control::Counters;
-use baton_wire::proxy_v2::{self, ProxyHeader};
+use baton_wire::proxy_v2::ProxyHeader;
 use baton_wire::{Progress, ServerHelloReader};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,51 +21,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::DispatchConfig;
+use crate::context::Context;
 use crate::metrics::{HelloOutcome, Metrics};
 use crate::roster::Roster;
 use crate::route::{Policy, Router};
 
-pub(crate) struct Shared {
-    pub(crate) config: DispatchConfig,
-    pub(crate) router: Arc<Mutex<Router>>,
-    pub(crate) metrics: Arc<Metrics>,
-    /// The agents by the router's slots, with their link pools (`--agent-link`).
-    pub(crate) roster: Arc<Roster>,
-    /// The dispatcher handover: a successor takes the listeners and live connections.
-    pub(crate) handover: crate::handover::Handover,
-}
-
-impl Shared {
-    /// The PROXY v2 header that opens a stream to an agent (`--proxy-protocol`), or nothing.
-    pub(crate) fn proxy_head(&self, source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
-        let mut head = Vec::with_capacity(64);
-        if self.config.proxy_protocol {
-            proxy_v2::encode(
-                &ProxyHeader::Proxy {
-                    source,
-                    destination,
-                },
-                &mut head,
-            );
-        }
-        head
-    }
-
-    /// How long a splice may stay silent (`--idle-timeout`, `--half-close-timeout`).
-    pub(crate) fn splice_limits(&self) -> crate::splice::Limits {
-        crate::splice::Limits {
-            idle: self.config.idle_timeout,
-            half_closed: self.config.half_close_timeout,
-        }
-    }
-
-    pub(crate) fn router(&self) -> std::sync::MutexGuard<'_, Router> {
-        self.router.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The dispatcher's families, read at scrape time (counters and the router's agent state).
-struct Collected(Arc<Shared>);
+struct Collected(Arc<Context>);
 
 impl std::fmt::Debug for Collected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,7 +62,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
     use baton_migrate::restart::ListenerKind;
     // The path of this binary before anything else: one renamed away later (an upgrade moves
     // the old file aside) must not be what a successor starts.
-    let handover = crate::handover::Handover::new();
+    let restart = crate::restart::state::Restart::new();
     let router = Arc::new(Mutex::new(
         Router::new(config.policy, 0).with_home_window(config.handoff_window),
     ));
@@ -111,7 +73,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
         .set(&router, initial)
         .map_err(|e| anyhow::anyhow!("agents: {e}"))?;
     // A successor of a dispatcher that hands over: its listeners come from its predecessor.
-    let predecessor = crate::handover::Predecessor::connect().await?;
+    let predecessor = crate::restart::take::Predecessor::connect().await?;
     // The links first, so that `ready` means clients can be carried (an agent that is down
     // now is only waited for briefly: it joins when its link comes up).
     roster.wait_up(config.connect_timeout).await;
@@ -153,21 +115,21 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
             (l, a, m, None)
         }
     };
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Context {
         metrics,
         router: router.clone(),
         config,
         roster: roster.clone(),
-        handover,
+        restart,
     });
     for l in &listeners {
-        shared.handover.keep(ListenerKind::Public, l)?;
+        shared.restart.keep(ListenerKind::Public, l)?;
     }
     if let Some(l) = &admin_listener {
-        shared.handover.keep(ListenerKind::Admin, l)?;
+        shared.restart.keep(ListenerKind::Admin, l)?;
     }
     if let Some(l) = &metrics_listener {
-        shared.handover.keep(ListenerKind::Metrics, l)?;
+        shared.restart.keep(ListenerKind::Metrics, l)?;
     }
     let stop = CancellationToken::new();
     tokio::spawn(crate::health::check_forever(
@@ -217,10 +179,10 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => reread.notify_one(),
-            _ = usr2.recv() => { shared.handover.request(); }
-            _ = shared.handover.requested() => {
+            _ = usr2.recv() => { shared.restart.request(); }
+            _ = shared.restart.requested() => {
                 crate::notify::reloading();
-                let successor = match crate::handover::start(&shared).await {
+                let successor = match crate::restart::successor::start(&shared).await {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::warn!(error = %e, "handover failed; serving on");
@@ -247,7 +209,7 @@ pub async fn run(config: DispatchConfig) -> anyhow::Result<()> {
                 crate::notify::main_and_ready();
                 tracker.reopen();
                 accepting = stop.child_token();
-                match shared.handover.relisten() {
+                match shared.restart.relisten() {
                     Ok((l, a, m)) => serve_listeners(l, a, m, &shared, &permits, &tracker, &accepting),
                     Err(e) => {
                         tracing::error!(error = %e, "handover: cannot accept again");
@@ -278,7 +240,7 @@ fn serve_listeners(
     listeners: Vec<TcpListener>,
     admin: Option<TcpListener>,
     metrics: Option<TcpListener>,
-    shared: &Arc<Shared>,
+    shared: &Arc<Context>,
     permits: &Arc<Semaphore>,
     tracker: &TaskTracker,
     accepting: &CancellationToken,
@@ -322,7 +284,7 @@ fn serve_listeners(
 
 async fn accept_loop(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
     stop: CancellationToken,
@@ -395,7 +357,7 @@ async fn handle(
     mut client: TcpStream,
     peer: SocketAddr,
     bound: Option<SocketAddr>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<()> {
     let cfg = &shared.config;
     let deadline = tokio::time::Instant::now() + cfg.hello_timeout;
@@ -468,7 +430,7 @@ async fn handle(
             return handoff(client, agent, *ends, first, shared).await;
         }
         (AgentStream::Link(agent), Plan::AtHome) => {
-            crate::handoff::at_home(&mut client, agent, agent_idx, first.bytes, shared).await
+            crate::migration::at_home(&mut client, agent, agent_idx, first.bytes, shared).await
         }
         (AgentStream::Link(agent), Plan::Relay) => {
             linked(&mut client, agent, first, agent_idx, shared).await
@@ -504,7 +466,7 @@ enum Plan {
     /// `handoff`, and the agent is the client's home: nothing to migrate.
     AtHome,
     /// `handoff`: offered for migration to the client's home agent.
-    Handoff(Box<crate::handoff::Ends>),
+    Handoff(Box<crate::migration::Ends>),
 }
 
 /// The plan for a stream to agent `agent_idx`, and what goes before the client's bytes on it
@@ -513,7 +475,7 @@ fn plan_for(
     agent_idx: usize,
     source: SocketAddr,
     destination: SocketAddr,
-    shared: &Shared,
+    shared: &Context,
 ) -> (Plan, Vec<u8>) {
     if shared.router().policy() != Policy::Handoff {
         return (Plan::Relay, Vec::new());
@@ -538,7 +500,7 @@ fn plan_for(
     }
     binding[16..].copy_from_slice(&token);
     let head = baton_migrate::Relay::offer(home_id, binding);
-    let ends = crate::handoff::Ends {
+    let ends = crate::migration::Ends {
         agent_idx,
         home_idx,
         home,
@@ -557,7 +519,7 @@ fn plan_for(
 /// before answering has shown the client nothing. Either way the client can be routed again
 /// without loss. Waits at most `--hello-timeout`; a silent agent counts as taken (the relay
 /// then meets whatever it does).
-async fn confirm(stream: &mut LinkStream, head: &[u8], answer_due: bool, shared: &Shared) -> bool {
+async fn confirm(stream: &mut LinkStream, head: &[u8], answer_due: bool, shared: &Context) -> bool {
     if stream.write_all(head).await.is_err() {
         return false;
     }
@@ -589,7 +551,7 @@ async fn connect(
     idx: usize,
     source: SocketAddr,
     destination: SocketAddr,
-    shared: &Shared,
+    shared: &Context,
 ) -> Option<AgentStream> {
     let cfg = &shared.config;
     let agent = shared.roster.agent(idx)?;
@@ -617,12 +579,12 @@ async fn connect(
 async fn handoff(
     mut client: TcpStream,
     agent: LinkStream,
-    ends: crate::handoff::Ends,
+    ends: crate::migration::Ends,
     first: FirstBytes,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<()> {
     let agent_idx = ends.agent_idx;
-    let result = crate::handoff::relay(&mut client, agent, ends, first.bytes, shared).await;
+    let result = crate::migration::relay(&mut client, agent, ends, first.bytes, shared).await;
     let ended_on = match result {
         Ok((idx, up, down)) => {
             shared.metrics.bytes(up, down);
@@ -641,7 +603,7 @@ async fn relay(
     agent: &mut TcpStream,
     first: FirstBytes,
     agent_idx: usize,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<()> {
     agent.write_all(&first.bytes).await?;
     let first_len = first.bytes.len() as u64;
@@ -665,9 +627,9 @@ async fn linked(
     mut agent: LinkStream,
     first: FirstBytes,
     agent_idx: usize,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
-    let mut watch = baton_migrate::Relay::serving();
+    let mut watch = baton_migrate::Relay::serving().with_timeouts(shared.config.migration_timeouts);
     let first_len = first.bytes.len() as u64;
     if watch.watch_client(&first.bytes).is_err() {
         // Not TLS: the agent answers it (an alert), and nothing here can ever move.
@@ -681,7 +643,7 @@ async fn linked(
         to_client =
             learn_session_id(&mut agent, client, agent_idx, Some(&mut watch), shared).await?;
     }
-    crate::handoff::serve(
+    crate::migration::serve(
         client,
         agent,
         agent_idx,
@@ -699,7 +661,7 @@ async fn learn_session_id<S: AsyncRead + Unpin>(
     client: &mut TcpStream,
     agent_idx: usize,
     mut watch: Option<&mut baton_migrate::Relay>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<u64> {
     let mut reader = ServerHelloReader::new();
     // on the heap, not in the connection's future (moved when it is spawned), never zeroed

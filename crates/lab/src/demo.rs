@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_bench::BenchArgs;
 
-use crate::cluster::{Cluster, ClusterSpec, Store};
+use baton_cluster::cluster::{Cluster, ClusterSpec, Store};
 
 /// `baton demo`: local clusters, each loaded by `baton bench`, compared in one table.
 #[derive(clap::Args, Debug, Clone)]
@@ -63,7 +63,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<()> {
             agents: args.agents,
             policy: policy.into(),
             store,
-            key: crate::pki::KeyKind::EcdsaP256,
+            key: baton_cluster::pki::KeyKind::EcdsaP256,
             agent_args: Vec::new(),
             dispatcher_args: Vec::new(),
             agent_caps: Vec::new(),

@@ -6,8 +6,8 @@
 //! write here and a wake-up, a read and a poll at the agent. So it waits, in the link's queue,
 //! for the next frame the dispatcher writes to that agent anyway (another client's bytes), and
 //! leaves in the same write; at most [`RELEASE_DELAY`] later it leaves by itself, so that an
-//! idle link still releases promptly (the agent's verdict deadline is twice its
-//! `--handoff-timeout`, seconds, never this). The link connection's driver
+//! idle link still releases promptly (the agent's verdict deadline is four steps of
+//! `--migration-timeout`, seconds, never this). The link connection's driver
 //! ([`crate::coalesce::flushing`]) does both; when the connection ends, the queue goes with it
 //! (the agent drops its streams with the connection).
 

@@ -13,7 +13,8 @@ fn record(body_len: usize, fill: u8) -> Vec<u8> {
     r
 }
 
-const T: Duration = Duration::from_secs(1);
+/// Agents wait 1 s for an Import and 2 s for a verdict.
+const T: Timeouts = Timeouts::new(Duration::from_millis(500));
 
 #[test]
 fn exporter_happy_path_and_resume() {
@@ -36,7 +37,7 @@ fn exporter_happy_path_and_resume() {
             }
             .to_bytes()
         );
-        assert_eq!(x.deadline(), Some(now + 2 * T));
+        assert_eq!(x.deadline(), Some(now + T.verdict()));
         // client records the dispatcher forwarded before it saw the Switch: discarded
         let got = x.from_dispatcher(&record(100, 1)[..70]).unwrap();
         assert_eq!(got, ExportInput::default());
@@ -121,21 +122,21 @@ fn exporter_refuses_protocol_breaks_and_times_out() {
         )
         .is_err());
     let mut x = Exporter::cut(100, T, now);
-    x.switch(0, vec![1], now + T).unwrap();
-    assert!(!x.timed_out(now + 2 * T));
-    assert!(x.timed_out(now + 3 * T));
+    x.switch(0, vec![1], now + T.import()).unwrap();
+    assert!(!x.timed_out(now + T.verdict()));
+    assert!(x.timed_out(now + T.import() + T.verdict()));
 }
 
 #[test]
 fn importer_uses_keys_only_on_commit() {
     let now = Instant::now();
     let mut m = Importer::new(T, now);
-    assert!(m.timed_out(now + T));
+    assert!(m.timed_out(now + T.import()));
     let got = m.from_dispatcher(&Frame::Import(vec![4; 30]).to_bytes());
     assert_eq!(got, Ok(Some(ImportEvent::Open(vec![4; 30]))));
     assert_eq!(m.deadline(), None, "opening is the caller's");
     assert_eq!(m.ready(now).unwrap(), Frame::Ready.to_bytes());
-    assert_eq!(m.deadline(), Some(now + 2 * T));
+    assert_eq!(m.deadline(), Some(now + T.verdict()));
     let mut v = Frame::Commit.to_bytes();
     v.extend(record(2, 9));
     assert_eq!(

@@ -8,9 +8,10 @@
 //! its Commit. That is what keeps two agents from encrypting under one key and sequence number
 //! whatever times out first.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::frame::{Frame, MigrationError, Splitter, BINDING_LEN};
+use crate::timeouts::Timeouts;
 
 /// What the handshake agent must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -63,23 +64,23 @@ pub struct Exporter {
     splitter: Splitter,
     cap: usize,
     plaintext: usize,
-    timeout: Duration,
+    timeouts: Timeouts,
     deadline: Instant,
 }
 
 impl Exporter {
     /// Starts a migration at the cut (the handshake is done, its tickets are written or about
     /// to be with the Switch, and every client record rustls has read is to be decrypted).
-    /// `cap` bounds the client plaintext the session object may carry; `timeout` each wait on
+    /// `cap` bounds the client plaintext the session object may carry; `timeouts` the waits on
     /// the dispatcher.
-    pub fn cut(cap: usize, timeout: Duration, now: Instant) -> Self {
+    pub fn cut(cap: usize, timeouts: Timeouts, now: Instant) -> Self {
         Self {
             state: ExportState::Cutting,
             splitter: Splitter::new(),
             cap,
             plaintext: 0,
-            timeout,
-            deadline: now + timeout * 2,
+            timeouts,
+            deadline: now + timeouts.verdict(),
         }
     }
 
@@ -87,8 +88,8 @@ impl Exporter {
     /// machine and the Leave frame to send. Nothing may be sent to the client from here on
     /// (the last response is on the wire). The dispatcher answers with an Offer
     /// ([`ExportEvent::Move`]: then as at a cut, with cut 0) or Stay.
-    pub fn leave(cap: usize, timeout: Duration, now: Instant) -> (Self, Vec<u8>) {
-        let mut me = Self::cut(cap, timeout, now);
+    pub fn leave(cap: usize, timeouts: Timeouts, now: Instant) -> (Self, Vec<u8>) {
+        let mut me = Self::cut(cap, timeouts, now);
         me.state = ExportState::Leaving;
         (me, Frame::Leave.to_bytes())
     }
@@ -223,7 +224,7 @@ impl Exporter {
             return Err(MigrationError::Unexpected(what, export_name(self.state)));
         }
         self.state = ExportState::Switched { kept };
-        self.deadline = now + self.timeout * 2;
+        self.deadline = now + self.timeouts.verdict();
         Ok(())
     }
 

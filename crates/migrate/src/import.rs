@@ -2,9 +2,10 @@
 //! events and frames out; the caller opens the session object and runs the sockets. It gives up
 //! on a silent dispatcher by closing, never by using the keys: it serves only on Commit.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::frame::{Frame, MigrationError, RefuseReason, Splitter};
+use crate::timeouts::Timeouts;
 
 /// What the home agent must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,18 +33,18 @@ enum ImportState {
 pub struct Importer {
     state: ImportState,
     splitter: Splitter,
-    timeout: Duration,
+    timeouts: Timeouts,
     deadline: Instant,
 }
 
 impl Importer {
-    /// A stream that should bring Import within `timeout` of `now`.
-    pub fn new(timeout: Duration, now: Instant) -> Self {
+    /// A stream that should bring Import within the import timeout of `now`.
+    pub fn new(timeouts: Timeouts, now: Instant) -> Self {
         Self {
             state: ImportState::AwaitImport,
             splitter: Splitter::new(),
-            timeout,
-            deadline: now + timeout,
+            timeouts,
+            deadline: now + timeouts.import(),
         }
     }
 
@@ -90,7 +91,7 @@ impl Importer {
             return Err(MigrationError::Unexpected("Ready", import_name(self.state)));
         }
         self.state = ImportState::Ready;
-        self.deadline = now + self.timeout * 2;
+        self.deadline = now + self.timeouts.verdict();
         Ok(Frame::Ready.to_bytes())
     }
 

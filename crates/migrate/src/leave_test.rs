@@ -207,11 +207,11 @@ fn other_frames_while_serving_are_errors() {
 #[test]
 fn exporter_leaves_then_switches_or_stays() {
     let now = Instant::now();
-    let t = Duration::from_secs(1);
+    let t = Timeouts::new(Duration::from_millis(500));
     // Move: records before the Offer are decrypted; the Offer is the cut
     let (mut x, leave) = Exporter::leave(1000, t, now);
     assert_eq!(leave, Frame::Leave.to_bytes());
-    assert_eq!(x.deadline(), Some(now + 2 * t));
+    assert_eq!(x.deadline(), Some(now + t.verdict()));
     let mut input = record(23, 40, 1);
     input.extend(
         Frame::Offer {

@@ -82,9 +82,11 @@
 //! Sans-IO, like the rest of the crate: no sockets, no tokio. The parts:
 //!
 //! - [`frame`]: the frames and the splitter that walks a stream mixing records and frames.
-//! - [`relay`]: the dispatcher's side as a state machine ([`Relay`]): bytes in, [`Action`]s out.
+//! - [`relay`]: the dispatcher's side as a state machine ([`Relay`]): bytes in, [`Action`]s out,
+//!   its deadlines kept on the caller's clock.
 //! - [`export`] and [`import`]: the handshake and home agents' sides ([`Exporter`],
-//!   [`Importer`]), their deadlines given as instants (virtual time in tests).
+//!   [`Importer`]). Every deadline of the three comes from one setting ([`timeouts`]) and
+//!   is kept by the machine itself on the caller's clock (virtual time in tests).
 //! - [`extract`]: the handshake agent's TLS work: decrypting up to the cut and turning a
 //!   finished rustls connection into a session object; [`secrets`]: TLS 1.3 traffic secrets
 //!   captured for KeyUpdate after the move; [`suite`]: the record layer that carries a
@@ -104,6 +106,7 @@ pub mod relay;
 pub mod restart;
 pub mod secrets;
 pub mod suite;
+pub mod timeouts;
 
 pub use export::{ExportEvent, ExportInput, Exporter};
 pub use frame::{
@@ -111,9 +114,10 @@ pub use frame::{
     FRAME_TYPE, IMPORT_KIND, MAX_FRAME_BODY, MAX_HELD,
 };
 pub use import::{ImportEvent, Importer};
-pub use relay::{Action, MoveReason, Outcome, Position, Relay, Target};
+pub use relay::{Action, Expired, MoveReason, Outcome, Position, Relay, Target};
 pub use secrets::{SecretLog, TrafficSecrets};
 pub use suite::{record_layer, record_suite};
+pub use timeouts::Timeouts;
 
 #[cfg(test)]
 mod agent_test;

@@ -2,8 +2,10 @@
 //! exchange).
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use crate::frame::{Frame, MigrationError, Passed, RefuseReason, Splitter, BINDING_LEN, MAX_HELD};
+use crate::timeouts::Timeouts;
 
 /// Tracks the boundaries between the client's records, refusing anything but TLS records.
 #[derive(Debug, Default)]
@@ -136,6 +138,18 @@ pub enum Outcome {
     FellBack(Option<RefuseReason>),
 }
 
+impl Outcome {
+    /// The outcome's label in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Migrated => "migrated",
+            Outcome::Declined => "declined",
+            Outcome::Aborted => "aborted",
+            Outcome::FellBack(_) => "fell_back",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Relaying the handshake, every client byte copied (the home agent's, from the cut on);
@@ -196,6 +210,30 @@ pub struct Relay {
     actions: VecDeque<Action>,
     outcome: Option<Outcome>,
     reason: MoveReason,
+    timeouts: Timeouts,
+    /// The wait under way and when it ends, armed by [`Relay::poll_timeout`].
+    deadline: Option<(Wait, Instant)>,
+}
+
+/// What the relay can be waiting on, each with its own deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The home agent's stream and its Ready.
+    Home,
+    /// The end of the client's current record, or the agent's Switch after a Leave's Offer.
+    Cut,
+}
+
+/// What a passed deadline meant ([`Relay::handle_timeout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// Nothing was due yet.
+    NotYet,
+    /// The home agent was too slow: the handshake agent keeps the connection (the queued
+    /// actions say so to both agents).
+    FellBack,
+    /// The cut never came: close the connection (no agent has been given the keys).
+    Close,
 }
 
 impl Relay {
@@ -212,7 +250,15 @@ impl Relay {
             actions: VecDeque::new(),
             outcome: None,
             reason: MoveReason::Handshake,
+            timeouts: Timeouts::default(),
+            deadline: None,
         }
+    }
+
+    /// The same relay, with the deadlines of `timeouts` (the default's otherwise).
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
     }
 
     /// A relay for a connection that was not offered for migration (any policy but
@@ -302,14 +348,58 @@ impl Relay {
         self.state == State::Relaying
     }
 
-    /// Whether the relay is waiting on the home agent (the shell's timeout applies).
+    /// When the shell must call [`Relay::handle_timeout`], if the relay waits on a peer. A
+    /// wait's deadline starts at the first call after the wait began: call this after every
+    /// round of [`Relay::poll_action`], with that round's time.
+    pub fn poll_timeout(&mut self, now: Instant) -> Option<Instant> {
+        let wait = if self.awaiting_home() {
+            Wait::Home
+        } else if self.awaiting_cut() {
+            Wait::Cut
+        } else {
+            self.deadline = None;
+            return None;
+        };
+        match self.deadline {
+            Some((armed, at)) if armed == wait => Some(at),
+            _ => {
+                let at = now
+                    + match wait {
+                        Wait::Home => self.timeouts.home(),
+                        Wait::Cut => self.timeouts.cut(),
+                    };
+                self.deadline = Some((wait, at));
+                Some(at)
+            }
+        }
+    }
+
+    /// The time is `now`: a home agent past its deadline is given up (the handshake agent
+    /// keeps the connection), and a cut past its deadline ends the connection.
+    pub fn handle_timeout(&mut self, now: Instant) -> Expired {
+        match self.deadline {
+            Some((wait, at)) if now >= at => match wait {
+                Wait::Home if self.awaiting_home() => {
+                    self.deadline = None;
+                    self.home_failed();
+                    Expired::FellBack
+                }
+                Wait::Cut if self.awaiting_cut() => Expired::Close,
+                _ => Expired::NotYet,
+            },
+            _ => Expired::NotYet,
+        }
+    }
+
+    /// Whether the relay is waiting on the home agent ([`Relay::poll_timeout`] says until when).
     pub fn awaiting_home(&self) -> bool {
         matches!(self.state, State::Connecting | State::Importing)
     }
 
     /// Whether the relay is waiting on the client to finish a record before it can hold its
     /// bytes (after a cut, or to answer a Leave), or on the agent's Switch after a Leave's
-    /// Offer (the shell's timeout applies; a client's EOF then waits with its held bytes).
+    /// Offer ([`Relay::poll_timeout`] says until when; a client's EOF then waits with its held
+    /// bytes).
     pub fn awaiting_cut(&self) -> bool {
         matches!(
             self.state,

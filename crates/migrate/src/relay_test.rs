@@ -440,6 +440,65 @@ fn timeout_after_ready_is_too_late_to_fall_back() {
 }
 
 #[test]
+fn a_home_agent_past_its_deadline_is_given_up_and_the_handshake_agent_resumes() {
+    let t = Timeouts::new(std::time::Duration::from_millis(500));
+    let client = client_stream();
+    let mut relay = Relay::new().with_timeouts(t);
+    let mut p = Peers::default();
+    let start = std::time::Instant::now();
+    assert_eq!(relay.poll_timeout(start), None, "nothing to wait on yet");
+    relay.from_client(&client).unwrap();
+    relay.from_agent(&switch(HANDSHAKE, vec![1])).unwrap();
+    p.drain(&mut relay);
+    assert_eq!(p.connect_home, 1);
+    let due = relay.poll_timeout(start).unwrap();
+    assert_eq!(due, start + t.home());
+    // the stream opens and Import goes out: one wait, one deadline, not re-armed
+    relay.home_connected();
+    p.drain(&mut relay);
+    assert_eq!(relay.poll_timeout(start + t.home() / 2), Some(due));
+    assert_eq!(relay.handle_timeout(due - t.home() / 10), Expired::NotYet);
+    assert_eq!(relay.handle_timeout(due), Expired::FellBack);
+    p.drain(&mut relay);
+    assert!(p.home_closed);
+    assert_eq!(relay.outcome(), Some(Outcome::FellBack(None)));
+    let (tls, frames) = unpack(&p.to_agent);
+    let Some(&(at, Frame::Resume)) = frames.last() else {
+        panic!("no Resume last: {frames:?}");
+    };
+    assert!(
+        tls[at..] == client[HANDSHAKE..],
+        "after Resume, the copy from the cut"
+    );
+    assert_eq!(relay.poll_timeout(due), None, "serving: no deadline");
+}
+
+#[test]
+fn a_cut_that_never_comes_closes_the_connection() {
+    let t = Timeouts::new(std::time::Duration::from_millis(500));
+    let client = client_stream();
+    let mut relay = Relay::new().with_timeouts(t);
+    let mut p = Peers::default();
+    let start = std::time::Instant::now();
+    // the client stops in the middle of the request record the agent cut before
+    relay.from_client(&client[..500]).unwrap();
+    relay.from_agent(&switch(HANDSHAKE, vec![1])).unwrap();
+    p.drain(&mut relay);
+    assert!(relay.awaiting_cut());
+    let due = relay.poll_timeout(start).unwrap();
+    assert_eq!(due, start + t.cut());
+    assert_eq!(relay.handle_timeout(start + t.home()), Expired::NotYet);
+    assert_eq!(relay.handle_timeout(due), Expired::Close);
+    p.drain(&mut relay);
+    assert_eq!(p.connect_home, 0, "no agent was given the keys");
+    assert!(!frames_in(&p.to_agent).contains(&Frame::Resume));
+}
+
+fn frames_in(stream: &[u8]) -> Vec<Frame> {
+    unpack(stream).1.into_iter().map(|(_, f)| f).collect()
+}
+
+#[test]
 fn protocol_violations_are_errors() {
     // a client cannot forge frames towards an agent
     let mut relay = Relay::new();

@@ -9,6 +9,8 @@ pub mod accept;
 pub mod affinity;
 pub mod cidr;
 pub mod control;
+pub mod duration;
+pub mod exit;
 pub mod guard;
 pub mod hello;
 pub mod listen;

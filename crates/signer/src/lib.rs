@@ -84,8 +84,10 @@ pub struct SignerArgs {
 /// Runs the signer until SIGTERM/SIGINT. Prints `signer PATH` then `ready` on stdout once the
 /// socket accepts connections.
 pub fn run(args: SignerArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
-    anyhow::ensure!(args.queue >= 1, "--queue must be at least 1");
+    if args.threads == 0 || args.queue == 0 {
+        let e = anyhow::anyhow!("--threads and --queue must be at least 1");
+        return Err(baton_ops::exit::invalid(e));
+    }
     let path = server::unix_path(&args.listen)?;
     refuse_inspection()?;
     let auth = auth::AuthKey::from_file(&args.auth_key_file)?;

@@ -81,7 +81,7 @@ pub async fn hand_off(
         m.failure(HandoffFailure::Protocol);
         return Exported::Closed;
     };
-    let mut x = Exporter::cut(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
+    let mut x = Exporter::cut(MAX_CARRIED_PLAINTEXT, cfg.migration_timeouts, tokio_now());
     x.continue_from(read.clone());
     // The NewSessionTickets must leave rustls before the extraction (it refuses queued
     // records, and the tx sequence must count them). They stay held in the stream and go out
@@ -161,7 +161,8 @@ pub(crate) async fn leave(
         return keep(stream, Vec::new());
     };
     let started = Instant::now();
-    let (mut x, leave) = Exporter::leave(MAX_CARRIED_PLAINTEXT, cfg.handoff_timeout, tokio_now());
+    let (mut x, leave) =
+        Exporter::leave(MAX_CARRIED_PLAINTEXT, cfg.migration_timeouts, tokio_now());
     x.continue_from(read);
     if stream.io().write_all(&leave).await.is_err() {
         return Exported::Closed;

@@ -19,8 +19,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use baton_migrate::{
-    Action, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, RefuseReason, Relay,
-    Splitter, Target, BINDING_LEN,
+    Action, Expired, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, RefuseReason,
+    Relay, Splitter, Target, Timeouts, BINDING_LEN,
 };
 use baton_record::RecordLayer;
 use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
@@ -88,8 +88,8 @@ pub struct Schedule {
     pub client: Vec<(Duration, ClientStep)>,
     /// One-way delays of the messages, used in turn; every pipe stays FIFO.
     pub delays: Vec<Duration>,
-    /// `--handoff-timeout`, for every actor.
-    pub timeout: Duration,
+    /// `--migration-timeout`: every actor's deadlines, split between them as they ship.
+    pub timeouts: Timeouts,
     /// The client plaintext a session object may carry (`MAX_CARRIED_PLAINTEXT`).
     pub cap: usize,
 }
@@ -101,7 +101,7 @@ impl Schedule {
             fault,
             client,
             delays: vec![Duration::from_micros(100)],
-            timeout: Duration::from_millis(50),
+            timeouts: Timeouts::new(Duration::from_millis(50)),
             cap: MAX_CARRIED_PLAINTEXT,
         }
     }
@@ -474,15 +474,12 @@ impl Client {
 struct Disp {
     relay: Relay,
     fault: Fault,
-    timeout: Duration,
     started: bool,
     home_open: bool,
     released: bool,
     spliced: Option<Target>,
     client_eof: bool,
     ended: bool,
-    home_deadline: Option<Instant>,
-    cut_deadline: Option<Instant>,
     errors: Vec<String>,
 }
 
@@ -497,17 +494,14 @@ fn binding() -> [u8; BINDING_LEN] {
 impl Disp {
     fn new(s: &Schedule) -> Self {
         Self {
-            relay: Relay::new(),
+            relay: Relay::new().with_timeouts(s.timeouts),
             fault: s.fault,
-            timeout: s.timeout,
             started: false,
             home_open: false,
             released: false,
             spliced: None,
             client_eof: false,
             ended: false,
-            home_deadline: None,
-            cut_deadline: None,
             errors: Vec::new(),
         }
     }
@@ -602,12 +596,13 @@ impl Disp {
         if self.ended || self.spliced.is_some() {
             return;
         }
-        if self.relay.awaiting_home() && self.home_deadline.is_some_and(|d| net.now >= d) {
-            self.relay.home_failed();
-            self.pump(net);
-        } else if self.relay.awaiting_cut() && self.cut_deadline.is_some_and(|d| net.now >= d) {
-            self.errors.push("dispatcher: the cut timed out".into());
-            self.end(net);
+        match self.relay.handle_timeout(net.now) {
+            Expired::NotYet => {}
+            Expired::FellBack => self.pump(net),
+            Expired::Close => {
+                self.errors.push("dispatcher: the cut timed out".into());
+                self.end(net);
+            }
         }
     }
 
@@ -627,9 +622,9 @@ impl Disp {
                     }
                 }
                 Action::ConnectHome => {
-                    let deadline = net.now + self.timeout;
-                    self.home_deadline = Some(deadline);
-                    net.timer(deadline, Who::Disp);
+                    if let Some(deadline) = self.relay.poll_timeout(net.now) {
+                        net.timer(deadline, Who::Disp);
+                    }
                     if self.fault == Fault::HomeDead {
                         self.relay.home_failed();
                     } else {
@@ -663,9 +658,7 @@ impl Disp {
                 }
             }
             None => {
-                if self.relay.awaiting_cut() && self.cut_deadline.is_none() {
-                    let deadline = net.now + self.timeout * 2;
-                    self.cut_deadline = Some(deadline);
+                if let Some(deadline) = self.relay.poll_timeout(net.now) {
                     net.timer(deadline, Who::Disp);
                 }
             }
@@ -787,7 +780,7 @@ struct HandshakeAgent {
     log: Arc<SecretLog>,
     config: Arc<ServerConfig>,
     ring: KeyRing,
-    timeout: Duration,
+    timeouts: Timeouts,
     cap: usize,
     crash_after_switch: bool,
     seal_fails: bool,
@@ -815,7 +808,7 @@ impl HandshakeAgent {
             config: server_config(log.clone()),
             log,
             ring: cluster_ring(1),
-            timeout: s.timeout,
+            timeouts: s.timeouts,
             cap: s.cap,
             crash_after_switch: s.fault == Fault::AgentCrashAfterSwitch,
             seal_fails: s.fault == Fault::SealFails,
@@ -925,7 +918,7 @@ impl HandshakeAgent {
         // on the wire (drained above), ahead of the Switch
         let cut = self.boundary as u32;
         self.partial_at_cut = self.boundary < self.followed;
-        let mut x = Exporter::cut(self.cap, self.timeout, net.now);
+        let mut x = Exporter::cut(self.cap, self.timeouts, net.now);
         x.continue_from(std::mem::take(&mut self.read));
         let n = match extract::decrypt(&mut conn, &[], &mut self.plain) {
             Ok(n) => n,
@@ -1054,7 +1047,7 @@ struct HomeAgent {
     ring: KeyRing,
     guard: ReplayGuard,
     started: SystemTime,
-    timeout: Duration,
+    timeouts: Timeouts,
     fault: Fault,
     /// Stopped (SIGSTOP) until this instant; messages wait.
     stopped_until: Option<Option<Instant>>,
@@ -1079,7 +1072,7 @@ impl HomeAgent {
             ring,
             guard: ReplayGuard::new(1024),
             started,
-            timeout: s.timeout,
+            timeouts: s.timeouts,
             fault: s.fault,
             stopped_until: None,
             backlog: VecDeque::new(),
@@ -1131,7 +1124,7 @@ impl HomeAgent {
         };
         match std::mem::replace(&mut self.state, HState::Closed) {
             HState::Idle => {
-                let importer = Importer::new(self.timeout, net.now);
+                let importer = Importer::new(self.timeouts, net.now);
                 if let Some(d) = importer.deadline() {
                     net.timer(d, Who::Home);
                 }

@@ -342,7 +342,7 @@ proptest! {
             fault,
             client,
             delays: delays.into_iter().map(Duration::from_micros).collect(),
-            timeout: Duration::from_millis(50),
+            timeouts: baton_migrate::Timeouts::new(Duration::from_millis(50)),
             cap: baton_session::migration::MAX_CARRIED_PLAINTEXT,
         };
         let r = run(&s);

@@ -70,7 +70,7 @@ pub async fn import(
     ctx: &Context,
 ) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
     let m = &ctx.metrics.handoff;
-    let mut machine = Importer::new(ctx.config.handoff_timeout, now());
+    let mut machine = Importer::new(ctx.config.migration_timeouts, now());
     let mut buf = vec![0u8; 8 * 1024];
     let mut opened = None;
     loop {

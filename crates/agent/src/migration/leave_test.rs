@@ -23,7 +23,7 @@ use super::harness::{client_config, cluster_ring, conn_info, pattern, server_con
 use baton_migrate::extract::{self, Extras};
 use baton_migrate::secrets::{self, SecretLog};
 
-const T: Duration = Duration::from_millis(50);
+const T: baton_migrate::Timeouts = baton_migrate::Timeouts::new(Duration::from_millis(50));
 
 /// Everything that is not the client: the relay's view and what it asked for.
 struct Dispatcher {

@@ -300,7 +300,7 @@ pub fn admin_token_file() -> &'static str {
     })
 }
 
-/// [`ADMIN_TOKEN`] as the admin clients of `baton-lab` take it.
+/// [`ADMIN_TOKEN`] as the admin client of `baton-cluster` takes it.
 pub fn admin_token() -> baton_ops::guard::Token {
     baton_ops::guard::Token::load(std::path::Path::new(admin_token_file())).unwrap()
 }

@@ -1,6 +1,7 @@
 //! Test support shared by the integration tests, one topic per file, all re-exported here:
 //! `use common::*` brings in all of it. Processes, certificates, ports, caps and metrics come
-//! from `baton-lab` (and `baton-bench`'s scraper, `baton-ops`' /proc reader), not copies.
+//! from `baton-cluster` and `baton-lab` (and `baton-bench`'s scraper, `baton-ops`' /proc reader),
+//! not copies.
 #![allow(dead_code)]
 
 mod browser;
@@ -22,6 +23,6 @@ mod up;
 // Each test binary uses only some of it.
 #[allow(unused_imports)]
 pub use {
-    baton_lab::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
+    baton_cluster::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
     metrics::*, net::*, pki::*, process::*, redis::*, skip::*, up::*,
 };

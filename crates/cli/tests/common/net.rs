@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// A free TCP port on 127.0.0.1 (for addresses that must be known before a process starts).
 pub fn free_port() -> u16 {
-    baton_lab::rig::free_port().unwrap()
+    baton_cluster::free_port().unwrap()
 }
 
 /// Waits up to 5 s for something to accept on 127.0.0.1:`port` (a server just spawned);

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use baton_lab::pki::{key_pair, Ca, KeyKind};
+use baton_cluster::pki::{key_pair, Ca, KeyKind};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 

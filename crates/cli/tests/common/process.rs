@@ -48,7 +48,7 @@ pub fn spawn_ready_env(
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stderr(Stdio::inherit());
-    let p = baton_lab::cluster::start_ready(cmd, None).unwrap_or_else(|e| panic!("{e:#}"));
+    let p = baton_cluster::cluster::start_ready(cmd, None).unwrap_or_else(|e| panic!("{e:#}"));
     (p.child, p.addrs)
 }
 

@@ -12,7 +12,7 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Option<Redis> {
-        if !baton_lab::rig::redis::available() {
+        if !baton_cluster::redis::available() {
             super::require_or_skip("redis-server", "the shared session store");
             return None;
         }

@@ -6,11 +6,11 @@
 use baton_bench::BenchArgs;
 use serde_json::json;
 
-use crate::cluster::Store;
-use crate::pki::{self, KeyKind};
 use crate::rig::{Lab, Run, Sut};
 use crate::row;
 use crate::table::{ratio, Chart, Table};
+use baton_cluster::cluster::Store;
+use baton_cluster::pki::{self, KeyKind};
 
 const KEY: KeyKind = KeyKind::Rsa(2048);
 const BODY: usize = 5120;

@@ -18,12 +18,12 @@ use anyhow::Context;
 use baton_bench::BenchArgs;
 use serde_json::json;
 
-use crate::cluster::{spawn_ready, Proc};
-use crate::pki::KeyKind;
 use crate::profile::{self, Attribution, Comparison, Recording, WAITING_OPS};
 use crate::rig::{Counter, Lab, Run, Sut};
 use crate::row;
 use crate::table::{ratio, Chart, Table};
+use baton_cluster::cluster::{spawn_ready, Proc};
+use baton_cluster::pki::KeyKind;
 
 const BODY: usize = 51_200;
 /// The crypto offload paper, Table 2 and 3: crypto's share of the server's time without offload.

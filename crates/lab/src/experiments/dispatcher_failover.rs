@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::cluster::{Cluster, ClusterSpec, Proc, Store, Topology};
-use crate::pki::KeyKind;
 use crate::rig::haproxy::Haproxy;
 use crate::rig::Lab;
 use crate::row;
@@ -35,6 +33,8 @@ use crate::soak::account::{Outcome, Request};
 use crate::soak::load::{self, Load};
 use crate::soak::schedule::Side;
 use crate::table::Table;
+use baton_cluster::cluster::{Cluster, ClusterSpec, Proc, Store, Topology};
+use baton_cluster::pki::KeyKind;
 
 const AGENTS: usize = 3;
 

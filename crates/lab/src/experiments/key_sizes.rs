@@ -6,10 +6,10 @@
 use serde_json::json;
 
 use super::ssl_tps;
-use crate::pki::KeyKind;
 use crate::rig::{Lab, Run};
 use crate::row;
 use crate::table::{ratio, Chart, Table};
+use baton_cluster::pki::KeyKind;
 
 pub fn run(lab: &Lab) -> anyhow::Result<Table> {
     let (keys, bodies, n): (&[KeyKind], &[usize], u64) = if lab.quick {

@@ -55,7 +55,7 @@ pub struct LabArgs {
     /// Server key of Scenarios A and B (`rsa2048`, `ecdsa-p256`, ...). Default: RSA 2048, the
     /// paper's kind (its 1,024 bits are refused by rustls).
     #[arg(long, global = true, value_name = "KIND")]
-    pub key: Option<crate::pki::KeyKind>,
+    pub key: Option<baton_cluster::pki::KeyKind>,
     /// Scenario A and B across hosts: the Baton clusters' dispatcher, each agent and each
     /// client host in a network namespace of its own (root only), beside the same clusters on
     /// loopback, for the dispatcher's CPU per connection over veth vs loopback.
@@ -158,7 +158,7 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
     if args.hosts && hosts_apply {
         // says so and stops without the privileges, before waiting for the lab lock or
         // running any loopback row (creates a bridge and removes it again)
-        drop(crate::hosts::Hosts::create()?);
+        drop(baton_cluster::hosts::Hosts::create()?);
     }
     let _machine = machine_lock()?;
     println!(

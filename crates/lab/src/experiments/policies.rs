@@ -7,11 +7,11 @@ use serde_json::json;
 
 use std::path::PathBuf;
 
-use crate::cluster::Store;
-use crate::pki::KeyKind;
 use crate::rig::{Backend, Lab, Run, Sut};
 use crate::row;
 use crate::table::{ratio, Table};
+use baton_cluster::cluster::Store;
+use baton_cluster::pki::KeyKind;
 
 /// Starts a configuration's system under test.
 pub type Build = Box<dyn Fn(&Lab) -> anyhow::Result<Sut>>;

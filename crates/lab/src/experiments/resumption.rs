@@ -5,10 +5,10 @@
 use baton_bench::BenchArgs;
 use serde_json::json;
 
-use crate::pki::KeyKind;
 use crate::rig::{Lab, Run, Sut};
 use crate::row;
 use crate::table::{Chart, Table};
+use baton_cluster::pki::KeyKind;
 
 const KEY: KeyKind = KeyKind::Rsa(2048);
 const BODY: usize = 5120;

@@ -8,10 +8,10 @@
 use baton_bench::BenchArgs;
 
 use super::policies::{self, Lineup};
-use crate::cluster::Store;
-use crate::pki::KeyKind;
 use crate::rig::Lab;
 use crate::table::{Chart, Table};
+use baton_cluster::cluster::Store;
+use baton_cluster::pki::KeyKind;
 
 const PAPER_SINGLE: f64 = 100.5;
 /// The paper used 1,024-bit RSA; rustls will not sign with it, so both servers get RSA 2048

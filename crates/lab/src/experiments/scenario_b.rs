@@ -10,10 +10,10 @@ use baton_bench::BenchArgs;
 use serde_json::json;
 
 use super::policies::{self, Lineup};
-use crate::cluster::Store;
-use crate::pki::KeyKind;
 use crate::rig::Lab;
 use crate::table::{Chart, Table};
+use baton_cluster::cluster::Store;
+use baton_cluster::pki::KeyKind;
 
 const PAPER_SINGLE: f64 = 319.1;
 const KEY: KeyKind = KeyKind::Rsa(2048);

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use baton_bench::BenchArgs;
 
-use crate::pki::KeyKind;
 use crate::rig::{Lab, Sut};
+use baton_cluster::pki::KeyKind;
 
 /// A single server of implementation `server` (`nginx` or `baton`) with `key`; `ciphers` is
 /// nginx's `ssl_ciphers` when set.

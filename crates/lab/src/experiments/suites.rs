@@ -7,10 +7,10 @@ use baton_bench::BenchArgs;
 use serde_json::json;
 
 use super::ssl_tps;
-use crate::pki::KeyKind;
 use crate::rig::{Lab, Run};
 use crate::row;
 use crate::table::{ratio, Chart, Table};
+use baton_cluster::pki::KeyKind;
 
 const BODY: usize = 689;
 const PAPER_RSA_KX: f64 = 445.65;

@@ -40,8 +40,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::signal::Signal;
 use anyhow::{bail, Context};
+use baton_cluster::signal::Signal;
 
 pub use classify::{classify, Attribution, Family, OpGroup, Profile};
 pub use compare::{crypto_seconds, Comparison, Snapshot, WAITING_OPS};
@@ -131,7 +131,7 @@ impl Recording {
 
     /// Stops sampling (SIGINT, as ^C: perf then writes its data) and reads the samples.
     pub fn stop(mut self) -> anyhow::Result<Profile> {
-        crate::signal::send(self.child.id(), Signal::INT);
+        baton_cluster::signal::send(self.child.id(), Signal::INT);
         let deadline = Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(s) = self.child.try_wait()? {

@@ -233,13 +233,19 @@ impl Confine {
     }
 }
 
+impl baton_cluster::Cap for Confine {
+    fn apply(&self, cmd: &mut Command) -> anyhow::Result<()> {
+        Confine::apply(self, cmd)
+    }
+}
+
 impl Drop for Confine {
     /// Kills what is left in the group (the servers' children, if a server forgot them), then
     /// removes the directories. A cgroup can only be removed once empty.
     fn drop(&mut self) {
         for pid in self.pids() {
             // (a pid listed in our own cgroup)
-            crate::signal::send(pid, crate::signal::Signal::KILL);
+            baton_cluster::signal::send(pid, baton_cluster::signal::Signal::KILL);
         }
         for d in [&self.cpu_dir, &self.acct_dir].into_iter().flatten() {
             for _ in 0..50 {

@@ -49,7 +49,7 @@ impl Haproxy {
         balance: &str,
         servers: &[SocketAddr],
         dir: &Path,
-        host: Option<&crate::hosts::Host>,
+        host: Option<&baton_cluster::hosts::Host>,
     ) -> anyhow::Result<Haproxy> {
         Self::start_as(name, balance, servers, dir, None, false, host)
     }
@@ -73,7 +73,7 @@ impl Haproxy {
         dir: &Path,
         confine: Option<&Confine>,
         failover: bool,
-        host: Option<&crate::hosts::Host>,
+        host: Option<&baton_cluster::hosts::Host>,
     ) -> anyhow::Result<Haproxy> {
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir)?;

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use baton_bench::{BenchArgs, Report};
 
-use crate::cluster::{Cluster, ClusterSpec, Proc, Store};
-use crate::hosts::{Host, Hosts};
-use crate::pki::{self, KeyKind, Pki};
+use baton_cluster::cluster::{Cluster, ClusterSpec, Proc, Store};
+use baton_cluster::hosts::{Host, Hosts};
+use baton_cluster::pki::{self, KeyKind, Pki};
 use cap::{CapMode, Confine};
 use nginx::Nginx;
 
@@ -42,7 +42,7 @@ pub struct Lab {
     /// `--key`: the server key the policy scenarios use instead of their default.
     pub key: Option<KeyKind>,
     /// `--hosts`: the experiments that support it run their Baton clusters (dispatcher, each
-    /// agent, Redis, each client host) in network namespaces of their own (`crate::hosts`).
+    /// agent, Redis, each client host) in network namespaces of their own (`baton_cluster::hosts`).
     pub hosts: bool,
     /// Set by an experiment for one system under test: `Some(n)` starts its every process
     /// (servers, balancer, backends) on a host of its own, and `n` client hosts that
@@ -129,7 +129,7 @@ impl Lab {
         args.extend(["--key".into(), path(&pki.key)]);
         args.extend(extra.iter().cloned());
         let log = dir.join(format!("{name}.log"));
-        crate::cluster::spawn_on(&host.cloned(), &self.baton, &args, &log, Some(confine))
+        baton_cluster::cluster::spawn_on(&host.cloned(), &self.baton, &args, &log, Some(confine))
     }
 
     /// One measured bench run against `sut`: the servers' counters and CPU before and after,
@@ -185,11 +185,11 @@ impl Lab {
         &self,
         sut: &Sut,
         args: BenchArgs,
-        clients: &[crate::hosts::Host],
+        clients: &[baton_cluster::hosts::Host],
     ) -> anyhow::Result<Run> {
         if let Some(rtt) = self.rtt {
             for h in clients {
-                crate::hosts::netem_delay(h, rtt)?;
+                baton_cluster::hosts::netem_delay(h, rtt)?;
             }
         }
         let k = clients.len();
@@ -228,7 +228,7 @@ impl Lab {
             .map(|(h, cfg)| {
                 let netns = h.netns.clone();
                 std::thread::spawn(move || {
-                    crate::hosts::enter(&netns)?;
+                    baton_cluster::hosts::enter(&netns)?;
                     baton_bench::execute(cfg)
                 })
             })
@@ -571,7 +571,7 @@ impl Sut {
         kind: KeyKind,
         agent_args: &[String],
     ) -> anyhow::Result<Sut> {
-        let topology = crate::cluster::Topology {
+        let topology = baton_cluster::cluster::Topology {
             hosts: lab.across.is_some(),
             dispatchers: 1,
             client_hosts: lab.across.unwrap_or(0),
@@ -590,7 +590,7 @@ impl Sut {
         store: Store,
         kind: KeyKind,
         agent_args: &[String],
-        topology: crate::cluster::Topology,
+        topology: baton_cluster::cluster::Topology,
     ) -> anyhow::Result<Sut> {
         let dir = lab.sut_dir(name)?;
         let caps: Vec<Arc<Confine>> = (0..agents)
@@ -606,7 +606,10 @@ impl Sut {
             key: kind,
             agent_args: agent_args.to_vec(),
             dispatcher_args: Vec::new(),
-            agent_caps: caps.clone(),
+            agent_caps: caps
+                .iter()
+                .map(|c| c.clone() as Arc<dyn baton_cluster::Cap>)
+                .collect(),
             topology,
         })?;
         let mut sut = Sut::empty(name, cluster.pki.ca.clone());
@@ -847,12 +850,7 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
     })
 }
 
-/// A free TCP port on 127.0.0.1 (for addresses that must be known before a process starts).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+pub use baton_cluster::free_port;
 
 /// Waits, at most `limit`, until something accepts on 127.0.0.1:`port` (a server just started).
 pub fn wait_port(port: u16, limit: Duration) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use super::cap::Confine;
-use crate::signal::Signal;
+use baton_cluster::signal::Signal;
 
 /// What this nginx does.
 #[derive(Debug, Clone)]
@@ -46,7 +46,7 @@ pub struct Spec {
 
 impl Spec {
     /// An instance named `name` with the lab's certificate and nginx's default ciphers.
-    pub fn new(name: &str, role: Role, pki: &crate::pki::Pki, www: &Path) -> Spec {
+    pub fn new(name: &str, role: Role, pki: &baton_cluster::pki::Pki, www: &Path) -> Spec {
         Spec {
             name: name.into(),
             role,
@@ -87,7 +87,7 @@ impl Nginx {
         spec: &Spec,
         dir: &Path,
         confine: Option<&Confine>,
-        host: Option<&crate::hosts::Host>,
+        host: Option<&baton_cluster::hosts::Host>,
     ) -> anyhow::Result<Nginx> {
         let dir = dir.join(&spec.name);
         std::fs::create_dir_all(dir.join("logs"))?;
@@ -181,7 +181,7 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         // SIGTERM is nginx's fast shutdown; the master takes its worker with it.
-        crate::signal::send(self.child.id(), Signal::TERM);
+        baton_cluster::signal::send(self.child.id(), Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {

@@ -7,22 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-/// The `redis-server` to run: `BATON_REDIS_SERVER`, else the one on the PATH.
-pub fn binary() -> PathBuf {
-    std::env::var_os("BATON_REDIS_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("redis-server"))
-}
-
-/// Whether [`binary`] runs at all.
-pub fn available() -> bool {
-    Command::new(binary())
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
+pub use baton_cluster::redis::{available, binary};
 
 /// A running `redis-server` on a fixed port (kept across [`Redis::kill`] and
 /// [`Redis::spawn`]), its output appended to `redis.log`; killed on drop.

@@ -1,21 +1,20 @@
 //! The tokio shell of a handed-off connection (`--policy handoff`, CSSL-SF): it pumps
 //! `baton_migrate::Relay` — the protocol's state machine, where every decision is made —
-//! between the client, the handshake agent's link stream and the home agent's, applies the
-//! timeouts the state machine leaves to it, and once the relay says where the stream belongs,
+//! between the client, the handshake agent's link stream and the home agent's, wakes it at
+//! the deadlines it keeps, and once the relay says where the stream belongs,
 //! splices the client to that agent. A migration is a stream move: the home agent's stream is
 //! one more stream on a link that is already up.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use baton_link::{LinkHandle, LinkStream, StreamMeta};
-use baton_migrate::{Action, Frame, MigrationError, MoveReason, Outcome, Relay, Target};
+use baton_migrate::{Action, Expired, Frame, MigrationError, MoveReason, Outcome, Relay, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::handover::HandedOver;
-use crate::server::Shared;
+use crate::context::Context;
+use crate::restart::give::HandedOver;
 use crate::splice::Watched;
 
 /// Who takes part in one handed-off connection.
@@ -63,9 +62,9 @@ pub async fn relay(
     agent: LinkStream,
     ends: Ends,
     first: Vec<u8>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
-    let mut relay = Relay::new();
+    let mut relay = Relay::new().with_timeouts(shared.config.migration_timeouts);
     relay
         .from_client(&first)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
@@ -97,7 +96,7 @@ pub async fn serve(
     agent_idx: usize,
     relay: Relay,
     (up, down): (u64, u64),
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     let meta = *agent.meta();
     let conn = Conn {
@@ -131,7 +130,7 @@ async fn drive(
     mut relay: Relay,
     mut conn: Conn,
     mut handshaking: Option<HandshakeGuard<'_>>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     // A connection that cannot be handed over (its client ended its half) is not asked again.
     let mut may_hand_over = true;
@@ -142,9 +141,9 @@ async fn drive(
             if let Some(h) = handshaking.as_mut() {
                 h.finish();
             }
-            if may_hand_over && shared.handover.is_on() {
+            if may_hand_over && shared.restart.is_on() {
                 let owed = std::mem::take(&mut owed);
-                let handed = crate::handover::hand_over(
+                let handed = crate::restart::give::hand_over(
                     client,
                     &mut agent,
                     &mut relay,
@@ -188,7 +187,7 @@ async fn drive(
             }
             let stop = async {
                 if may_hand_over {
-                    shared.handover.started().await
+                    shared.restart.started().await
                 } else {
                     std::future::pending().await
                 }
@@ -227,15 +226,8 @@ async fn drive(
             // taken over from a predecessor with the agent's Leave unanswered
             answer_leave(&mut relay, &mut conn, false, shared);
         }
-        let Some(target) = moving(
-            client,
-            &mut agent,
-            &mut relay,
-            &mut conn,
-            &mut handshaking,
-            shared,
-        )
-        .await?
+        let Some(target) =
+            moving(client, &mut agent, &mut relay, &mut conn, &mut handshaking).await?
         else {
             return Ok((conn.agent_idx, conn.up, conn.down));
         };
@@ -262,7 +254,7 @@ async fn drive(
 
 /// Answers an agent that asked to leave: the client's next home, or a Stay (the relay queues
 /// the frames; `moving` sends them).
-fn answer_leave(relay: &mut Relay, conn: &mut Conn, client_ended: bool, shared: &Shared) {
+fn answer_leave(relay: &mut Relay, conn: &mut Conn, client_ended: bool, shared: &Context) {
     let next = (!client_ended)
         .then(|| next_home(conn.agent_idx, conn.source, conn.destination, shared))
         .flatten();
@@ -287,7 +279,7 @@ fn next_home(
     leaving: usize,
     source: SocketAddr,
     destination: SocketAddr,
-    shared: &Shared,
+    shared: &Context,
 ) -> Option<Ends> {
     let home_idx = shared.router().home_excluding(source.ip(), leaving)?;
     let home = shared.roster.link(home_idx)?;
@@ -322,16 +314,11 @@ async fn moving(
     relay: &mut Relay,
     conn: &mut Conn,
     handshaking: &mut Option<HandshakeGuard<'_>>,
-    shared: &Shared,
 ) -> std::io::Result<Option<Target>> {
-    let cfg = &shared.config;
     // Read into spare capacity (`read_buf`): 36 KiB are not zeroed per move to be overwritten.
     let mut cbuf = Vec::with_capacity(16 * 1024);
     let mut abuf = Vec::with_capacity(16 * 1024);
     let mut hbuf = Vec::with_capacity(4 * 1024);
-    let far = Instant::now() + Duration::from_secs(86_400);
-    let mut home_deadline = far;
-    let mut cut_deadline = far;
     let mut client_eof = false;
     let mut released = false;
     loop {
@@ -356,9 +343,11 @@ async fn moving(
                     }
                 }
                 Action::ConnectHome => {
-                    home_deadline = Instant::now() + cfg.handoff_timeout;
+                    let deadline = relay
+                        .poll_timeout(Instant::now().into_std())
+                        .map_or_else(Instant::now, Instant::from_std);
                     let opened = match conn.next.as_mut() {
-                        Some(ends) => ends.open(home_deadline).await,
+                        Some(ends) => ends.open(deadline).await,
                         None => false,
                     };
                     if opened {
@@ -394,9 +383,7 @@ async fn moving(
                 h.finish();
             }
         }
-        if relay.awaiting_cut() && cut_deadline == far {
-            cut_deadline = Instant::now() + cfg.handoff_timeout * 2;
-        }
+        let deadline = relay.poll_timeout(Instant::now().into_std());
         let client_open = relay.wants_client_bytes() && !client_eof;
         let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
         cbuf.clear();
@@ -424,13 +411,10 @@ async fn moving(
                 }
                 Ok(n) => relay.from_home(&hbuf[..n]),
             },
-            _ = tokio::time::sleep_until(home_deadline), if relay.awaiting_home() => {
-                relay.home_failed();
-                Ok(())
-            }
-            _ = tokio::time::sleep_until(cut_deadline), if relay.awaiting_cut() => {
-                return Ok(None);
-            }
+            () = sleep_until(deadline) => match relay.handle_timeout(Instant::now().into_std()) {
+                Expired::Close => return Ok(None),
+                Expired::FellBack | Expired::NotYet => Ok(()),
+            },
         };
         if let Err(e) = result {
             tracing::debug!(error = %e, "handoff protocol error");
@@ -450,7 +434,7 @@ pub async fn at_home(
     mut agent: LinkStream,
     agent_idx: usize,
     first: Vec<u8>,
-    shared: &Shared,
+    shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
     let mut handshaking = HandshakeGuard {
         shared,
@@ -460,7 +444,7 @@ pub async fn at_home(
     shared.metrics.handoff(Outcome::Declined);
     let invalid = |e| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     // Every byte each way is followed from the first: the agent may ask to leave later.
-    let mut relay = Relay::serving();
+    let mut relay = Relay::serving().with_timeouts(shared.config.migration_timeouts);
     // the client's first bytes are on the stream already (`server::confirm`)
     let (mut up, mut down) = (first.len() as u64, 0u64);
     if relay.watch_client(&first).is_err() {
@@ -534,7 +518,7 @@ pub async fn at_home(
 
 /// Tells the router, once, that this connection's handshake is over.
 struct HandshakeGuard<'a> {
-    shared: &'a Shared,
+    shared: &'a Context,
     agent: usize,
     done: bool,
 }
@@ -561,12 +545,10 @@ async fn read_opt(s: Option<&mut LinkStream>, buf: &mut Vec<u8>) -> std::io::Res
     }
 }
 
-/// Label of a handoff outcome, for metrics.
-pub fn outcome_label(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Migrated => "migrated",
-        Outcome::Declined => "declined",
-        Outcome::Aborted => "aborted",
-        Outcome::FellBack(_) => "fell_back",
+/// Sleeps until `deadline`, or forever without one (a `select!` branch that never fires).
+async fn sleep_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(Instant::from_std(d)).await,
+        None => std::future::pending().await,
     }
 }

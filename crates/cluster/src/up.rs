@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::cluster::{Cluster, ClusterSpec, Store};
-use crate::handover::Seen;
+use crate::restart::Seen;
+use crate::rollout::Watch;
 
 /// `baton up`: start a dispatcher and N agents on this machine.
 #[derive(clap::Args, Debug, Clone)]
@@ -65,11 +66,12 @@ pub struct UpArgs {
     pub client_hosts: usize,
     /// An admin endpoint (plain HTTP, loopback addresses only; off by default): `POST
     /// /rollout` restarts the agents one at a time (body optional: `{"pause_ms": N,
-    /// "drain_timeout_ms": N, "ready_timeout_ms": N}`), `POST /handover` hands each
-    /// dispatcher over to a successor process (body optional: `{"timeout_ms": N}`), `GET
-    /// /status` lists the processes. Each agent is back once every dispatcher's links to it
-    /// are up again. Every call needs the token written to `admin-token` in --dir (printed as
-    /// `admin-token FILE`, and in --state). See `baton rollout` (and `--handover`).
+    /// "drain_timeout_ms": N, "ready_timeout_ms": N}`), `POST /restart` hot-restarts each
+    /// dispatcher, replaced by a successor process (body optional: `{"timeout_ms": N}`; `POST
+    /// /handover` is an alias), `GET /status` lists the processes. Each agent is back once
+    /// every dispatcher's links to it are up again. Every call needs the token written to
+    /// `admin-token` in --dir (printed as `admin-token FILE`, and in --state). See `baton
+    /// rollout` (and `--restart`).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
     /// With --admin: the admin token's file instead of `admin-token` in --dir (a random token
@@ -84,9 +86,9 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
             anyhow::bail!("--admin {a}: the admin endpoint listens on loopback addresses only");
         }
     }
-    // a dispatcher that hands over leaves its successor to us when it exits: watched and
-    // stopped here like the processes we start
-    crate::handover::become_subreaper();
+    // a dispatcher that is hot-restarted leaves its successor to us when it exits: watched
+    // and stopped here like the processes we start
+    crate::restart::become_subreaper();
     let baton = std::env::current_exe().context("locating the baton binary")?;
     let owns_dir = args.dir.is_none();
     let dir = match args.dir {
@@ -193,7 +195,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         cluster.addr(),
         cluster.pki.ca.display()
     );
-    let watch = crate::rollout::Watch {
+    let watch = Watch {
         dispatcher_admins: std::iter::once(&cluster.dispatcher)
             .chain(&cluster.more_dispatchers)
             .filter_map(|d| d.addr("admin"))
@@ -204,7 +206,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
     };
     // The cluster is shared with the admin endpoint's rollouts: the main loop looks at it
     // only when no restart holds it (try_lock), so a draining agent never delays a signal.
-    let control = crate::rollout::Control::new(cluster, watch)?;
+    let control = crate::control::Control::new(cluster, watch)?;
     let stop = tokio_util::sync::CancellationToken::new();
     let ended = runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
@@ -212,12 +214,12 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         let mut int = signal(SignalKind::interrupt())?;
         if let (Some(listener), Some((path, token))) = (admin, &admin_token) {
             eprintln!(
-                "baton up: admin endpoint on http://{} (POST /rollout, POST /handover, GET /status), \
+                "baton up: admin endpoint on http://{} (POST /rollout, POST /restart, GET /status), \
                  token in {}",
                 listener.local_addr()?,
                 path.display()
             );
-            tokio::spawn(crate::rollout::admin::serve(
+            tokio::spawn(crate::admin::serve(
                 listener,
                 token.clone(),
                 control.clone(),
@@ -233,13 +235,13 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
                 _ = int.recv() => return Ok(None),
                 _ = tick.tick() => {
                     let Ok(mut cluster) = control.cluster.try_lock() else { continue };
-                    // a dispatcher that exited: followed to its successor (a handover), or
+                    // a dispatcher that exited: followed to its successor (a hot restart), or
                     // the end of the cluster
                     let (_, agents) = cluster.exited();
                     for seen in control.check_dispatchers(&mut cluster) {
                         match seen {
-                            Seen::HandedOver { i, old, new } => eprintln!(
-                                "baton up: dispatcher {i} handed over: pid {old} exited, pid {new} serves"
+                            Seen::Restarted { i, old, new } => eprintln!(
+                                "baton up: dispatcher {i} restarted: pid {old} exited, pid {new} serves"
                             ),
                             Seen::Exited { i, pid, status } => {
                                 return Ok(Some(format!("dispatcher {i}, pid {pid}: {status}")));
@@ -264,7 +266,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         .store(true, std::sync::atomic::Ordering::Relaxed);
     stop.cancel();
     let mut cluster = control.cluster.lock().unwrap_or_else(|p| p.into_inner());
-    // successors after a handover are no children of the cluster's: stopped beside them
+    // successors after a hot restart are no children of the cluster's: stopped beside them
     let grace = Duration::from_secs(5);
     let successors = control.stop_successors();
     let deadline = std::time::Instant::now() + grace;

@@ -1,11 +1,11 @@
-//! Signals to the processes the lab starts or follows: kill(2) through rustix, without
-//! `unsafe`.
+//! Signals to the processes a cluster (or the lab) starts or follows: kill(2) through rustix,
+//! without `unsafe`.
 
-pub(crate) use rustix::process::Signal;
+pub use rustix::process::Signal;
 
 /// Sends `sig` to process `pid`. A process gone already is not an error here: every caller
 /// looks at how the process ended afterwards.
-pub(crate) fn send(pid: u32, sig: Signal) {
+pub fn send(pid: u32, sig: Signal) {
     // (0 would be this process group, and no pid is past i32::MAX)
     if let Some(pid) = i32::try_from(pid)
         .ok()

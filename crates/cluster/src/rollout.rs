@@ -10,22 +10,23 @@
 //! rollout where it is: the agents not yet restarted are left alone, so a bad binary takes out
 //! at most one agent.
 //!
-//! The same endpoint hands the dispatchers over to successor processes (`POST /handover`,
-//! `baton rollout --handover`; see `handover.rs`), one operation at a time.
+//! The same endpoint hot-restarts the dispatchers, each replaced by a successor process (`POST
+//! /restart`, `baton rollout --restart`; see `restart.rs`), one operation at a time
+//! (`control.rs`).
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use baton_ops::guard::Token;
 use serde::{Deserialize, Serialize};
 
+use crate::client::http;
 use crate::cluster::{start_ready, Cluster, Proc};
-use crate::signal::Signal;
+use crate::signal::{self, Signal};
 
 /// How a rollout paces itself and how long it waits for each phase.
 #[derive(Debug, Clone, Copy)]
@@ -190,7 +191,7 @@ impl Cluster {
         };
         // 1. drain: the agent's own SIGTERM handling, bounded here
         if matches!(old.child.try_wait(), Ok(None)) {
-            crate::signal::send(old_pid, Signal::TERM);
+            signal::send(old_pid, Signal::TERM);
         }
         let deadline = began + opts.drain_deadline;
         let status = loop {
@@ -348,419 +349,6 @@ fn reached(id: usize, metrics: Option<SocketAddr>, watch: &Watch) -> anyhow::Res
     Ok(())
 }
 
-/// One plain HTTP/1.1 exchange on loopback (`Connection: close`), bounded by `limit` per read
-/// and write: the admin endpoints' client, for the rollout and `baton rollout`.
-pub fn http(
-    addr: SocketAddr,
-    token: &Token,
-    method: &str,
-    path: &str,
-    body: &str,
-    limit: Duration,
-) -> anyhow::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .with_context(|| format!("connecting to {addr}"))?;
-    s.set_read_timeout(Some(limit))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        token.expose(),
-        body.len()
-    )?;
-    let mut raw = Vec::new();
-    // an admin answer is a few KiB: a bound keeps a confused peer from filling memory
-    s.take(4 << 20)
-        .read_to_end(&mut raw)
-        .with_context(|| format!("reading the answer of {addr}"))?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, rest) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow!("{addr}: no HTTP response"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| anyhow!("{addr}: bad status line {:?}", head.lines().next()))?;
-    Ok((status, rest.to_string()))
-}
-
-/// What `baton up --admin` shares between its main loop, its admin endpoint and a rollout.
-pub(crate) struct Control {
-    pub cluster: Mutex<Cluster>,
-    /// Each agent's command line, taken at start (a dead agent's is no longer readable).
-    pub argv: Mutex<Vec<Vec<String>>>,
-    pub watch: Watch,
-    /// Each dispatcher's current process (a successor after a handover).
-    pub dispatchers: Mutex<Vec<crate::handover::Dispatcher>>,
-    /// The operation running, if any (one rollout or handover at a time): why another is
-    /// refused.
-    pub busy: Mutex<Option<&'static str>>,
-    /// The cluster is stopping: a rollout gives up at its next wait.
-    pub abort: AtomicBool,
-    /// The processes as last seen, and the rollout's progress (`GET /status`), kept apart from
-    /// the cluster's lock so that the answer never waits for a draining agent.
-    pub status: Mutex<Status>,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct Status {
-    pub dispatchers: Vec<ProcStatus>,
-    pub agents: Vec<ProcStatus>,
-    pub rollout: RolloutStatus,
-    pub handover: HandoverStatus,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct ProcStatus {
-    pub id: usize,
-    pub pid: u32,
-    pub alive: bool,
-    /// What it announced: tls/dispatch, link, metrics, admin.
-    pub addrs: std::collections::BTreeMap<String, SocketAddr>,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct RolloutStatus {
-    pub running: bool,
-    /// The agent being restarted, while running.
-    pub agent: Option<usize>,
-    pub last: Option<RolloutReport>,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct HandoverStatus {
-    pub running: bool,
-    /// The dispatcher handing over, while running.
-    pub dispatcher: Option<usize>,
-    pub last: Option<crate::handover::HandoverReport>,
-}
-
-/// Holds [`Control::busy`] while an operation runs.
-pub(crate) struct Busy<'a>(&'a Mutex<Option<&'static str>>);
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-}
-
-impl Control {
-    pub fn new(cluster: Cluster, watch: Watch) -> anyhow::Result<Arc<Control>> {
-        let argv = (0..cluster.agents.len())
-            .map(|i| cluster.agent_command_line(i))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let dispatchers = crate::handover::dispatchers_of(&cluster)?;
-        let c = Arc::new(Control {
-            cluster: Mutex::new(cluster),
-            argv: Mutex::new(argv),
-            watch,
-            dispatchers: Mutex::new(dispatchers),
-            busy: Mutex::new(None),
-            abort: AtomicBool::new(false),
-            status: Mutex::new(Status::default()),
-        });
-        let mut cluster = c.cluster.lock().unwrap_or_else(|p| p.into_inner());
-        c.refresh(&mut cluster);
-        drop(cluster);
-        Ok(c)
-    }
-
-    /// Starts an operation, or says which one runs.
-    pub(crate) fn begin(&self, what: &'static str) -> Result<Busy<'_>, &'static str> {
-        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(running) = *busy {
-            return Err(running);
-        }
-        *busy = Some(what);
-        Ok(Busy(&self.busy))
-    }
-
-    /// Records the processes as they are now.
-    pub fn refresh(&self, cluster: &mut Cluster) {
-        let proc_status = |id: usize, p: &mut Proc| ProcStatus {
-            id,
-            pid: p.child.id(),
-            alive: matches!(p.child.try_wait(), Ok(None)),
-            addrs: p.addrs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        };
-        let current = self
-            .dispatchers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let dispatchers = std::iter::once(&mut cluster.dispatcher)
-            .chain(cluster.more_dispatchers.iter_mut())
-            .enumerate()
-            .map(|(i, p)| {
-                let mut s = proc_status(i, p);
-                // a successor after a handover: same addresses, another process
-                if let Some(d) = current.get(i).filter(|d| d.followed) {
-                    s.pid = d.pid;
-                    s.alive = alive(d.pid);
-                }
-                s
-            })
-            .collect();
-        let agents = cluster
-            .agents
-            .iter_mut()
-            .enumerate()
-            .map(|(i, p)| proc_status(i, p))
-            .collect();
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.dispatchers = dispatchers;
-        s.agents = agents;
-    }
-
-    /// Restarts every agent in turn (blocking: run it off the async runtime). Refused while
-    /// another rollout or a handover runs.
-    pub fn rollout(&self, opts: RolloutOptions) -> Result<RolloutReport, &'static str> {
-        let _busy = self.begin("a rollout is running")?;
-        let n = self
-            .cluster
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .agents
-            .len();
-        let progress = |s: &mut Status, running, agent| {
-            s.rollout.running = running;
-            s.rollout.agent = agent;
-        };
-        let turns = self.in_turn(n, opts.pause, progress, |i| {
-            let argv = self.argv.lock().unwrap_or_else(|p| p.into_inner())[i].clone();
-            let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
-            tracing::info!(agent = i, "rollout: draining and restarting");
-            let r = cluster.restart_agent(i, &argv, &opts, &self.watch, &self.abort);
-            self.refresh(&mut cluster);
-            match &r.error {
-                None => tracing::info!(
-                    agent = i,
-                    old_pid = r.old_pid,
-                    new_pid = r.new_pid,
-                    drain_ms = r.drain_ms,
-                    killed = r.killed,
-                    restart_ms = r.restart_ms,
-                    "rollout: agent back"
-                ),
-                Some(e) => tracing::error!(agent = i, error = %e, "rollout: stopped"),
-            }
-            let failed = r.error.clone();
-            (r, failed)
-        });
-        let report = RolloutReport {
-            ok: turns.ok,
-            agents: turns.done,
-            total_ms: turns.total_ms,
-            error: turns.error,
-        };
-        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.rollout.last = Some(report.clone());
-        progress(&mut s, false, None);
-        Ok(report)
-    }
-
-    /// What a rollout and a handover share: `step` for each of `n` processes in order,
-    /// `pause` apart, until one fails (its error) or the cluster stops; the progress in
-    /// [`Status`] as it goes. The caller records the outcome and clears the progress.
-    pub(crate) fn in_turn<T>(
-        &self,
-        n: usize,
-        pause: Duration,
-        progress: impl Fn(&mut Status, bool, Option<usize>),
-        mut step: impl FnMut(usize) -> (T, Option<String>),
-    ) -> Turns<T> {
-        let began = Instant::now();
-        let mut turns = Turns {
-            ok: true,
-            done: Vec::new(),
-            total_ms: 0,
-            error: None,
-        };
-        for i in 0..n {
-            if i > 0 && !pause.is_zero() {
-                sleep_unless(&self.abort, pause);
-            }
-            if self.abort.load(Ordering::Relaxed) {
-                turns.ok = false;
-                turns.error = Some("stopped: the cluster is shutting down".into());
-                break;
-            }
-            progress(
-                &mut self.status.lock().unwrap_or_else(|p| p.into_inner()),
-                true,
-                Some(i),
-            );
-            let (r, failed) = step(i);
-            turns.done.push(r);
-            if let Some(e) = failed {
-                turns.ok = false;
-                turns.error = Some(e);
-                break;
-            }
-        }
-        turns.total_ms = began.elapsed().as_millis() as u64;
-        turns
-    }
-}
-
-/// The outcome of [`Control::in_turn`].
-pub(crate) struct Turns<T> {
-    /// Every step succeeded.
-    pub ok: bool,
-    /// Each step's report, the failed one last.
-    pub done: Vec<T>,
-    pub total_ms: u64,
-    pub error: Option<String>,
-}
-
-fn sleep_unless(abort: &AtomicBool, d: Duration) {
-    let until = Instant::now() + d;
-    while Instant::now() < until && !abort.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
-    }
-}
-
-/// The admin endpoint of `baton up` (loopback only): `POST /rollout`, `POST /handover`, `GET
-/// /status`.
-pub(crate) mod admin {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use http::{Method, Request, Response, StatusCode};
-    use http_body_util::{BodyExt, Full, Limited};
-    use hyper::body::Incoming;
-    use tokio::net::TcpListener;
-    use tokio_util::sync::CancellationToken;
-
-    use baton_ops::control::Counters;
-    use baton_ops::guard::{self, Token};
-    use baton_ops::reply::{json, text};
-
-    use super::{Control, RolloutRequest};
-    use crate::handover::HandoverRequest;
-
-    /// The largest request body (`{"pause_ms": ...}`).
-    const BODY_LIMIT: usize = 4096;
-    /// A connection's whole life: a rollout answers when it is done, and each of its phases
-    /// has its own deadline, so this only ends a client that never goes away.
-    const CONNECTION_LIMIT: Duration = Duration::from_secs(3600);
-
-    /// Serves the endpoint to callers that show `token` ([`baton_ops::guard`]).
-    pub(crate) async fn serve(
-        listener: TcpListener,
-        token: Arc<Token>,
-        control: Arc<Control>,
-        stop: CancellationToken,
-    ) {
-        let counters = Counters::new("admin");
-        guard::serve_admin(
-            listener,
-            stop,
-            token,
-            CONNECTION_LIMIT,
-            counters,
-            move |req| {
-                let control = control.clone();
-                async move { handle(req, control).await }
-            },
-        )
-        .await
-    }
-
-    async fn handle(req: Request<Incoming>, control: Arc<Control>) -> Response<Full<Bytes>> {
-        let path = req.uri().path().trim_end_matches('/').to_string();
-        match (req.method().clone(), path.as_str()) {
-            (Method::GET, "/status") => {
-                let s = control
-                    .status
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                json(StatusCode::OK, &s)
-            }
-            (Method::POST, "/rollout") => {
-                let asked: RolloutRequest = match body(req, "{\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}").await {
-                    Ok(r) => r,
-                    Err(answer) => return answer,
-                };
-                let opts = match asked.options() {
-                    Ok(o) => o,
-                    Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
-                };
-                run(control, "rollout", move |c| c.rollout(opts), |r| r.ok).await
-            }
-            (Method::POST, "/handover") => {
-                let asked: HandoverRequest = match body(req, "{\"timeout_ms\": N}").await {
-                    Ok(r) => r,
-                    Err(answer) => return answer,
-                };
-                let deadline = match asked.deadline() {
-                    Ok(d) => d,
-                    Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
-                };
-                run(control, "handover", move |c| c.handover(deadline), |r| r.ok).await
-            }
-            _ => text(
-                StatusCode::NOT_FOUND,
-                "GET /status, POST /rollout (body optional: {\"pause_ms\": N, \"drain_timeout_ms\": N, \"ready_timeout_ms\": N}), POST /handover (body optional: {\"timeout_ms\": N})\n",
-            ),
-        }
-    }
-
-    /// Runs an operation off the runtime (it blocks for its whole length) and answers with
-    /// its report: 200 when `ok`, 500 when it stopped on a failure, 409 while another runs.
-    async fn run<R: serde::Serialize + Send + 'static>(
-        control: Arc<Control>,
-        what: &str,
-        op: impl FnOnce(&Control) -> Result<R, &'static str> + Send + 'static,
-        ok: impl Fn(&R) -> bool,
-    ) -> Response<Full<Bytes>> {
-        match tokio::task::spawn_blocking(move || op(&control)).await {
-            Ok(Ok(report)) => {
-                let status = if ok(&report) {
-                    StatusCode::OK
-                } else {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                };
-                json(status, &report)
-            }
-            Ok(Err(busy)) => text(StatusCode::CONFLICT, &format!("{busy}\n")),
-            Err(e) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("the {what} failed: {e}\n"),
-            ),
-        }
-    }
-
-    /// A request's JSON body (empty: the defaults), or the answer that refuses it.
-    async fn body<T: serde::de::DeserializeOwned + Default>(
-        req: Request<Incoming>,
-        expected: &str,
-    ) -> Result<T, Response<Full<Bytes>>> {
-        let body = match tokio::time::timeout(
-            Duration::from_secs(10),
-            Limited::new(req.into_body(), BODY_LIMIT).collect(),
-        )
-        .await
-        {
-            Ok(Ok(b)) => b.to_bytes(),
-            Ok(Err(_)) => return Err(text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n")),
-            Err(_) => return Err(text(StatusCode::REQUEST_TIMEOUT, "body too slow\n")),
-        };
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(T::default());
-        }
-        serde_json::from_slice(&body).map_err(|e| {
-            text(
-                StatusCode::BAD_REQUEST,
-                &format!("expected {expected} (all optional): {e}\n"),
-            )
-        })
-    }
-}
-
 /// `baton rollout`: restart a `baton up` cluster's agents one at a time.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RolloutArgs {
@@ -784,11 +372,11 @@ pub struct RolloutArgs {
     /// Print the JSON answer instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Hand every dispatcher over to a successor process instead (`POST /handover`: one at a
-    /// time, SIGUSR2, until the old process is gone and the successor serves). With it,
-    /// --ready-timeout bounds each dispatcher's handover (default 40s).
-    #[arg(long, conflicts_with_all = ["pause", "drain_timeout"])]
-    pub handover: bool,
+    /// Hot-restart every dispatcher instead, each replaced by a successor process (`POST
+    /// /restart`: one at a time, SIGUSR2, until the old process is gone and the successor
+    /// serves). With it, --ready-timeout bounds each dispatcher's restart (default 40s).
+    #[arg(long, visible_alias = "handover", conflicts_with_all = ["pause", "drain_timeout"])]
+    pub restart: bool,
 }
 
 /// `baton rollout`: asks `baton up --admin` for a rolling restart and prints its summary; an
@@ -800,8 +388,8 @@ pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
             .transpose()
     };
     let token = Token::load(&args.admin_token_file)?;
-    if args.handover {
-        return crate::handover::handover_cli(
+    if args.restart {
+        return crate::restart::restart_cli(
             args.admin,
             &token,
             ms(&args.ready_timeout)?,
@@ -898,17 +486,6 @@ pub(crate) fn links_per_dispatcher(dispatch_args: &[String]) -> usize {
         .clamp(1, 64)
 }
 
-/// Whether `pid` is a running process (`/proc/PID` exists and is not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // the state follows the command name in parentheses: Z is a zombie
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -985,20 +562,5 @@ mod tests {
             3
         );
         assert_eq!(links_per_dispatcher(&[]), 2);
-    }
-
-    #[test]
-    fn liveness_from_proc() {
-        assert!(alive(std::process::id()));
-        let mut c = Command::new("true").spawn().unwrap();
-        let pid = c.id();
-        // exited but not reaped: a zombie is not alive
-        let until = Instant::now() + Duration::from_secs(5);
-        while alive(pid) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(!alive(pid));
-        let _ = c.wait();
-        assert!(!alive(pid));
     }
 }

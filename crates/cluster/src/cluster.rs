@@ -15,8 +15,6 @@ use serde::Serialize;
 
 use crate::hosts::{Host, Hosts};
 use crate::pki::{self, KeyKind, Pki};
-use crate::rig::cap::Confine;
-use crate::rig::free_port;
 use crate::signal::Signal;
 
 /// Where the agents keep sessions.
@@ -75,9 +73,15 @@ pub struct ClusterSpec {
     /// More flags for every dispatcher (e.g. `--accept-proxy-protocol true` behind a balancer).
     pub dispatcher_args: Vec<String>,
     /// CPU caps: agent `i` runs under `agent_caps[i]` when given (the lab's experiments).
-    pub agent_caps: Vec<Arc<Confine>>,
+    pub agent_caps: Vec<Arc<dyn Cap>>,
     /// Where the processes run and how many dispatchers there are.
     pub topology: Topology,
+}
+
+/// What a process is started under, set on its `Command` before it is spawned: the lab's CPU
+/// caps (a cgroup joined, or a core pinned to, between fork and exec).
+pub trait Cap: std::fmt::Debug + Send + Sync {
+    fn apply(&self, cmd: &mut Command) -> anyhow::Result<()>;
 }
 
 /// Where a cluster's processes run.
@@ -220,7 +224,7 @@ impl Cluster {
         if let (Some(h), Store::Redis(url)) = (&mut hosts, &spec.store) {
             if url == "redis://127.0.0.1:6379/" {
                 let host = h.add("redis")?;
-                redis = Some(start_redis(&host, &spec.dir)?);
+                redis = Some(crate::redis::start_in(&host, &spec.dir)?);
                 store = Store::Redis(format!("redis://{}:6379/", host.addr));
             }
         }
@@ -267,7 +271,7 @@ impl Cluster {
             args.extend(agent_workers(
                 spec.agents,
                 &spec.agent_args,
-                crate::rig::cap::available_cores(),
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
             ));
             args.extend(spec.agent_args.iter().cloned());
             let log = spec.dir.join(format!("agent-{id}.log"));
@@ -504,6 +508,13 @@ pub fn peer_args_at(addrs: &[SocketAddr], i: usize) -> Vec<String> {
     args
 }
 
+/// A free TCP port on 127.0.0.1 (for addresses that must be known before a process starts).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// SIGKILL and reap.
 fn stop_all<'a>(children: impl Iterator<Item = &'a mut Child>) {
     for c in children {
@@ -518,7 +529,7 @@ pub fn spawn_on(
     baton: &Path,
     args: &[String],
     log: &Path,
-    cap: Option<&Confine>,
+    cap: Option<&dyn Cap>,
 ) -> anyhow::Result<Proc> {
     let Some(host) = host else {
         return spawn_ready_in(baton, args, log, cap);
@@ -533,7 +544,6 @@ pub fn spawn_on(
     start_ready(cmd, Some(log))
 }
 
-/// `redis-server` in `host` on port 6379 (no persistence), once it answers from here.
 /// The agents of one machine share its cores: each runs `cores / agents` workers (at least
 /// one; one is a current-thread runtime), unless `--agent-arg` says otherwise. An agent's own
 /// default, a worker per core, would put `agents` times as many busy threads as cores on this
@@ -550,28 +560,6 @@ fn agent_workers(agents: usize, agent_args: &[String], cores: usize) -> Vec<Stri
     vec!["--workers".into(), each.to_string()]
 }
 
-fn start_redis(host: &Host, dir: &Path) -> anyhow::Result<Child> {
-    let log = std::fs::File::create(dir.join("redis.log"))?;
-    let mut child = host
-        .command(crate::rig::redis::binary())
-        .args(["--port", "6379", "--bind", &host.addr.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("starting redis-server")?;
-    let addr = SocketAddr::from((host.addr, 6379));
-    for _ in 0..200 {
-        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-            return Ok(child);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    bail!("redis-server in its host did not listen on {addr}")
-}
-
 /// Starts `baton ARGS` with stderr to `log`, and waits (at most 30 s) for `ready` on stdout,
 /// collecting `listening KIND ADDR` lines.
 pub fn spawn_ready(baton: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
@@ -583,7 +571,7 @@ pub fn spawn_ready_in(
     baton: &Path,
     args: &[String],
     log: &Path,
-    cap: Option<&Confine>,
+    cap: Option<&dyn Cap>,
 ) -> anyhow::Result<Proc> {
     let stderr =
         std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;

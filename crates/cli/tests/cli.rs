@@ -1,0 +1,114 @@
+//! The binary's own surface: exit codes that tell a typo from a failed run, and the man pages
+//! and completion scripts `baton generate` writes.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn baton(args: &[&str]) -> std::process::Output {
+    Command::new(BATON).args(args).output().unwrap()
+}
+
+#[test]
+fn a_typo_a_bad_configuration_and_a_failed_run_exit_differently() {
+    // a flag clap does not know: usage
+    let out = baton(&["dispatch", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+    // flags that parse but cannot be used together: configuration
+    let out = baton(&[
+        "agent",
+        "--self-signed",
+        "ecdsa-p256",
+        "--migration-timeout",
+        "0s",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+    assert!(
+        text_of(&out).contains("--migration-timeout"),
+        "{}",
+        text_of(&out)
+    );
+    let dir = TempDir::new("cli");
+    std::fs::write(
+        dir.path("d.toml"),
+        "agent = [\"127.0.0.1:1\"]\nwrokers = 1\n",
+    )
+    .unwrap();
+    let out = baton(&["dispatch", "--config", &dir.arg("d.toml")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+    // a run that fails: nothing listens where the benchmark points
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}/");
+    let out = baton(&["bench", &url, "--insecure", "-n", "2", "-c", "1", "--quiet"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text_of(&out));
+    // and a process that cannot start for what the host gives it: a run failure too
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = baton(&["agent", "--self-signed", "ecdsa-p256", "--listen", &addr]);
+    assert_eq!(out.status.code(), Some(1), "{}", text_of(&out));
+}
+
+#[test]
+fn man_pages_for_every_command() {
+    let dir = TempDir::new("man");
+    let out = baton(&["generate", "man", &dir.arg("man")]);
+    assert!(out.status.success(), "{}", text_of(&out));
+    let page = |name: &str| {
+        std::fs::read_to_string(dir.path("man").join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}"))
+    };
+    assert!(page("baton").contains(".TH baton 1"));
+    for (cmd, flag) in [
+        ("baton-agent", "migration\\-timeout"),
+        ("baton-dispatch", "migration\\-timeout"),
+        ("baton-bench", "insecure"),
+        ("baton-up", "agents"),
+        ("baton-signer", "auth\\-key\\-file"),
+    ] {
+        assert!(page(cmd).contains(flag), "{cmd}.1 lacks {flag}");
+    }
+    // groff reads every page without a warning (when it is installed)
+    if Command::new("groff").arg("--version").output().is_ok() {
+        for entry in std::fs::read_dir(dir.path("man")).unwrap() {
+            let path = entry.unwrap().path();
+            let out = Command::new("groff")
+                .args(["-man", "-ww", "-z"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success() && out.stderr.is_empty(),
+                "{}: {}",
+                path.display(),
+                text_of(&out)
+            );
+        }
+    } else {
+        require_or_skip("groff", "to read the man pages");
+    }
+}
+
+#[test]
+fn completion_scripts_are_valid_for_their_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = baton(&["generate", "completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text_of(&out));
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains("dispatch") && script.contains("--migration-timeout"));
+        if shell == "bash" {
+            let dir = TempDir::new("completions");
+            std::fs::write(dir.path("baton.bash"), &script).unwrap();
+            let check = Command::new("bash")
+                .args(["-n", &dir.arg("baton.bash")])
+                .output()
+                .unwrap();
+            assert!(check.status.success(), "{}", text_of(&check));
+        }
+    }
+    assert_eq!(
+        baton(&["generate", "completions", "tcsh"]).status.code(),
+        Some(2)
+    );
+}
