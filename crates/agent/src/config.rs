@@ -316,6 +316,25 @@ pub struct AgentArgs {
     pub max_headers: Option<usize>,
 }
 
+/// Largest `--early-data` accepted: rustls holds early data in memory until it is read.
+pub const MAX_EARLY_DATA: u32 = 1 << 20;
+
+/// Checks `http://HOST:PORT` (no path, no TLS: the backend is plain HTTP).
+pub fn parse_upstream(url: &str) -> anyhow::Result<http::uri::Authority> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--upstream `{url}`: {e}"))?;
+    if uri.scheme() != Some(&http::uri::Scheme::HTTP) {
+        bail!("--upstream `{url}`: must be http://HOST:PORT (the backend speaks plain HTTP)");
+    }
+    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+        bail!("--upstream `{url}`: no path allowed");
+    }
+    uri.authority()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("--upstream `{url}`: missing host"))
+}
+
 /// Key types for generated certificates.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -747,11 +766,8 @@ impl AgentConfig {
         if self.ticket_lifetime.as_secs() == 0 || self.ticket_lifetime.as_secs() > 7 * 86400 {
             bail!("--ticket-lifetime must be between 1s and 7d (RFC 8446 section 4.6.1)");
         }
-        if self.early_data > crate::early::MAX_EARLY_DATA {
-            bail!(
-                "--early-data must be at most {} bytes",
-                crate::early::MAX_EARLY_DATA
-            );
+        if self.early_data > MAX_EARLY_DATA {
+            bail!("--early-data must be at most {} bytes", MAX_EARLY_DATA);
         }
         if self.tls13_tickets > 16 {
             bail!("--tls13-tickets must be at most 16");
@@ -777,7 +793,7 @@ impl AgentConfig {
             }
         }
         for up in &self.upstream {
-            crate::proxy::parse_upstream(up)?;
+            parse_upstream(up)?;
         }
         Ok(())
     }
@@ -804,6 +820,17 @@ mod tests {
         Cli::try_parse_from(std::iter::once("agent").chain(flags.iter().copied()))
             .unwrap()
             .args
+    }
+
+    #[test]
+    fn upstream_urls() {
+        assert_eq!(
+            parse_upstream("http://127.0.0.1:8080").unwrap().as_str(),
+            "127.0.0.1:8080"
+        );
+        assert!(parse_upstream("https://127.0.0.1:8080").is_err());
+        assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
+        assert!(parse_upstream("127.0.0.1:8080").is_err());
     }
 
     #[test]

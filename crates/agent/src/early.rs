@@ -11,6 +11,8 @@
 //! Redis down or slow; a ticket already taken) refuses the early data and the handshake goes
 //! on as 1-RTT: rustls tells the client, which sends its request again after the handshake.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use http::Method;
 
 use crate::config::StoreKind;
@@ -23,8 +25,37 @@ use baton_session::Taken;
 /// section 8.3 suggests for Internet clients.
 pub const AGE_TOLERANCE_MS: u64 = 10_000;
 
-/// Largest `--early-data` accepted: rustls holds early data in memory until it is read.
-pub const MAX_EARLY_DATA: u32 = 1 << 20;
+/// What the HTTP layer of a connection with accepted early data asks about it.
+#[derive(Debug)]
+pub struct EarlyState {
+    handshaking: AtomicBool,
+    methods: Vec<Method>,
+}
+
+impl EarlyState {
+    /// A connection whose handshake has begun, serving `methods` in early data anyway.
+    pub fn new(methods: Vec<Method>) -> Self {
+        EarlyState {
+            handshaking: AtomicBool::new(true),
+            methods,
+        }
+    }
+
+    /// The client's Finished has arrived: what is read from now on came after the handshake.
+    pub fn handshake_done(&self) {
+        self.handshaking.store(false, Ordering::Release);
+    }
+
+    /// The client's Finished has not arrived yet: what is read now came in early data.
+    pub fn handshaking(&self) -> bool {
+        self.handshaking.load(Ordering::Acquire)
+    }
+
+    /// Unsafe methods served in early data anyway (`--early-data-methods`).
+    pub fn allowed_methods(&self) -> &[Method] {
+        &self.methods
+    }
+}
 
 /// Why a configuration cannot accept early data at all (nothing is advertised in tickets).
 pub fn configuration(

@@ -1,6 +1,6 @@
 //! The bounds on an HTTP/2 connection after its first request, as plain decisions over what
 //! its frames say (`h2frames`); `h2watch` applies them. HTTP/1.1 gets the same from its
-//! per-request loop (`conn::serve_http1`); one HTTP/2 connection carries many requests at once,
+//! per-request loop (`conn::http1`); one HTTP/2 connection carries many requests at once,
 //! so the rules are about the connection:
 //! - a request head (a header block, or any frame but DATA) part-way in must complete within
 //!   `--header-timeout` of its first byte, and at `--min-header-rate` after the grace (`pace`),
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::conn::pace::{HeadPace, TooSlow};
 use crate::h2frames::H2Frames;
-use crate::pace::{HeadPace, TooSlow};
 
 /// The window `--h2-max-resets` counts in.
 pub const RESET_WINDOW: Duration = Duration::from_secs(10);

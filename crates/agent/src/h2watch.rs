@@ -1,6 +1,6 @@
 //! The tokio side of the HTTP/2 bounds (`h2bounds`): the stream hyper's HTTP/2 connection reads
 //! and writes through. It follows the frames both ways (`h2frames`), keeps one timer at the
-//! deadline the rules give, and tells the connection's driver (`conn::drive`) when to send a
+//! deadline the rules give, and tells the connection's driver (`conn::serve_stream::drive`) when to send a
 //! GOAWAY or close, through a [`Signal`]. hyper polls this stream from the connection's own
 //! task, the driver's, so a signal needs no channel: it is set, and the task woken.
 //!

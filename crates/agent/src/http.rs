@@ -1,8 +1,7 @@
-//! HTTP on an established TLS connection: the per-connection context, the built-in responder
-//! for benchmarks, and the dispatch to the reverse proxy.
+//! HTTP on an established TLS connection: the built-in responder for benchmarks, and the
+//! dispatch to the reverse proxy.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,69 +9,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body::{Body as _, Frame, SizeHint};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
+use crate::body::{text, Body, BoxError};
+use crate::conn_info::ConnInfo;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// Response bodies: a static buffer, a generated stream, or an upstream's body.
-pub type Body = BoxBody<Bytes, BoxError>;
-
-/// What the HTTP layer knows about the TLS connection it runs on.
-#[derive(Debug, Clone)]
-pub struct ConnInfo {
-    pub peer: SocketAddr,
-    pub version: &'static str,
-    pub suite: String,
-    pub alpn: Option<String>,
-    pub sni: Option<String>,
-    pub resumed: bool,
-    /// Subject of the verified client certificate (mutual TLS), RFC 4514.
-    pub client_subject: Option<String>,
-    /// A connection whose early data (0-RTT) was accepted: says whether its handshake is
-    /// still running, i.e. whether a request read now came in early data.
-    pub early: Option<Arc<crate::early_tls::EarlyState>>,
-}
-
-impl ConnInfo {
-    /// What a home agent is told about this connection when it moves there.
-    pub fn application(&self) -> baton_migrate::extract::Application<'_> {
-        baton_migrate::extract::Application {
-            resumed: self.resumed,
-            alpn: self.alpn.as_deref(),
-            sni: self.sni.as_deref(),
-            client_subject: self.client_subject.as_deref(),
-        }
-    }
-
-    /// What rustls negotiated on a server connection (no early data: see `early_tls`).
-    pub fn of(peer: SocketAddr, tls: &rustls::ServerConnection) -> ConnInfo {
-        ConnInfo {
-            peer,
-            version: match tls.protocol_version() {
-                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-                _ => "TLSv1.3",
-            },
-            suite: tls
-                .negotiated_cipher_suite()
-                .map(|s| format!("{:?}", s.suite()))
-                .unwrap_or_default(),
-            alpn: tls
-                .alpn_protocol()
-                .map(|p| String::from_utf8_lossy(p).into_owned()),
-            sni: tls.server_name().map(String::from),
-            resumed: tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
-            client_subject: tls
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(crate::certs::subject_of),
-            early: None,
-        }
-    }
-}
 
 /// Shared by every connection: what to answer and where to count it.
 #[derive(Debug)]
@@ -213,6 +156,25 @@ impl HttpService {
     }
 }
 
+/// HTTP/1.1 keeps the connection unless the request says `Connection: close`; 1.0 only with
+/// `Connection: keep-alive`.
+pub(crate) fn wants_keep_alive<B>(req: &http::Request<B>) -> bool {
+    // the tokens compared in place: no allocation per request
+    let has = |token: &str| {
+        req.headers()
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    match req.version() {
+        http::Version::HTTP_11 => !has("close"),
+        http::Version::HTTP_10 => has("keep-alive"),
+        _ => false,
+    }
+}
+
 /// `key: value` lines describing the connection (`GET /tls`), for humans and tests.
 fn describe(c: &ConnInfo) -> String {
     format!(
@@ -225,20 +187,6 @@ fn describe(c: &ConnInfo) -> String {
         c.client_subject.as_deref().unwrap_or("-"),
         c.peer,
     )
-}
-
-pub fn text(status: StatusCode, body: &str) -> Response<Body> {
-    let mut r = Response::new(
-        Full::new(Bytes::copy_from_slice(body.as_bytes()))
-            .map_err(|e| match e {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
 }
 
 fn sized(n: u64) -> Response<Body> {
@@ -254,79 +202,6 @@ fn sized(n: u64) -> Response<Body> {
         header::HeaderValue::from_static("application/octet-stream"),
     );
     r
-}
-
-/// Wraps a body so that `done` runs once it has handed out its end (including a body that is
-/// empty from the start): the moment hyper holds the whole response.
-pub fn on_end(body: Body, done: impl FnOnce() + Send + Sync + 'static) -> Body {
-    let left = body.size_hint().exact();
-    OnEnd {
-        body,
-        done: std::sync::Mutex::new(Some(Box::new(done))),
-        left,
-    }
-    .boxed()
-}
-
-type Done = Box<dyn FnOnce() + Send + Sync>;
-
-struct OnEnd {
-    body: Body,
-    done: std::sync::Mutex<Option<Done>>,
-    /// Bytes still to come when the body's length is known (Content-Length).
-    left: Option<u64>,
-}
-
-impl OnEnd {
-    fn fire(&self) {
-        if let Some(f) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            f();
-        }
-    }
-}
-
-/// A body hyper drops without reading its end (an error, a HEAD) is finished with too.
-impl Drop for OnEnd {
-    fn drop(&mut self) {
-        self.fire();
-    }
-}
-
-impl http_body::Body for OnEnd {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let r = Pin::new(&mut self.body).poll_frame(cx);
-        if let (Poll::Ready(Some(Ok(f))), Some(left)) = (&r, self.left) {
-            if let Some(d) = f.data_ref() {
-                self.left = Some(left.saturating_sub(d.len() as u64));
-            }
-        }
-        // The end is the last byte of a known length, as it is handed out: a proxied body may
-        // report its end only later (when the upstream connection says so), by which time
-        // the client, whose response is complete, may have sent its next request and hyper
-        // would serve it in this hyper connection, which is about to be dissolved.
-        if matches!(r, Poll::Ready(None)) || self.left == Some(0) || self.body.is_end_stream() {
-            self.fire();
-        }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        let end = self.body.is_end_stream();
-        if end {
-            self.fire();
-        }
-        end
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
 }
 
 /// `n` bytes streamed as slices of one shared buffer: any size costs one chunk of memory.

@@ -2,34 +2,32 @@
 //! certificates per client, resumes sessions (session ids and tickets), and serves HTTP/1.1 and
 //! HTTP/2 from a built-in benchmark responder or as a reverse proxy to a plain HTTP backend.
 //!
-//! Layout: `config` (flags + TOML), `policy` (versions, suites, groups), `certs` + `resolver`
-//! (which certificate for which hello), `sessions` (rustls' session seams over
-//! `baton-session`), `metering` (crypto CPU-seconds), `tls` (the `ServerConfig`), `io` (idle
-//! timeout, byte counts), `conn` (one connection), `h2frames` + `h2bounds` + `h2watch` (the bounds
-//! on an HTTP/2 connection), `park` (idle HTTP/1.1 connections parked on
-//! the record layer), `handoff` (session migration: export, import, the migrated stream), `http` + `proxy` (what is served), `server`
-//! (listeners, signals), `metrics`.
+//! Layout, bottom up: `config` (flags + TOML), `policy` (versions, suites, groups), `certs` +
+//! `resolver` (which certificate for which hello), `sessions` (rustls' session seams over
+//! `baton-session`), `metering` (crypto CPU-seconds), `early` (0-RTT decisions), `tls` (the
+//! `ServerConfig`), `body` + `conn_info` + `http` + `proxy` (what is served), `h2frames` +
+//! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `metrics`, `context` (what
+//! every connection shares), `migration` (session migration: export, import, the migrated
+//! stream), `conn` (the connection path: accept, engine, park, pace, early data, idle I/O,
+//! transport), `server` (listeners, signals).
 
 #![forbid(unsafe_code)]
 
+mod body;
 mod certs;
 mod config;
 mod conn;
+mod conn_info;
+mod context;
 mod early;
-mod early_http;
-mod early_tls;
-mod engine;
 mod h2bounds;
 mod h2frames;
 mod h2watch;
-mod handoff;
 mod http;
-mod io;
 mod keysigner;
 pub mod metering;
 pub mod metrics;
-mod pace;
-mod park;
+mod migration;
 mod policy;
 mod proxy;
 mod resolver;
@@ -37,7 +35,6 @@ mod server;
 mod sessions;
 mod store;
 mod tls;
-mod transport;
 mod upstream;
 
 use std::io::Write as _;

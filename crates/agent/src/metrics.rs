@@ -125,7 +125,7 @@ pub struct Metrics {
     /// HTTP/2 connections cut by the bounds in `h2bounds`, by [`crate::h2bounds::Cut`].
     h2_cuts: [AtomicU64; 3],
     connections_active: AtomicI64,
-    /// HTTP/1.1 connections parked between requests (`crate::park`).
+    /// HTTP/1.1 connections parked between requests (`crate::conn::park`).
     connections_parked: AtomicI64,
     connections_total: AtomicU64,
     connections_rejected: AtomicU64,
@@ -142,7 +142,7 @@ pub struct Metrics {
     /// Requests received in early data: [served, too_early (425)].
     early_requests: [AtomicU64; 2],
     /// Session migration (CSSL-SF).
-    pub handoff: crate::handoff::metrics::HandoffMetrics,
+    pub handoff: crate::migration::metrics::HandoffMetrics,
     /// The session store, for its size and hit counters.
     store: Mutex<Option<Arc<dyn SessionStore>>>,
 }

@@ -11,9 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail};
 use http::header::{self, HeaderName, HeaderValue};
-use http::uri::{Authority, Scheme};
+use http::uri::Scheme;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Body as _;
@@ -22,8 +21,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use crate::body::{text, Body};
 use crate::config::UpstreamBalance;
-use crate::http::{text, Body, ConnInfo};
+use crate::conn_info::ConnInfo;
 use crate::upstream::{Backends, Outcome};
 
 pub const CLIENT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
@@ -50,22 +50,6 @@ pub struct Proxy {
     client: Client<HttpConnector, Body>,
     /// Longest wait for the backend's response head.
     timeout: Duration,
-}
-
-/// Checks `http://HOST:PORT` (no path, no TLS: the backend is plain HTTP).
-pub fn parse_upstream(url: &str) -> anyhow::Result<Authority> {
-    let uri: Uri = url
-        .parse()
-        .map_err(|e| anyhow!("--upstream `{url}`: {e}"))?;
-    if uri.scheme() != Some(&Scheme::HTTP) {
-        bail!("--upstream `{url}`: must be http://HOST:PORT (the backend speaks plain HTTP)");
-    }
-    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-        bail!("--upstream `{url}`: no path allowed");
-    }
-    uri.authority()
-        .cloned()
-        .ok_or_else(|| anyhow!("--upstream `{url}`: missing host"))
 }
 
 impl Proxy {
@@ -209,17 +193,6 @@ fn strip_hop_by_hop(h: &mut http::HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn upstream_urls() {
-        assert_eq!(
-            parse_upstream("http://127.0.0.1:8080").unwrap().as_str(),
-            "127.0.0.1:8080"
-        );
-        assert!(parse_upstream("https://127.0.0.1:8080").is_err());
-        assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
-        assert!(parse_upstream("127.0.0.1:8080").is_err());
-    }
 
     #[test]
     fn hop_by_hop_and_connection_named_headers_are_removed() {

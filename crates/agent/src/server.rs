@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::Context as _;
 use baton_ops::accept::{Acceptor, Admitted};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -13,28 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::AgentConfig;
+use crate::context::Context;
 use crate::http::{fixed_body, HttpService};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::tls::Tls;
-
-/// What every connection task shares.
-pub struct Shared {
-    pub config: AgentConfig,
-    pub tls: Tls,
-    pub metrics: Arc<Metrics>,
-    /// Imports of migrated sessions (replay guard).
-    pub importer: crate::handoff::import::ImportState,
-    pub http: Arc<HttpService>,
-    /// Cancelled on SIGTERM: listeners stop, connections finish their current request.
-    pub draining: CancellationToken,
-    /// The agent link's counters, when it listens.
-    pub link_stats: std::sync::OnceLock<Arc<baton_link::LinkStats>>,
-    /// Set while a dispatcher has this agent drained by its operator (`POST /agents/ID/drain`):
-    /// the agent goes on serving, but its idle connections move to other agents. Cleared when
-    /// it is enabled again.
-    pub shedding: tokio::sync::watch::Sender<bool>,
-}
 
 /// Runs the agent until SIGTERM/SIGINT and the drain that follows.
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
@@ -77,36 +60,31 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
     }
 
-    let shared = Arc::new(Shared {
+    let ctx = Arc::new(Context::new(
         config,
         tls,
-        metrics: metrics.clone(),
-        importer: Default::default(),
+        metrics.clone(),
         http,
-        draining: draining.clone(),
-        link_stats: Default::default(),
-        shedding: tokio::sync::watch::Sender::new(false),
-    });
+        draining.clone(),
+    ));
     let tracker = TaskTracker::new();
-    let permits = Arc::new(Semaphore::new(shared.config.max_connections));
+    let permits = Arc::new(Semaphore::new(ctx.config.max_connections));
     for listener in listeners {
         tokio::spawn(accept_loop(
             listener,
-            shared.clone(),
+            ctx.clone(),
             permits.clone(),
             tracker.clone(),
         ));
     }
     let mut link_listener = None;
     if let Some(l) = link_listener_socket {
-        let ring = shared
+        let ring = ctx
             .tls
             .cluster_ring()
             .cloned()
             .context("--link-listen needs --cluster-key-file")?;
-        if shared.config.link_allow.is_empty()
-            && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
-        {
+        if ctx.config.link_allow.is_empty() && l.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
             tracing::warn!(
                 "--link-listen accepts link connections from any address: set --link-allow to \
                  the dispatchers' networks"
@@ -114,15 +92,15 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         }
         let link = Arc::new(baton_link::LinkListener::new(
             l,
-            shared.config.agent_id,
+            ctx.config.agent_id,
             ring,
-            shared.config.link_allow.clone(),
+            ctx.config.link_allow.clone(),
         ));
-        shared.link_stats.set(link.stats()).ok();
+        ctx.link_stats.set(link.stats()).ok();
         link_listener = Some(link.clone());
         tokio::spawn(link_accept_loop(
             link,
-            shared.clone(),
+            ctx.clone(),
             permits.clone(),
             tracker.clone(),
         ));
@@ -132,7 +110,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         let mut registry = crate::metrics::Collected {
             metrics: metrics.clone(),
             upstreams,
-            link: shared.link_stats.get().cloned(),
+            link: ctx.link_stats.get().cloned(),
         }
         .registry();
         registry.register_collector(Box::new(baton_ops::control::Collected(vec![
@@ -148,7 +126,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
 
     loop {
         tokio::select! {
-            _ = hup.recv() => reload(&shared),
+            _ = hup.recv() => reload(&ctx),
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -173,7 +151,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         tracker.close();
         tracker.wait().await;
     };
-    if tokio::time::timeout(shared.config.drain_timeout, drained)
+    if tokio::time::timeout(ctx.config.drain_timeout, drained)
         .await
         .is_err()
     {
@@ -185,42 +163,14 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `run` builds for its connections, without listeners or signals (tests that drive
-/// `conn` over sockets of their own); with the PEM of any self-signed certificates.
-#[cfg(test)]
-pub(crate) async fn shared_for_test(config: AgentConfig) -> (Arc<Shared>, String) {
-    let metrics = Arc::new(Metrics::default());
-    let opened = crate::store::open(&config).await.expect("store");
-    let (tls, pem) = Tls::new(&config, metrics.clone(), opened).expect("TLS configuration");
-    let draining = CancellationToken::new();
-    let http = Arc::new(HttpService {
-        metrics: metrics.clone(),
-        proxy: None,
-        root_body: fixed_body(config.body_size),
-        max_bytes: config.max_bytes,
-        draining: draining.clone(),
-    });
-    let shared = Arc::new(Shared {
-        config,
-        tls,
-        metrics,
-        importer: Default::default(),
-        http,
-        draining,
-        link_stats: Default::default(),
-        shedding: tokio::sync::watch::Sender::new(false),
-    });
-    (shared, pem)
-}
-
-fn reload(shared: &Shared) {
-    match shared.tls.reload(&shared.config) {
+fn reload(ctx: &Context) {
+    match ctx.tls.reload(&ctx.config) {
         Ok(()) => {
-            shared.metrics.reload(true);
+            ctx.metrics.reload(true);
             tracing::info!("reloaded certificates and ticket keys");
         }
         Err(e) => {
-            shared.metrics.reload(false);
+            ctx.metrics.reload(false);
             tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the running configuration");
         }
     }
@@ -228,25 +178,25 @@ fn reload(shared: &Shared) {
 
 async fn accept_loop(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
 ) {
-    let metrics = shared.metrics.clone();
+    let metrics = ctx.metrics.clone();
     // Set once on the listener rather than once per connection where the kernel allows.
     let inherited_nodelay = baton_ops::listen::nodelay_on_accept(&listener);
-    let acceptor = Acceptor::new(listener, shared.draining.clone())
+    let acceptor = Acceptor::new(listener, ctx.draining.clone())
         .capped(permits, move || metrics.connection_rejected());
     while let Some(Admitted { tcp, peer, slot }) = acceptor.next().await {
         if !inherited_nodelay {
             let _ = tcp.set_nodelay(true);
         }
-        let shared = shared.clone();
+        let ctx = ctx.clone();
         // Boxed, as a link stream's task is (`link_accept_loop`).
         tracker.spawn(Box::pin(async move {
-            shared.metrics.connection_opened();
-            crate::conn::serve_tcp(tcp, peer, shared.clone()).await;
-            shared.metrics.connection_closed();
+            ctx.metrics.connection_opened();
+            crate::conn::accept::serve_tcp(tcp, peer, ctx.clone()).await;
+            ctx.metrics.connection_closed();
             drop(slot);
         }));
     }
@@ -257,7 +207,7 @@ async fn accept_loop(
 /// dispatcher opened before that are still served.
 async fn link_accept_loop(
     link: Arc<baton_link::LinkListener>,
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
 ) {
@@ -266,17 +216,17 @@ async fn link_accept_loop(
             return;
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            shared.metrics.connection_rejected();
+            ctx.metrics.connection_rejected();
             drop(stream);
             continue;
         };
-        let shared = shared.clone();
+        let ctx = ctx.clone();
         // Boxed: the connection's future is large (a TLS handshake, a migration, HTTP), and
         // a task moves an unboxed future into its cell; the box is moved instead.
         tracker.spawn(Box::pin(async move {
-            shared.metrics.connection_opened();
-            crate::conn::serve_link(stream, shared.clone()).await;
-            shared.metrics.connection_closed();
+            ctx.metrics.connection_opened();
+            crate::conn::accept::serve_link(stream, ctx.clone()).await;
+            ctx.metrics.connection_closed();
             drop(permit);
         }));
     }

@@ -263,7 +263,7 @@ impl Parts {
                 metrics: self.metrics.clone(),
             });
         }
-        // Parking an idle HTTP/1.1 connection (`crate::park`) and migration both take key, IV
+        // Parking an idle HTTP/1.1 connection (`crate::conn::park`) and migration both take key, IV
         // and sequence numbers out of rustls (its extraction) and the TLS 1.3 traffic secrets
         // (the key log, in memory only, and only for connections that asked for them).
         config.enable_secret_extraction = true;

@@ -16,8 +16,7 @@ use baton_ops::metrics::{counters, gauges};
 use http::uri::Authority;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 
-use crate::config::UpstreamBalance;
-use crate::proxy::parse_upstream;
+use crate::config::{parse_upstream, UpstreamBalance};
 
 /// How long a backend that refused a connection is passed over.
 pub const DOWN_FOR: Duration = Duration::from_secs(5);

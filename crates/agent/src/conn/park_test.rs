@@ -1,5 +1,5 @@
 //! Parked connections over real sockets: the agent's own connection code
-//! (`conn::serve_tcp`) on loopback, rustls clients in TLS 1.2 and 1.3 that idle long enough to
+//! (`conn::accept::serve_tcp`) on loopback, rustls clients in TLS 1.2 and 1.3 that idle long enough to
 //! park, then send more requests, KeyUpdates, half records, close_notify; the agent's counters
 //! must come out as exact as without parking (handshakes, bytes both ways).
 
@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{self, Poll};
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
@@ -17,10 +17,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use crate::server::Shared;
+use super::accept::serve_tcp;
+use super::decide::Waited;
+use super::http1::resume;
+use super::park::Parked;
+use crate::context::Context;
 
 struct Agent {
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     addr: SocketAddr,
     roots: Arc<rustls::RootCertStore>,
 }
@@ -29,18 +33,18 @@ struct Agent {
 async fn start(flags: &[&str]) -> Agent {
     let mut all = vec!["--self-signed", "ecdsa-p256"];
     all.extend_from_slice(flags);
-    let (shared, pem) = crate::server::shared_for_test(crate::config::from_flags(&all)).await;
+    let (ctx, pem) = crate::context::for_test(crate::config::from_flags(&all)).await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let s = shared.clone();
+    let s = ctx.clone();
     tokio::spawn(async move {
         loop {
             let (tcp, peer) = listener.accept().await.unwrap();
-            let shared = s.clone();
+            let ctx = s.clone();
             tokio::spawn(async move {
-                shared.metrics.connection_opened();
-                crate::conn::serve_tcp(tcp, peer, shared.clone()).await;
-                shared.metrics.connection_closed();
+                ctx.metrics.connection_opened();
+                serve_tcp(tcp, peer, ctx.clone()).await;
+                ctx.metrics.connection_closed();
             });
         }
     });
@@ -49,7 +53,7 @@ async fn start(flags: &[&str]) -> Agent {
         roots.add(cert.unwrap()).unwrap();
     }
     Agent {
-        shared,
+        ctx,
         addr,
         roots: Arc::new(roots),
     }
@@ -74,7 +78,7 @@ impl Agent {
 
     /// A value of the agent's metrics (`name` with its labels, as exposed).
     fn metric(&self, name: &str) -> f64 {
-        let m = self.shared.metrics.clone();
+        let m = self.ctx.metrics.clone();
         let text = crate::metrics::tests::encoded(move |e| m.encode(e));
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -84,11 +88,11 @@ impl Agent {
     /// Waits until `n` connections are parked.
     async fn parked(&self, n: i64) {
         let by = Instant::now() + Duration::from_secs(10);
-        while self.shared.metrics.parked_connections() != n {
+        while self.ctx.metrics.parked_connections() != n {
             assert!(
                 Instant::now() < by,
                 "{} parked, not {n}",
-                self.shared.metrics.parked_connections()
+                self.ctx.metrics.parked_connections()
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -97,7 +101,7 @@ impl Agent {
     /// Waits until the agent serves no connection.
     async fn idle(&self) {
         let by = Instant::now() + Duration::from_secs(10);
-        while self.shared.metrics.active_connections() != 0 {
+        while self.ctx.metrics.active_connections() != 0 {
             assert!(Instant::now() < by, "connections still served");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -114,7 +118,7 @@ struct Counting {
 impl AsyncRead for Counting {
     fn poll_read(
         mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
@@ -128,7 +132,7 @@ impl AsyncRead for Counting {
 impl AsyncWrite for Counting {
     fn poll_write(
         mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.tcp).poll_write(cx, buf);
@@ -137,10 +141,16 @@ impl AsyncWrite for Counting {
         }
         r
     }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.tcp).poll_flush(cx)
     }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 }
@@ -267,7 +277,7 @@ async fn parked_connections_serve_on_tls12_and_tls13() {
         c.tls.shutdown().await.unwrap();
         assert!(c.closed_cleanly().await, "close_notify from the agent");
         agent.idle().await;
-        assert_eq!(agent.shared.metrics.parked_connections(), 0);
+        assert_eq!(agent.ctx.metrics.parked_connections(), 0);
         let v = if tls13 { "1.3" } else { "1.2" };
         let full = format!("baton_handshakes_total{{version=\"{v}\",kind=\"full\"}}");
         assert_eq!(agent.metric(&full), 1.0);
@@ -327,7 +337,7 @@ async fn half_a_record_in_flight_waits_and_is_served_whole() {
             client.write_tls(&mut record).unwrap();
             tcp.write_all(&record[..10]).await.unwrap();
             tokio::time::sleep(Duration::from_millis(100)).await;
-            assert_eq!(agent.shared.metrics.parked_connections(), 0);
+            assert_eq!(agent.ctx.metrics.parked_connections(), 0);
             tcp.write_all(&record[10..]).await.unwrap();
             let mut plain = Vec::new();
             let whole = |p: &[u8]| {
@@ -362,7 +372,7 @@ async fn a_parked_connection_times_out_and_drains_like_any_other() {
         agent.metric("baton_slow_requests_total{reason=\"deadline\"}"),
         1.0
     );
-    assert_eq!(agent.shared.metrics.parked_connections(), 0);
+    assert_eq!(agent.ctx.metrics.parked_connections(), 0);
 
     // idle past --idle-timeout after a response
     let agent = start(&["--park-after", "10ms", "--idle-timeout", "300ms"]).await;
@@ -373,7 +383,7 @@ async fn a_parked_connection_times_out_and_drains_like_any_other() {
     let _ = c.closed_cleanly().await;
     assert!(started.elapsed() >= Duration::from_millis(200));
     agent.idle().await;
-    assert_eq!(agent.shared.metrics.parked_connections(), 0);
+    assert_eq!(agent.ctx.metrics.parked_connections(), 0);
     // an idle timeout, not a slow request
     assert_eq!(
         agent.metric("baton_slow_requests_total{reason=\"deadline\"}"),
@@ -390,7 +400,7 @@ async fn a_parked_connection_times_out_and_drains_like_any_other() {
         clients.push(c);
     }
     agent.parked(2).await;
-    agent.shared.draining.cancel();
+    agent.ctx.draining.cancel();
     for c in &mut clients {
         assert!(c.closed_cleanly().await, "close_notify at the drain");
     }
@@ -408,10 +418,10 @@ async fn the_task_of_an_idle_connection_is_small() {
         .await
         .unwrap();
     let peer = tcp.local_addr().unwrap();
-    let task = crate::conn::serve_tcp(tcp, peer, agent.shared.clone());
+    let task = serve_tcp(tcp, peer, agent.ctx.clone());
     let size = std::mem::size_of_val(&task);
     assert!(size <= 2048, "serve_tcp's future is {size} bytes");
-    assert!(std::mem::size_of::<crate::park::Parked>() <= 64);
+    assert!(std::mem::size_of::<Parked>() <= 64);
     // and what each wake-up of a parked connection allocates and fills (it was 10.6 KB with a
     // move's future and the rustls engine inline)
     fn returned<F, A, B, R>(_: F) -> usize
@@ -420,7 +430,7 @@ async fn the_task_of_an_idle_connection_is_small() {
     {
         std::mem::size_of::<R>()
     }
-    let wake_up = returned::<_, crate::park::Parked, crate::engine::Waited, _>(crate::conn::resume);
+    let wake_up = returned::<_, Parked, Waited, _>(resume);
     assert!(wake_up <= 2048, "a wake-up's future is {wake_up} bytes");
 }
 

@@ -4,8 +4,8 @@
 //! is ignored by default. Run it on the release build:
 //!
 //! ```sh
-//! cargo test --release -p baton-agent handoff::cost_bench -- --ignored --nocapture
-//! BATON_COST_SESSIONS=20000 cargo test --release -p baton-agent handoff::cost_bench -- --ignored --nocapture
+//! cargo test --release -p baton-agent migration::cost_bench -- --ignored --nocapture
+//! BATON_COST_SESSIONS=20000 cargo test --release -p baton-agent migration::cost_bench -- --ignored --nocapture
 //! ```
 //!
 //! Each stage runs over every session in one batch between two thread-CPU reads, so the
@@ -23,7 +23,7 @@ use rustls::{ClientConnection, ServerConnection};
 
 use super::harness::{cluster_ring, pattern};
 use super::into_layer_test::{established_with, flight};
-use crate::http::ConnInfo;
+use crate::conn_info::ConnInfo;
 use baton_migrate::extract::{self, Extras};
 use baton_migrate::secrets::{SecretLog, TrafficSecrets};
 

@@ -100,7 +100,7 @@ impl AgentIo {
     /// Holds what is written on a link stream too, until [`AgentIo::stop_coalescing`] and a
     /// flush: for the handshake of a connection offered for a move, whose NewSessionTickets
     /// then leave in one DATA frame with the handoff frame that follows them (the Switch,
-    /// Abort or Decline; `handoff::export`), which stops holding. (On the link each DATA frame above
+    /// Abort or Decline; `migration::export`), which stops holding. (On the link each DATA frame above
     /// h2's copy threshold costs a write of its own.)
     pub fn hold_writes(&mut self) {
         self.coalesce = true;

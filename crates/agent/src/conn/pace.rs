@@ -9,7 +9,7 @@
 //!
 //! hyper's `header_read_timeout` bounds each head too, but only once hyper has started, and an
 //! HTTP/2 connection has no such bound at all; these cover every phase up to the head.
-//! Plain arithmetic here; `conn.rs` sleeps until [`HeadPace::deadline`] and asks again.
+//! Plain arithmetic here; `overdue` sleeps until [`HeadPace::deadline`] and asks again.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

@@ -17,9 +17,9 @@
 //! follows the handshake; `EarlyState` tells the HTTP layer whether the handshake is still
 //! running (a request read then came in early data: marked `Early-Data: 1`, or 425).
 //!
-//! Only until the first request is answered, though (HTTP/1.1: `early_http`): then the
+//! Only until the first request is answered, though (HTTP/1.1: `early_serve`): then the
 //! handshake is driven to its end, and the connection goes on as a tokio-rustls stream, on the
-//! path every other HTTP/1.1 connection takes (`conn::serve_http1`: it waits for requests,
+//! path every other HTTP/1.1 connection takes (`http1::serve_http1`: it waits for requests,
 //! parks, and moves when the agent drains). What came after the first request, early data
 //! included, is served there: by then the client's Finished has come, so none of it can be a
 //! replay. HTTP/2 stays on `EarlyConn` for its life (on no path does it park or move).
@@ -27,13 +27,11 @@
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{self, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_wire::ClientHello;
-use http::Method;
 use rustls::server::{ServerConnection, StoresServerSessions};
 use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -41,32 +39,13 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use zeroize::Zeroizing;
 
-use crate::conn::Tls;
-use crate::early::{self, Refusal};
-use crate::http::ConnInfo;
-use crate::io::ConnIo;
+use super::engine::RustlsStream;
+use super::io::ConnIo;
+use super::transport::AgentIo;
+use crate::conn_info::ConnInfo;
+use crate::context::Context;
+use crate::early::{self, EarlyState, Refusal};
 use crate::metrics::{FailureReason, Metrics, Version};
-use crate::server::Shared;
-use crate::transport::AgentIo;
-
-/// What the HTTP layer of a connection with accepted early data asks about it.
-#[derive(Debug)]
-pub struct EarlyState {
-    handshaking: AtomicBool,
-    methods: Vec<Method>,
-}
-
-impl EarlyState {
-    /// The client's Finished has not arrived yet: what is read now came in early data.
-    pub fn handshaking(&self) -> bool {
-        self.handshaking.load(Ordering::Acquire)
-    }
-
-    /// Unsafe methods served in early data anyway (`--early-data-methods`).
-    pub fn allowed_methods(&self) -> &[Method] {
-        &self.methods
-    }
-}
 
 /// How a connection's handshake goes on once its ClientHello has been read.
 // Returned once and consumed at once: boxing the accept future would cost an allocation per
@@ -88,13 +67,13 @@ pub(crate) async fn start(
     mut io: ConnIo<AgentIo>,
     may_migrate: bool,
     deadline: Instant,
-    shared: &Shared,
+    ctx: &Context,
 ) -> Start {
-    let metrics = &shared.metrics;
+    let metrics = &ctx.metrics;
     if may_migrate {
         // unread, the hello may carry early data: skipped up to what the tickets allowed
         return Start::Plain(
-            TlsAcceptor::from(shared.tls.early_config()).accept_with(io, |tls| {
+            TlsAcceptor::from(ctx.tls.early_config()).accept_with(io, |tls| {
                 tls.reject_early_data();
             }),
         );
@@ -112,20 +91,19 @@ pub(crate) async fn start(
             }
         };
     let Some(hello) = hello.filter(ClientHello::early_data) else {
-        return plain(io, bytes, deadline, shared).await;
+        return plain(io, bytes, deadline, ctx).await;
     };
     metrics.early_offered();
     let first_psk = hello.pre_shared_key().and_then(|p| p.identities.first());
-    let (Ok(_), Some(psk), Some(store)) = (shared.tls.early_data(), first_psk, shared.tls.store())
-    else {
+    let (Ok(_), Some(psk), Some(store)) = (ctx.tls.early_data(), first_psk, ctx.tls.store()) else {
         metrics.early_result(Refusal::NoGuarantee.label());
-        return plain(io, bytes, deadline, shared).await;
+        return plain(io, bytes, deadline, ctx).await;
     };
     let taken = store.take_once(&psk.identity, std::time::Instant::now());
     let verdict = early::judge(&taken, psk.obfuscated_ticket_age, unix_ms());
     // The config that accepts early data, even to refuse it: rustls skips refused early data
     // up to its max_early_data_size, and the client may send as much as its ticket allowed.
-    let base = shared.tls.early_config();
+    let base = ctx.tls.early_config();
     let mut config = (*base).clone();
     config.session_storage = Arc::new(Prefetched {
         key: psk.identity.clone(),
@@ -157,10 +135,7 @@ pub(crate) async fn start(
     let mut conn = EarlyConn {
         io,
         tls,
-        state: Arc::new(EarlyState {
-            handshaking: AtomicBool::new(true),
-            methods: shared.config.early_data_methods.clone(),
-        }),
+        state: Arc::new(EarlyState::new(ctx.config.early_data_methods.clone())),
         accepted,
         metrics: metrics.clone(),
         eof: false,
@@ -179,10 +154,10 @@ pub(crate) async fn start(
 /// A hello without early data (or early data this agent refuses): tokio-rustls as usual,
 /// after putting the bytes read into rustls (and processing them, since tokio-rustls would
 /// only look at them after reading more, which a client waiting for our answer never sends).
-async fn plain(io: ConnIo<AgentIo>, bytes: Vec<u8>, deadline: Instant, shared: &Shared) -> Start {
+async fn plain(io: ConnIo<AgentIo>, bytes: Vec<u8>, deadline: Instant, ctx: &Context) -> Start {
     let mut failed = None;
     let mut alert = Vec::new();
-    let mut accept = TlsAcceptor::from(shared.tls.config()).accept_with(io, |tls| {
+    let mut accept = TlsAcceptor::from(ctx.tls.config()).accept_with(io, |tls| {
         tls.reject_early_data();
         if let Err(e) = feed(tls, &bytes) {
             let _ = tls.write_tls(&mut alert);
@@ -193,7 +168,7 @@ async fn plain(io: ConnIo<AgentIo>, bytes: Vec<u8>, deadline: Instant, shared: &
         return Start::Plain(accept);
     };
     let reason = FailureReason::of(&e);
-    shared.metrics.failure(reason);
+    ctx.metrics.failure(reason);
     tracing::debug!(reason = reason.label(), error = %e, "handshake failed");
     if let Some(io) = accept.get_mut() {
         let _ = tokio::time::timeout_at(deadline, io.write_all(&alert)).await;
@@ -279,7 +254,7 @@ pub(crate) struct EarlyConn {
 
 impl EarlyConn {
     /// What the HTTP layer is told; `early` only when early data was accepted.
-    fn info(&self, peer: SocketAddr) -> ConnInfo {
+    pub(crate) fn info(&self, peer: SocketAddr) -> ConnInfo {
         // early data is refused with --client-ca, so there is no client certificate here
         ConnInfo {
             early: self.accepted.then(|| self.state.clone()),
@@ -303,7 +278,7 @@ impl EarlyConn {
             return;
         }
         self.counted = true;
-        self.state.handshaking.store(false, Ordering::Release);
+        self.state.handshake_done();
         let version = match self.tls.protocol_version() {
             Some(ProtocolVersion::TLSv1_2) => Version::Tls12,
             _ => Version::Tls13,
@@ -319,7 +294,7 @@ impl EarlyConn {
     /// Drives the handshake to its end (the client's Finished), reading no plaintext out: what
     /// follows it stays in rustls for whoever reads the connection next. Ends once rustls has
     /// sent all it queued (the tickets).
-    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_handshake(&mut self, cx: &mut task::Context<'_>) -> Poll<io::Result<()>> {
         loop {
             if let Poll::Ready(Err(e)) = self.poll_send(cx) {
                 self.failed(&e);
@@ -362,7 +337,11 @@ impl EarlyConn {
     /// it is: tokio-rustls makes streams only by accepting, but lets the caller set up the
     /// connection it accepts with; this one replaces it, and with its handshake done,
     /// accepting is flushing.
-    async fn into_stream(self, deadline: Instant, shared: &Shared) -> Option<(Tls, Vec<u8>)> {
+    async fn into_stream(
+        self,
+        deadline: Instant,
+        config: Arc<rustls::ServerConfig>,
+    ) -> Option<(RustlsStream, Vec<u8>)> {
         let EarlyConn { io, tls, .. } = self;
         let mut tls = Some(tls);
         let mut early = Vec::new();
@@ -370,7 +349,7 @@ impl EarlyConn {
             // bounded by --early-data: rustls refused a client that sent more
             data.read_to_end(&mut early).ok()?;
         }
-        let accept = TlsAcceptor::from(shared.tls.config()).accept_with(io, |fresh| {
+        let accept = TlsAcceptor::from(config).accept_with(io, |fresh| {
             if let Some(tls) = tls.take() {
                 *fresh = tls;
             }
@@ -382,7 +361,7 @@ impl EarlyConn {
     }
 
     /// Writes what rustls has queued (records, alerts); `Pending` while the socket is full.
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_send(&mut self, cx: &mut task::Context<'_>) -> Poll<io::Result<()>> {
         while self.tls.wants_write() {
             let mut sync = SyncIo {
                 io: &mut self.io,
@@ -402,7 +381,7 @@ impl EarlyConn {
 impl AsyncRead for EarlyConn {
     fn poll_read(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
@@ -464,7 +443,7 @@ impl AsyncRead for EarlyConn {
 impl AsyncWrite for EarlyConn {
     fn poll_write(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
@@ -482,11 +461,11 @@ impl AsyncWrite for EarlyConn {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<io::Result<()>> {
         self.get_mut().poll_send(cx)
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.closing {
             this.closing = true;
@@ -500,7 +479,7 @@ impl AsyncWrite for EarlyConn {
 /// `std::io` over the async socket for rustls: `Pending` is `WouldBlock` (the waker is set).
 struct SyncIo<'a, 'b> {
     io: &'a mut ConnIo<AgentIo>,
-    cx: &'a mut Context<'b>,
+    cx: &'a mut task::Context<'b>,
 }
 
 impl Read for SyncIo<'_, '_> {
@@ -540,7 +519,7 @@ impl Write for SyncIo<'_, '_> {
 /// An HTTP/1.1 connection that offered early data, its handshake done: what the path of every
 /// other connection needs to serve it on.
 pub(crate) struct Handover {
-    pub(crate) stream: Tls,
+    pub(crate) stream: RustlsStream,
     pub(crate) info: ConnInfo,
     /// Read, not served yet (what followed the first request, early data included).
     pub(crate) ahead: bytes::Bytes,
@@ -548,75 +527,79 @@ pub(crate) struct Handover {
     pub(crate) first: Option<Instant>,
 }
 
-/// Serves a connection driven here: sends the server's flight, then (accepted early data)
-/// answers the first request at once, before the client's Finished. The handshake must still
-/// end by `deadline`: a client that sent early data and never its Finished is cut then (its
-/// early request was answered). An HTTP/1.1 connection is then handed over (`None`: it
-/// ended); an HTTP/2 one is served here to its end.
-pub(crate) async fn serve(
-    mut conn: EarlyConn,
-    peer: SocketAddr,
-    first_by: Instant,
-    deadline: Instant,
-    shared: &Arc<Shared>,
-) -> Option<Handover> {
-    let metrics = shared.metrics.clone();
-    match tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| conn.poll_send(cx))).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            conn.failed(&e);
-            return None;
-        }
-        Err(_) => {
-            metrics.failure(FailureReason::Timeout);
-            return None;
+impl EarlyConn {
+    /// Whether rustls accepted the early data (fixed by the hello).
+    pub(crate) fn accepted(&self) -> bool {
+        self.accepted
+    }
+
+    /// Sends the server's flight by `deadline`; `false` if the connection ended (counted).
+    pub(crate) async fn send_flight(&mut self, deadline: Instant) -> bool {
+        match tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_send(cx))).await
+        {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                self.failed(&e);
+                false
+            }
+            Err(_) => {
+                self.metrics.failure(FailureReason::Timeout);
+                false
+            }
         }
     }
-    let info = conn.info(peer);
-    let state = conn.state.clone();
-    let overdue = async {
-        tokio::time::sleep_until(deadline).await;
-        if state.handshaking() {
-            metrics.failure(FailureReason::Timeout);
-            tracing::debug!(%peer, "handshake timed out after early data");
-        } else {
-            std::future::pending::<()>().await
-        }
-    };
-    if info.alpn.as_deref() == Some("h2") {
-        tokio::select! {
-            () = crate::conn::serve_stream(conn, info, first_by, shared) => {}
-            () = overdue => {}
-        }
-        return None;
-    }
-    let (mut conn, mut ahead, mut first) = (conn, bytes::Bytes::new(), Some(first_by));
-    if conn.accepted {
-        let (served, read) = tokio::select! {
-            served = crate::early_http::serve_first(conn, info, first_by, shared) => served?,
-            () = overdue => return None,
-        };
-        (conn, ahead, first) = (served, read, None);
-    }
-    match tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| conn.poll_handshake(cx)))
-        .await
-    {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => return None, // counted
-        Err(_) => {
-            metrics.failure(FailureReason::Timeout);
-            tracing::debug!(%peer, "handshake timed out after early data");
-            return None;
+
+    /// Ends at `deadline` if the handshake is still running then (counted as a timeout: a
+    /// client that sent early data and never its Finished is cut, its early request answered);
+    /// never ends otherwise.
+    pub(crate) fn handshake_overdue(
+        &self,
+        deadline: Instant,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = ()> {
+        let (state, metrics) = (self.state.clone(), self.metrics.clone());
+        async move {
+            tokio::time::sleep_until(deadline).await;
+            if state.handshaking() {
+                metrics.failure(FailureReason::Timeout);
+                tracing::debug!(%peer, "handshake timed out after early data");
+            } else {
+                std::future::pending::<()>().await
+            }
         }
     }
-    let (stream, early) = conn.into_stream(deadline, shared).await?;
-    let info = ConnInfo::of(peer, stream.get_ref().1);
-    Some(Handover {
-        stream,
-        info,
-        ahead: [&ahead[..], &early[..]].concat().into(),
-        first,
-    })
+
+    /// Drives the handshake to its end by `deadline` and hands the HTTP/1.1 connection over
+    /// (`None`: it ended). `ahead`: what was read after the first request; `first`: the first
+    /// request's deadline if it has not come yet (early data refused).
+    pub(crate) async fn finish(
+        mut self,
+        ahead: bytes::Bytes,
+        first: Option<Instant>,
+        peer: SocketAddr,
+        deadline: Instant,
+        config: Arc<rustls::ServerConfig>,
+    ) -> Option<Handover> {
+        match tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_handshake(cx)))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return None, // counted
+            Err(_) => {
+                self.metrics.failure(FailureReason::Timeout);
+                tracing::debug!(%peer, "handshake timed out after early data");
+                return None;
+            }
+        }
+        let (stream, early) = self.into_stream(deadline, config).await?;
+        let info = ConnInfo::of(peer, stream.get_ref().1);
+        Some(Handover {
+            stream,
+            info,
+            ahead: [&ahead[..], &early[..]].concat().into(),
+            first,
+        })
+    }
 }
 
 #[cfg(test)]

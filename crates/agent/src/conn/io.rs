@@ -21,6 +21,7 @@ use tokio::time::{Instant, Sleep};
 
 use baton_migrate::{MigrationError, Splitter};
 
+use super::transport::AgentIo;
 use crate::metrics::Metrics;
 
 pub struct ConnIo<T> {
@@ -130,23 +131,23 @@ impl<T> ConnIo<T> {
     }
 }
 
-impl ConnIo<crate::transport::AgentIo> {
-    /// See [`crate::transport::AgentIo::coalesce_writes`].
+impl ConnIo<AgentIo> {
+    /// See [`AgentIo::coalesce_writes`].
     pub fn coalesce_writes(&mut self) {
         self.inner.coalesce_writes();
     }
 
-    /// See [`crate::transport::AgentIo::hold_until_request`].
+    /// See [`AgentIo::hold_until_request`].
     pub fn hold_until_request(&mut self) {
         self.inner.hold_until_request();
     }
 
-    /// See [`crate::transport::AgentIo::hold_writes`].
+    /// See [`AgentIo::hold_writes`].
     pub fn hold_writes(&mut self) {
         self.inner.hold_writes();
     }
 
-    /// See [`crate::transport::AgentIo::stop_coalescing`].
+    /// See [`AgentIo::stop_coalescing`].
     pub fn stop_coalescing(&mut self) {
         self.inner.stop_coalescing();
     }

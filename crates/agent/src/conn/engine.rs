@@ -1,47 +1,36 @@
 //! The TLS engine under an HTTP/1.1 connection: rustls (the handshake was done here) or the
 //! record layer (the session moved here from another agent, or the connection parked on it
-//! while it idled: `crate::park`). Both wait for requests the same way, and both can move on
-//! again when this agent drains, so the HTTP/1.1 loop (`conn::serve_http1`) and the move
-//! (`handoff::export`) see one type.
+//! while it idled: `park`). Both wait for requests the same way, and both can move on
+//! again when this agent drains, so the HTTP/1.1 loop (`http1`) and the move
+//! (`migration::export`) see one type.
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{self, Poll};
 
 use baton_migrate::Splitter;
 use baton_session::migration::SessionObject;
 use rustls::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
 
-use crate::conn::Tls;
-use crate::handoff::export::Exported;
-use crate::handoff::stream::MigratedStream;
-use crate::io::ConnIo;
-use crate::server::Shared;
-use crate::transport::AgentIo;
+use super::decide::Waited;
+use super::io::ConnIo;
+use super::transport::AgentIo;
+use crate::context::Context;
+use crate::migration::stream::MigratedStream;
 use baton_migrate::extract::{self, ExtractFailed, Extras};
+
+/// A connection handshaken here, served by rustls (through tokio-rustls).
+pub(crate) type RustlsStream = TlsStream<ConnIo<AgentIo>>;
 
 /// A connection's TLS engine. Both variants are boxed: the engine is moved in and out of the
 /// futures that serve it, and each of those is as large as the engine (a parked connection's
 /// wake-up allocates and copies one); a rustls stream is 1.3 KB.
 pub(crate) enum Engine {
-    Rustls(Box<Tls>),
+    Rustls(Box<RustlsStream>),
     Layer(Box<MigratedStream<ConnIo<AgentIo>>>),
-}
-
-/// How a wait for a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waited {
-    /// Request bytes are there, or the peer closed (hyper sees to that).
-    Request,
-    /// The agent drains (only a `later` wait): the connection is idle between requests.
-    Drain,
-    /// The connection should end: idle timeout, I/O error, or `until` passed.
-    End,
-    /// Nothing came by the wait's park time (and `until` is later): the connection may park
-    /// (`crate::park`) and wait on from there.
-    Park,
 }
 
 impl Engine {
@@ -72,14 +61,14 @@ impl Engine {
     /// connection's idle timeout, not a slow request, and is not counted as one.
     pub(crate) async fn wait_request(
         &mut self,
-        shared: &Shared,
+        ctx: &Context,
         until: Instant,
         later: bool,
         movable: bool,
         park_at: Option<Instant>,
         begun: &mut bool,
     ) -> Waited {
-        let mut shedding = shared.shedding.subscribe();
+        let mut shedding = ctx.shedding.subscribe();
         let park_at = park_at.filter(|&p| p < until);
         let mut read_some = false;
         loop {
@@ -94,14 +83,14 @@ impl Engine {
             // one timer for both: the park time comes first, if there is one
             tokio::select! {
                 r = self.io().readable() => if r.is_err() { return Waited::End },
-                _ = shared.draining.cancelled(), if later => return Waited::Drain,
+                _ = ctx.draining.cancelled(), if later => return Waited::Drain,
                 _ = shedding.wait_for(|shed| *shed), if later && movable => return Waited::Drain,
                 _ = tokio::time::sleep_until(park_at.unwrap_or(until)) => {
                     if park_at.is_some() {
                         return Waited::Park;
                     }
                     if !later || *begun {
-                        shared.metrics.slow_request(false);
+                        ctx.metrics.slow_request(false);
                     }
                     return Waited::End;
                 }
@@ -192,23 +181,12 @@ impl Engine {
             }
         }
     }
-
-    /// The connection stays here after all: serve on, `plain` (what came meanwhile) first.
-    pub(crate) fn keep(self, plain: Vec<u8>) -> Exported {
-        match self {
-            Engine::Rustls(s) => Exported::Keep(s, plain),
-            Engine::Layer(mut s) => {
-                s.prefill_plaintext(plain);
-                Exported::ServeHere(s)
-            }
-        }
-    }
 }
 
 impl AsyncRead for Engine {
     fn poll_read(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
@@ -221,7 +199,7 @@ impl AsyncRead for Engine {
 impl AsyncWrite for Engine {
     fn poll_write(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
@@ -232,7 +210,7 @@ impl AsyncWrite for Engine {
 
     fn poll_write_vectored(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        cx: &mut task::Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
@@ -248,14 +226,14 @@ impl AsyncWrite for Engine {
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Engine::Rustls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Engine::Layer(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Engine::Rustls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Engine::Layer(s) => Pin::new(s.as_mut()).poll_shutdown(cx),

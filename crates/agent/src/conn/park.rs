@@ -7,7 +7,7 @@
 //! layer (`baton_record`, as a migrated session does: key, IV, sequence numbers and the TLS 1.3
 //! traffic secrets, so KeyUpdates go on), the layer's empty buffers are given back, and the
 //! large future ends. What stays is [`Parked`]: the socket, the record layer and the
-//! connection's facts, waited on by a small loop ([`idle`]) in the connection's own task. When
+//! connection's facts, waited on by a small loop (`http1::idle`) in the connection's own task. When
 //! the client sends, the agent drains, or it is drained at a dispatcher, the connection's full
 //! state is built again (boxed, so it is paid only while the connection works) and serves on
 //! from the record layer.
@@ -25,12 +25,14 @@ use std::task::Poll;
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
-use crate::engine::{Engine, Waited};
-use crate::handoff::stream::MigratedStream;
-use crate::http::ConnInfo;
-use crate::io::ConnIo;
-use crate::server::Shared;
-use crate::transport::AgentIo;
+use super::decide::Waited;
+use super::engine::Engine;
+use super::io::ConnIo;
+use super::transport::AgentIo;
+use crate::conn_info::ConnInfo;
+use crate::context::Context;
+use crate::metrics::Metrics;
+use crate::migration::stream::MigratedStream;
 use baton_migrate::extract;
 use baton_migrate::secrets::TrafficSecrets;
 
@@ -42,7 +44,7 @@ pub(crate) struct Parked {
     /// The socket and the record layer, its buffers given back.
     pub(crate) stream: Layered,
     pub(crate) info: Arc<ConnInfo>,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) ctx: Arc<Context>,
     /// Whether the dispatcher can move it to another agent.
     pub(crate) movable: bool,
     /// The first request's deadline, until it has come.
@@ -123,26 +125,11 @@ pub(crate) fn settled(engine: &mut Engine) -> bool {
     }
 }
 
-/// Serves a connection's parked stretches until it ends: each one a small wait, then the
-/// connection's full state again (boxed: it lives only while the connection works) until it
-/// parks again or ends.
-pub(crate) async fn idle(mut next: Option<Parked>) {
-    while let Some(mut parked) = next {
-        let counted = Counted::new(&parked.shared.metrics);
-        let woken = parked.wait().await;
-        drop(counted);
-        if woken == Waited::End {
-            return;
-        }
-        next = Box::pin(crate::conn::resume(parked, woken)).await;
-    }
-}
-
 /// A connection counted as parked (`baton_connections_parked`) while this lives.
-struct Counted(Arc<crate::metrics::Metrics>);
+struct Counted(Arc<Metrics>);
 
 impl Counted {
-    fn new(metrics: &Arc<crate::metrics::Metrics>) -> Self {
+    fn new(metrics: &Arc<Metrics>) -> Self {
         metrics.parked(true);
         Counted(metrics.clone())
     }
@@ -155,31 +142,29 @@ impl Drop for Counted {
 }
 
 impl Parked {
-    /// Waits as `Engine::wait_request` does, reading nothing: `Request` once the socket is
-    /// readable (or closed), `Drain` as it would, `End` at the deadline or the idle timeout.
-    async fn wait(&mut self) -> Waited {
+    /// Waits as `Engine::wait_request` does, reading nothing, counted as parked meanwhile:
+    /// `Request` once the socket is readable (or closed), `Drain` as it would, `End` at the
+    /// deadline or the idle timeout. (Then `http1::resume`, unless it ended.)
+    pub(crate) async fn wait(&mut self) -> Waited {
+        let _counted = Counted::new(&self.ctx.metrics);
         let later = self.first.is_none();
-        let shared = &*self.shared;
-        let mut shedding = shared.shedding.subscribe();
+        let ctx = &*self.ctx;
+        let mut shedding = ctx.shedding.subscribe();
         tokio::select! {
             r = self.stream.io_mut().readable() => match r {
                 Ok(()) => Waited::Request,
                 Err(_) => Waited::End,
             },
-            _ = shared.draining.cancelled(), if later => Waited::Drain,
+            _ = ctx.draining.cancelled(), if later => Waited::Drain,
             _ = shedding.wait_for(|shed| *shed), if later && self.movable => Waited::Drain,
             _ = tokio::time::sleep_until(self.until) => {
                 // A parked connection holds no part of a request (it parks only settled): at
                 // a later wait's end it is idle, not slow.
                 if !later {
-                    shared.metrics.slow_request(false);
+                    ctx.metrics.slow_request(false);
                 }
                 Waited::End
             }
         }
     }
 }
-
-#[cfg(test)]
-#[path = "park_test.rs"]
-mod tests;

@@ -13,6 +13,8 @@ use std::task::{ready, Context, Poll};
 use baton_migrate::{MigrationError, Splitter};
 use baton_record::RecordLayer;
 
+use crate::conn::io::ConnIo;
+use crate::conn::transport::AgentIo;
 use crate::metering::{CryptoOp, METER};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use zeroize::Zeroizing;
@@ -195,7 +197,7 @@ impl<IO> MigratedStream<IO> {
     }
 }
 
-impl MigratedStream<crate::io::ConnIo<crate::transport::AgentIo>> {
+impl MigratedStream<ConnIo<AgentIo>> {
     /// Reads what the socket holds without waiting and decrypts what is complete; `Ok(0)` at
     /// the client's EOF, `WouldBlock` if nothing came.
     pub fn read_available(&mut self) -> io::Result<usize> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use baton_migrate::{Outcome, RefuseReason};
 use proptest::prelude::*;
 
-use super::{run, ClientStep, Fault, Report, Schedule};
+use crate::migration::harness::{run, ClientStep, Fault, Report, Schedule};
 
 const MS: Duration = Duration::from_millis(1);
 

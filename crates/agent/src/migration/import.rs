@@ -8,52 +8,30 @@
 //! are dropped unused.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::SystemTime;
 
 use baton_migrate::{ImportEvent, Importer, RefuseReason};
-use baton_session::migration::{ImportError, ReplayGuard, SessionObject};
+use baton_session::migration::{ImportError, SessionObject};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
 use super::stream::MigratedStream;
-use crate::http::ConnInfo;
-use crate::io::ConnIo;
-use crate::server::Shared;
-use crate::transport::AgentIo;
+use crate::conn::io::ConnIo;
+use crate::conn::transport::AgentIo;
+use crate::conn_info::ConnInfo;
+use crate::context::Context;
 use baton_ops::process::thread_cpu;
 
-/// Ids of imported session objects, remembered until they expire. Objects live seconds, so
-/// this bounds the rate of imports at ~MAX_REMEMBERED per TTL, far above what an agent serves.
-const MAX_REMEMBERED: usize = 1 << 20;
-
-/// The home agent's import state.
-#[derive(Debug)]
-pub struct ImportState {
-    guard: Mutex<ReplayGuard>,
-    /// Objects issued before this are refused: the guard has forgotten them (a restart).
-    started: SystemTime,
-}
-
-impl Default for ImportState {
-    fn default() -> Self {
-        Self {
-            guard: Mutex::new(ReplayGuard::new(MAX_REMEMBERED)),
-            started: SystemTime::now(),
-        }
-    }
-}
-
 /// Opens a sealed object for this agent and `binding`, counting why it was refused.
-pub fn open(sealed: &[u8], binding: &[u8], shared: &Shared) -> Result<SessionObject, RefuseReason> {
-    let m = &shared.metrics.handoff;
-    let Some(ring) = shared.tls.cluster_ring() else {
+pub fn open(sealed: &[u8], binding: &[u8], ctx: &Context) -> Result<SessionObject, RefuseReason> {
+    let m = &ctx.metrics.handoff;
+    let Some(ring) = ctx.tls.cluster_ring() else {
         return Err(RefuseReason::Unavailable);
     };
     let ring = ring.read().unwrap_or_else(|p| p.into_inner());
-    let state = &shared.importer;
+    let state = &ctx.importer;
     let mut guard = state.guard.lock().unwrap_or_else(|p| p.into_inner());
-    let me = shared.config.agent_id;
+    let me = ctx.config.agent_id;
     SessionObject::open(
         sealed,
         &ring,
@@ -89,10 +67,10 @@ pub async fn import(
     peer: SocketAddr,
     binding: &[u8],
     why: Why,
-    shared: &Shared,
+    ctx: &Context,
 ) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
-    let m = &shared.metrics.handoff;
-    let mut machine = Importer::new(shared.config.migration_timeouts, now());
+    let m = &ctx.metrics.handoff;
+    let mut machine = Importer::new(ctx.config.migration_timeouts, now());
     let mut buf = vec![0u8; 8 * 1024];
     let mut opened = None;
     loop {
@@ -119,16 +97,15 @@ pub async fn import(
         match event {
             ImportEvent::Open(sealed) => {
                 let t = thread_cpu();
-                let layer =
-                    open(&sealed, binding, shared).and_then(
-                        |obj| match baton_migrate::record_layer(&obj) {
-                            Some(layer) => Ok((obj, layer)),
-                            None => {
-                                m.failure(HandoffFailure::ImportInvalid);
-                                Err(RefuseReason::Invalid)
-                            }
-                        },
-                    );
+                let layer = open(&sealed, binding, ctx).and_then(|obj| {
+                    match baton_migrate::record_layer(&obj) {
+                        Some(layer) => Ok((obj, layer)),
+                        None => {
+                            m.failure(HandoffFailure::ImportInvalid);
+                            Err(RefuseReason::Invalid)
+                        }
+                    }
+                });
                 m.cpu(Side::Import, thread_cpu().saturating_sub(t));
                 let answer = match layer {
                     Ok(x) => {
@@ -148,7 +125,7 @@ pub async fn import(
             ImportEvent::Commit { ciphertext } => {
                 let (obj, layer) = opened?;
                 m.migrated_in(why);
-                let info = super::conn_info(&obj, peer);
+                let info = ConnInfo::migrated(&obj, peer);
                 let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
                     .negotiated(obj.version, obj.suite);
                 s.prefill_ciphertext(&ciphertext);

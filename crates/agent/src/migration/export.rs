@@ -11,13 +11,13 @@ use rustls::ProtocolVersion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
+use super::offer::Offer;
 use super::stream::MigratedStream;
-use crate::conn::Tls;
-use crate::engine::Engine;
-use crate::http::ConnInfo;
-use crate::io::ConnIo;
-use crate::server::Shared;
-use crate::transport::AgentIo;
+use crate::conn::engine::{Engine, RustlsStream};
+use crate::conn::io::ConnIo;
+use crate::conn::transport::AgentIo;
+use crate::conn_info::ConnInfo;
+use crate::context::Context;
 use baton_migrate::extract::{self, Extras};
 use baton_migrate::secrets::TrafficSecrets;
 use baton_ops::process::thread_cpu;
@@ -29,16 +29,9 @@ pub enum Exported {
     /// Extracted, but the home agent did not take it: served here from the record layer.
     ServeHere(Box<MigratedStream<ConnIo<AgentIo>>>),
     /// Not extracted: carry on with rustls. The plaintext is what was already read from it.
-    Keep(Box<Tls>, Vec<u8>),
+    Keep(Box<RustlsStream>, Vec<u8>),
     /// Lost: the client or the dispatcher went away, or broke the protocol.
     Closed,
-}
-
-/// The dispatcher's Offer: where the session should go, and what its object is bound to.
-#[derive(Debug, Clone, Copy)]
-pub struct Offer {
-    pub home: u16,
-    pub binding: [u8; baton_migrate::BINDING_LEN],
 }
 
 /// Runs the handshake agent's side for a connection the dispatcher offered to hand on, right
@@ -46,19 +39,19 @@ pub struct Offer {
 /// only if the session moves: one that stays here keeps them (and its records followed), so
 /// that it can park on the record layer later.
 pub async fn hand_off(
-    mut stream: Tls,
+    mut stream: RustlsStream,
     offer: Offer,
     secrets: &mut TrafficSecrets,
     info: &ConnInfo,
-    shared: &Shared,
+    ctx: &Context,
 ) -> Exported {
-    let cfg = &shared.config;
-    let m = &shared.metrics.handoff;
+    let cfg = &ctx.config;
+    let m = &ctx.metrics.handoff;
     let tls13 = stream.get_ref().1.protocol_version() == Some(ProtocolVersion::TLSv1_3);
     // Where the client's records stand in what rustls read during the handshake (and the
     // stream stops following them, whatever happens next).
     let read = stream.get_mut().0.take_records();
-    let ring = shared.tls.cluster_ring();
+    let ring = ctx.tls.cluster_ring();
     let usable = ring.is_some() && (!tls13 || secrets.client.is_some() && secrets.server.is_some());
     if offer.home == cfg.agent_id || !usable {
         if offer.home == cfg.agent_id {
@@ -93,7 +86,7 @@ pub async fn hand_off(
     // The NewSessionTickets must leave rustls before the extraction (it refuses queued
     // records, and the tx sequence must count them). They stay held in the stream and go out
     // with the Switch (or the Abort) in one write: one DATA frame on the link, one system call
-    // here and one read at the dispatcher (`conn::serve` left them held).
+    // here and one read at the dispatcher (`conn::accept::serve` left them held).
     if stream.flush().await.is_err() || stream.get_ref().1.wants_write() {
         return Exported::Closed;
     }
@@ -129,7 +122,7 @@ pub async fn hand_off(
             open_since: Some(t),
         },
         info,
-        shared,
+        ctx,
     )
     .await
 }
@@ -144,16 +137,16 @@ pub(crate) async fn leave(
     mut stream: Engine,
     secrets: TrafficSecrets,
     info: &ConnInfo,
-    shared: &Shared,
+    ctx: &Context,
 ) -> Exported {
-    let cfg = &shared.config;
-    let m = &shared.metrics.handoff;
+    let cfg = &ctx.config;
+    let m = &ctx.metrics.handoff;
     // A rustls connection's TLS 1.3 secrets come from the key log; the layer has its own.
     let secrets_known = match &stream {
         Engine::Rustls(_) => secrets.client.is_some() && secrets.server.is_some(),
         Engine::Layer(_) => true,
     };
-    let usable = shared.tls.cluster_ring().is_some() && (!stream.is_tls13() || secrets_known);
+    let usable = ctx.tls.cluster_ring().is_some() && (!stream.is_tls13() || secrets_known);
     // Every response byte must be on the wire first: after Leave this agent sends nothing.
     if stream.flush().await.is_err() {
         return Exported::Closed;
@@ -165,7 +158,7 @@ pub(crate) async fn leave(
     }
     let read = stream.records();
     let Some(read) = read.filter(|_| usable) else {
-        return stream.keep(Vec::new());
+        return keep(stream, Vec::new());
     };
     let started = Instant::now();
     let (mut x, leave) =
@@ -204,7 +197,7 @@ pub(crate) async fn leave(
                     let _ = stream.flush().await;
                     return Exported::Closed;
                 }
-                return stream.keep(plain);
+                return keep(stream, plain);
             }
             _ => {
                 m.failure(HandoffFailure::Protocol);
@@ -228,7 +221,7 @@ pub(crate) async fn leave(
         before: cpu,
         open_since: None,
     };
-    switch(stream, x, how, plain, metered, info, shared).await
+    switch(stream, x, how, plain, metered, info, ctx).await
 }
 
 /// A move under way, from the handshake agent's side.
@@ -259,7 +252,7 @@ async fn keep_after_abort(
     if let Some(read) = read {
         stream.io().continue_records(read);
     }
-    stream.keep(plain)
+    keep(stream, plain)
 }
 
 /// The export's thread CPU so far: `before`, closed sections, and the one still open since
@@ -279,10 +272,10 @@ async fn switch(
     plain: Vec<u8>,
     metered: Metered,
     info: &ConnInfo,
-    shared: &Shared,
+    ctx: &Context,
 ) -> Exported {
-    let cfg = &shared.config;
-    let m = &shared.metrics.handoff;
+    let cfg = &ctx.config;
+    let m = &ctx.metrics.handoff;
     let Move {
         offer,
         secrets,
@@ -294,7 +287,7 @@ async fn switch(
         m.failure(HandoffFailure::Protocol);
         return Exported::Closed;
     };
-    let ring = shared.tls.cluster_ring();
+    let ring = ctx.tls.cluster_ring();
 
     let t = metered.open_since.unwrap_or_else(thread_cpu);
     if !stream.extractable() {
@@ -380,7 +373,18 @@ async fn switch(
     }
 }
 
-/// Writes `frame` after what the handshake left held (see `conn::serve`), as one write, and
+/// The connection stays here after all: serve on, `plain` (what came meanwhile) first.
+fn keep(engine: Engine, plain: Vec<u8>) -> Exported {
+    match engine {
+        Engine::Rustls(s) => Exported::Keep(s, plain),
+        Engine::Layer(mut s) => {
+            s.prefill_plaintext(plain);
+            Exported::ServeHere(s)
+        }
+    }
+}
+
+/// Writes `frame` after what the handshake left held (see `conn::accept::serve`), as one write, and
 /// stops holding writes.
 async fn send_with_held(io: &mut ConnIo<AgentIo>, frame: &[u8]) -> std::io::Result<()> {
     io.write_all(frame).await?;

@@ -28,7 +28,7 @@ use baton_session::{KeyRing, TicketKey};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
-use crate::http::ConnInfo;
+use crate::conn_info::ConnInfo;
 use baton_migrate::extract::{self, Extras};
 use baton_migrate::secrets::{self, Expected, SecretLog};
 
@@ -774,7 +774,7 @@ enum AState {
     Closed,
 }
 
-/// The handshake agent: `export.rs` and the handshake part of `conn.rs`.
+/// The handshake agent: `export.rs` and the handshake part of `conn/accept.rs`.
 struct HandshakeAgent {
     state: AState,
     log: Arc<SecretLog>,
@@ -882,7 +882,7 @@ impl HandshakeAgent {
         };
         self.offer = Some((home, binding));
         let rest = &head[split.consumed..];
-        // conn.rs peeks the ClientHello's random to keep this connection's traffic secrets
+        // conn/accept.rs peeks the ClientHello's random to keep this connection's traffic secrets
         self.expected = secrets::client_random(rest).and_then(|r| self.log.expect(r));
         let conn = ServerConnection::new(self.config.clone()).expect("server connection");
         self.handshake(net, Box::new(conn), rest);
