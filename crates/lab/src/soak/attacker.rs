@@ -13,7 +13,7 @@
 //! | idle-hello | a real ClientHello, then silence    | silent: connect, send nothing           |
 //! | slowloris  | the same ClientHello a byte a second| a request head a byte a second, never done |
 //! | garbage    | 2 KiB of random bytes, then silence | the same                                |
-//! | half-open  | shut down the write half at once    | pipelined requests, answers never read  |
+//! | half-open  | shut down the write half at once    | pipelined requests, answers never read (a small receive buffer: the server's writes stall) |
 //!
 //! It records, per target, what the server did: connections refused, closed by the server (and
 //! the longest it held one), still open when the attack ended, and the most held at once.
@@ -238,11 +238,25 @@ enum Conn {
 
 /// A request head that never ends: its first bytes, then padding for as long as it takes.
 const PARTIAL_HEAD: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ";
-/// A request sent over and over on one connection whose answers are never read.
+/// A request sent [`PIPELINED_COUNT`] times at once on a connection whose answers are never
+/// read.
 const PIPELINED: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+/// Few: on loopback a server's send buffer grows to about a megabyte, so each answer the
+/// server writes stays in kernel memory until the connection closes. 32 of them on each of
+/// 264 connections per metrics endpoint put the machine's TCP memory under pressure (tcp_mem)
+/// and stalled every loopback connection for seconds: a flood of the host, not of the
+/// listener.
+const PIPELINED_COUNT: usize = 4;
+/// The receive buffer of a connection that never reads: the server's writes stall after a few
+/// KiB, as behind a slow or hostile reader, instead of filling an auto-tuned buffer of
+/// megabytes with pages it is asked for again and again.
+const UNREAD_BUFFER: u32 = 4096;
 
-async fn connect(src: IpAddr, addr: SocketAddr) -> Option<tokio::net::TcpStream> {
+async fn connect(src: IpAddr, addr: SocketAddr, how: Behaviour) -> Option<tokio::net::TcpStream> {
     let sock = tokio::net::TcpSocket::new_v4().ok()?;
+    if how == Behaviour::Pipelined {
+        let _ = sock.set_recv_buffer_size(UNREAD_BUFFER);
+    }
     // the attacker's own sources; the default one if the kernel will not have it
     let _ = sock.bind(SocketAddr::new(src, 0));
     tokio::time::timeout(Duration::from_secs(2), sock.connect(addr))
@@ -261,7 +275,7 @@ async fn one(
     opened: impl FnOnce(bool),
 ) -> Conn {
     let t0 = Instant::now();
-    let Some(mut s) = connect(src, addr).await else {
+    let Some(mut s) = connect(src, addr, how).await else {
         opened(false);
         return Conn::Refused;
     };
@@ -279,21 +293,23 @@ async fn one(
             let _ = s.shutdown().await;
         }
         Behaviour::Pipelined => {
-            // requests until the server stops reading them, never a read: only the write
-            // failing (the server closed) ends it early
-            loop {
-                let burst = PIPELINED.repeat(16);
-                tokio::select! {
-                    _ = tokio::time::sleep_until(until) => return Conn::Held,
-                    r = s.write_all(&burst) => if r.is_err() {
-                        return Conn::Closed(t0.elapsed());
-                    },
+            // the requests, then never a read: a byte a second more (the start of one more
+            // request head) tells when the server has closed
+            let burst = PIPELINED.repeat(PIPELINED_COUNT);
+            let wrote = async {
+                s.write_all(&burst).await?;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    s.write_all(b"G").await?;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep_until(until) => return Conn::Held,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            };
+            return tokio::select! {
+                _ = tokio::time::sleep_until(until) => Conn::Held,
+                r = wrote => {
+                    let _: std::io::Result<()> = r;
+                    Conn::Closed(t0.elapsed())
                 }
-            }
+            };
         }
         Behaviour::Slowloris | Behaviour::Silent | Behaviour::PartialHead => {}
     }
