@@ -136,7 +136,10 @@ fn quick_soak_accounts_for_every_failure() {
         assert!(l["peak"].as_u64().unwrap() >= 32, "{l}");
         assert!(l["opened"].as_u64().unwrap() > 256, "{l}");
         if l["peer"] != "-" {
-            assert!(l["ok"].as_u64().unwrap() > 30, "{name}: its peer barely served: {l}");
+            assert!(
+                l["ok"].as_u64().unwrap() > 30,
+                "{name}: its peer barely served: {l}"
+            );
         }
     }
     // every process was sampled and ended within its tolerances

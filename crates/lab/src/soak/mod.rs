@@ -116,9 +116,11 @@ pub fn run(lab: &Lab, args: SoakArgs) -> anyhow::Result<Vec<Table>> {
         .enable_all()
         .build()?;
     let mut outcome = runtime.block_on(drive(&plan, rate, args.seed, sys))?;
+    let log = std::fs::read(dir.join("haproxy").join("haproxy.log")).unwrap_or_default();
     name_agents(
         &mut outcome.requests,
-        &dir.join("haproxy").join("haproxy.log"),
+        &String::from_utf8_lossy(&log),
+        outcome.wall0,
     );
     Ok(report::report(&plan, &dir, outcome))
 }
@@ -144,7 +146,7 @@ impl Haproxy {
         let mut cfg = format!(
             "global\n  nbthread 1\n  maxconn 4000\n  stats socket {} mode 600 level user\n  \
              log stdout format raw local0\n\
-             defaults\n  mode tcp\n  log global\n  log-format \"conn %ci:%cp %s %ts\"\n  \
+             defaults\n  mode tcp\n  log global\n  log-format \"conn %ci:%cp %s %ts %Ts.%ms\"\n  \
              timeout connect 2s\n  timeout client 30s\n  \
              timeout server 30s\n  retries 3\n  option redispatch 1\n\
              frontend fe\n  bind {addr}\n  default_backend be\n\
@@ -184,34 +186,46 @@ impl Haproxy {
     }
 }
 
-/// The agent (server `sI`) of each client address and port in HAProxy's log (`conn ADDR
-/// SERVER STATE` lines); an address that two lines give different agents has none.
-fn served_by(log: &str) -> HashMap<SocketAddr, Option<usize>> {
-    let mut out: HashMap<SocketAddr, Option<usize>> = HashMap::new();
+/// Each client address and port in HAProxy's log (`conn ADDR SERVER STATE ACCEPTED` lines):
+/// when it was accepted (Unix time, s) and its agent (server `sI`; `None` for `<NOSRV>`). A
+/// port comes back in a long run, so one address may have several.
+fn served_by(log: &str) -> HashMap<SocketAddr, Vec<(f64, Option<usize>)>> {
+    let mut out: HashMap<SocketAddr, Vec<(f64, Option<usize>)>> = HashMap::new();
     for line in log.lines() {
-        let mut w = line.split_whitespace();
-        let (Some("conn"), Some(addr), Some(server)) = (w.next(), w.next(), w.next()) else {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let ["conn", addr, server, _state, accepted] = w.as_slice() else {
             continue;
         };
-        let Ok(addr) = addr.parse() else { continue };
+        let (Ok(addr), Ok(accepted)) = (addr.parse(), accepted.parse()) else {
+            continue;
+        };
         let agent = server.strip_prefix('s').and_then(|i| i.parse().ok());
-        out.entry(addr)
-            .and_modify(|a| {
-                if *a != agent {
-                    *a = None;
-                }
-            })
-            .or_insert(agent);
+        out.entry(addr).or_default().push((accepted, agent));
     }
     out
 }
 
-/// Names the agent of every request of side B from HAProxy's log.
-fn name_agents(requests: &mut [Request], log: &Path) {
-    let text = String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
-    let by = served_by(&text);
+/// How far HAProxy's accept may be from the client's start of a request, to be its line, s.
+const ACCEPT_SLACK: f64 = 1.0;
+
+/// Names the agent of every request of side B from HAProxy's log: the line of its address
+/// whose accept is nearest its start (`wall0`: the start of the load, in Unix time), if
+/// within [`ACCEPT_SLACK`].
+fn name_agents(requests: &mut [Request], log: &str, wall0: f64) {
+    let by = served_by(log);
     for r in requests.iter_mut().filter(|r| r.side == Side::B) {
-        r.served_by = r.local.and_then(|l| by.get(&l).copied().flatten());
+        let at = wall0 + r.start.as_secs_f64();
+        r.served_by = r
+            .local
+            .and_then(|l| by.get(&l))
+            .and_then(|lines| {
+                lines
+                    .iter()
+                    .map(|(accepted, agent)| ((accepted - at).abs(), *agent))
+                    .filter(|(off, _)| *off <= ACCEPT_SLACK)
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+            })
+            .and_then(|(_, agent)| agent);
     }
 }
 
@@ -620,6 +634,8 @@ struct SoakRun {
     checks: Vec<Check>,
     /// What the attacker flooded.
     targets: Vec<Target>,
+    /// The start of the load, Unix time in seconds (HAProxy's log has no other clock).
+    wall0: f64,
     attacks: Vec<(Event, BTreeMap<String, attacker::Stats>)>,
     watch: Watch,
     warmup: Duration,
@@ -634,6 +650,10 @@ async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Resul
     // let peers and links settle
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t0 = Instant::now();
+    let wall0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
     let until = t0 + plan.duration;
     let watch = Arc::new(Mutex::new(Watch::new(&sys, t0)));
     let sys = Arc::new(Mutex::new(sys));
@@ -736,6 +756,7 @@ async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Resul
         windows,
         checks,
         targets,
+        wall0,
         attacks: attack_stats,
         watch,
         warmup: plan.warmup,
@@ -987,29 +1008,35 @@ mod tests {
     }
 
     #[test]
-    fn haproxy_log_names_each_connections_agent() {
-        let log = "conn 127.0.0.2:40000 s1 --\n\
+    fn haproxy_log_names_each_requests_agent_by_address_and_time() {
+        let log = "conn 127.0.0.2:40000 s1 -- 1000.100\n\
                    [WARNING] a line that is not a connection\n\
-                   conn 127.0.0.3:40001 <NOSRV> CD\n\
-                   conn 127.0.0.4:40002 s0 --\n\
-                   conn 127.0.0.4:40002 s2 --\n\
-                   conn 127.0.0.5:40003 s2 SD\n\
-                   conn 127.0.0.5:40003 s2 --\n";
-        let by = served_by(log);
-        let at = |a: &str| by.get(&a.parse::<SocketAddr>().unwrap()).copied();
-        assert_eq!(at("127.0.0.2:40000"), Some(Some(1)));
-        assert_eq!(at("127.0.0.3:40001"), Some(None), "no server");
+                   conn 127.0.0.3:40001 <NOSRV> CD 1000.200\n\
+                   conn 127.0.0.4:40002 s0 -- 1001.000\n\
+                   conn 127.0.0.4:40002 s2 -- 1050.000\n";
+        let req = |local: &str, start_ms: u64| Request {
+            side: Side::B,
+            start: Duration::from_millis(start_ms),
+            end: Duration::from_millis(start_ms + 5),
+            outcome: account::Outcome::Failed("response eof".into()),
+            local: Some(local.parse().unwrap()),
+            served_by: None,
+        };
+        let mut r = vec![
+            req("127.0.0.2:40000", 100),
+            req("127.0.0.3:40001", 200),
+            req("127.0.0.4:40002", 1_000),
+            req("127.0.0.4:40002", 49_990),
+            req("127.0.0.4:40002", 20_000),
+            req("127.0.0.6:40004", 100),
+        ];
+        name_agents(&mut r, log, 1000.0);
+        let named: Vec<Option<usize>> = r.iter().map(|r| r.served_by).collect();
         assert_eq!(
-            at("127.0.0.4:40002"),
-            Some(None),
-            "a port used twice, two agents"
+            named,
+            [Some(1), None, Some(0), Some(2), None, None],
+            "by address, then the nearest accept; none without a server or a line near it"
         );
-        assert_eq!(
-            at("127.0.0.5:40003"),
-            Some(Some(2)),
-            "twice, the same agent"
-        );
-        assert_eq!(at("127.0.0.6:40004"), None);
     }
 
     #[test]
