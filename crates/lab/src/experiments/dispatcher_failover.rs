@@ -392,6 +392,7 @@ mod tests {
                 Outcome::Failed("response eof".into())
             },
             local: None,
+            served_by: None,
         }
     }
 

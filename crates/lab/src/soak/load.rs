@@ -207,6 +207,7 @@ pub async fn run(load: Load, t0: Instant, until: Instant) -> Recorded {
                 end,
                 outcome,
                 local,
+                served_by: None,
             });
             idle.lock().unwrap().insert(0, client);
             in_flight.fetch_sub(1, Ordering::SeqCst);

@@ -2,27 +2,34 @@
 //! injector works through a seeded schedule:
 //!
 //! - side A: `baton up --agents 3 --policy handoff --store redis` (the lab's [`Cluster`]) with a
-//!   real `redis-server`;
+//!   real `redis-server`, its dispatcher with an admin endpoint (`--admin`, a token);
 //! - side B: three agents with `--store peers` (also a [`Cluster`], whose own dispatcher is
 //!   stopped at once) behind HAProxy `mode tcp` (`balance roundrobin`, TCP health checks every
-//!   0.5 s, two misses to take a server out, `option redispatch`, PROXY v2 to the agents).
+//!   0.5 s, two misses to take a server out, `option redispatch`, PROXY v2 to the agents), which
+//!   logs the agent of every connection.
 //!
 //! Faults (`schedule.rs`): SIGKILL an agent and start it again on the same ports, SIGSTOP an
 //! agent for 5 s, SIGKILL Redis and start it again (empty), SIGKILL A's dispatcher and start it
-//! again, and the attacker (`attacker.rs`) against every listener: dispatcher, agents' TLS,
-//! link and replication ports, HAProxy. Load (`load.rs`): open-loop requests at a fixed rate
-//! on each side, each recorded with its times and error. Attribution (`account.rs`) explains a
-//! failure only by a killed or stopped process on the request's path, in a window the module
-//! documents; anything else is unexplained. Every process's descriptors and RSS are sampled
-//! each second (`sample.rs`), every agent's /metrics too (counters summed over restarts).
+//! again, and the attacker (`attacker.rs`), a flood against every listener: dispatcher, agents'
+//! TLS, link and replication ports, every metrics endpoint, the dispatcher's admin endpoint,
+//! HAProxy. Load (`load.rs`): open-loop requests at a fixed rate on each side, each recorded
+//! with its times and error; every other listener's legitimate peer is checked once a second
+//! (`probe.rs`). Attribution (`account.rs`) explains a failure only by a killed or stopped
+//! process that served the request (or the check), at a time the module documents; anything
+//! else is unexplained. Every process's descriptors and RSS are sampled each second
+//! (`sample.rs`), every agent's /metrics too (counters summed over restarts).
 //!
-//! The run fails on an unexplained failure, a process that ends the quiet period above its
-//! start by more than the tolerances of `sample.rs`, a panic in any log, or a fault that could
-//! not be carried out.
+//! The run fails on an unexplained failure of a request or a check, a listener whose
+//! legitimate peer was never served, a process that ends the quiet period above its start by
+//! more than the tolerances of `sample.rs`, a panic in any log, or a fault that could not be
+//! carried out. (`baton signer` is not part of the soak: its socket is a Unix one, and no
+//! agent of the soak uses a signer.)
 
 pub mod account;
 pub mod attacker;
 pub mod load;
+pub mod probe;
+mod report;
 pub mod sample;
 pub mod schedule;
 
@@ -41,11 +48,11 @@ use crate::cluster::{spawn_ready, Cluster, ClusterSpec, Proc, Store};
 use crate::pki::KeyKind;
 use crate::rig::redis::Redis;
 use crate::rig::Lab;
-use crate::row;
 use crate::signal::Signal;
 use crate::table::Table;
-use account::{Outcome, Request, Window};
-use sample::{Sample, Span};
+use account::{Check, Process, Request, Window};
+use attacker::{Proto, Target};
+use sample::Sample;
 use schedule::{Event, Fault, Plan, Side};
 
 /// `baton lab soak`: load both systems while faults are injected; every failure accounted for.
@@ -108,8 +115,14 @@ pub fn run(lab: &Lab, args: SoakArgs) -> anyhow::Result<Vec<Table>> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let outcome = runtime.block_on(drive(&plan, rate, args.seed, sys))?;
-    Ok(report(&plan, &dir, outcome))
+    let mut outcome = runtime.block_on(drive(&plan, rate, args.seed, sys))?;
+    let log = std::fs::read(dir.join("haproxy").join("haproxy.log")).unwrap_or_default();
+    name_agents(
+        &mut outcome.requests,
+        &String::from_utf8_lossy(&log),
+        outcome.wall0,
+    );
+    Ok(report::report(&plan, &dir, outcome))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,9 +142,12 @@ impl Haproxy {
         std::fs::create_dir_all(&dir)?;
         let addr = SocketAddr::from(([127, 0, 0, 1], crate::rig::free_port()?));
         let sock = dir.join("stats.sock");
+        // every connection logged with its client's address and port and the agent it went to
         let mut cfg = format!(
-            "global\n  nbthread 1\n  maxconn 4000\n  stats socket {} mode 600 level user\n\
-             defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  \
+            "global\n  nbthread 1\n  maxconn 4000\n  stats socket {} mode 600 level user\n  \
+             log stdout format raw local0\n\
+             defaults\n  mode tcp\n  log global\n  log-format \"conn %ci:%cp %s %ts %Ts.%ms\"\n  \
+             timeout connect 2s\n  timeout client 30s\n  \
              timeout server 30s\n  retries 3\n  option redispatch 1\n\
              frontend fe\n  bind {addr}\n  default_backend be\n\
              backend be\n  balance roundrobin\n  \
@@ -170,6 +186,49 @@ impl Haproxy {
     }
 }
 
+/// Each client address and port in HAProxy's log (`conn ADDR SERVER STATE ACCEPTED` lines):
+/// when it was accepted (Unix time, s) and its agent (server `sI`; `None` for `<NOSRV>`). A
+/// port comes back in a long run, so one address may have several.
+fn served_by(log: &str) -> HashMap<SocketAddr, Vec<(f64, Option<usize>)>> {
+    let mut out: HashMap<SocketAddr, Vec<(f64, Option<usize>)>> = HashMap::new();
+    for line in log.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let ["conn", addr, server, _state, accepted] = w.as_slice() else {
+            continue;
+        };
+        let (Ok(addr), Ok(accepted)) = (addr.parse(), accepted.parse()) else {
+            continue;
+        };
+        let agent = server.strip_prefix('s').and_then(|i| i.parse().ok());
+        out.entry(addr).or_default().push((accepted, agent));
+    }
+    out
+}
+
+/// How far HAProxy's accept may be from the client's start of a request, to be its line, s.
+const ACCEPT_SLACK: f64 = 1.0;
+
+/// Names the agent of every request of side B from HAProxy's log: the line of its address
+/// whose accept is nearest its start (`wall0`: the start of the load, in Unix time), if
+/// within [`ACCEPT_SLACK`].
+fn name_agents(requests: &mut [Request], log: &str, wall0: f64) {
+    let by = served_by(log);
+    for r in requests.iter_mut().filter(|r| r.side == Side::B) {
+        let at = wall0 + r.start.as_secs_f64();
+        r.served_by = r
+            .local
+            .and_then(|l| by.get(&l))
+            .and_then(|lines| {
+                lines
+                    .iter()
+                    .map(|(accepted, agent)| ((accepted - at).abs(), *agent))
+                    .filter(|(off, _)| *off <= ACCEPT_SLACK)
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+            })
+            .and_then(|(_, agent)| agent);
+    }
+}
+
 impl Drop for Haproxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -185,15 +244,29 @@ struct Systems {
     redis: Redis,
     haproxy: Haproxy,
     restarts: usize,
+    /// The token of A's dispatcher's admin endpoint.
+    admin_token: Arc<baton_ops::guard::Token>,
 }
 
 impl Systems {
     fn start(lab: &Lab, dir: &Path) -> anyhow::Result<Systems> {
         let redis = Redis::start(dir)?;
+        // A's dispatcher has an admin endpoint, as `baton up --admin` gives it: one more
+        // listener to attack, and its legitimate peer calls it with the token
+        std::fs::create_dir_all(dir.join("a"))?;
+        let token_file = dir.join("a").join("admin-token");
+        let admin_token = Arc::new(baton_ops::guard::Token::load_or_create(&token_file)?);
+        let admin_args = [
+            "--admin".to_string(),
+            "127.0.0.1:0".into(),
+            "--admin-token-file".into(),
+            token_file.display().to_string(),
+        ];
         let spec = |name: &str,
                     policy: &str,
                     store: Store,
-                    agent_args: &[&str]|
+                    agent_args: &[&str],
+                    dispatcher_args: &[String]|
          -> anyhow::Result<ClusterSpec> {
             Ok(ClusterSpec {
                 baton: lab.baton.clone(),
@@ -204,7 +277,7 @@ impl Systems {
                 store,
                 key: KeyKind::EcdsaP256,
                 agent_args: agent_args.iter().map(|a| a.to_string()).collect(),
-                dispatcher_args: Vec::new(),
+                dispatcher_args: dispatcher_args.to_vec(),
                 agent_caps: Vec::new(),
                 topology: Default::default(),
             })
@@ -215,8 +288,9 @@ impl Systems {
             "handoff",
             Store::Redis(redis.url()),
             &["--tickets", "false"],
+            &admin_args,
         )?)?;
-        let mut b = Cluster::start(&spec("b", "round-robin", Store::Peers, &[])?)?;
+        let mut b = Cluster::start(&spec("b", "round-robin", Store::Peers, &[], &[])?)?;
         // side B's front is HAProxy: its own dispatcher goes
         let _ = b.dispatcher.child.kill();
         let _ = b.dispatcher.child.wait();
@@ -233,6 +307,7 @@ impl Systems {
             redis,
             haproxy,
             restarts: 0,
+            admin_token,
         })
     }
 
@@ -243,24 +318,78 @@ impl Systems {
         }
     }
 
-    /// Every listener an attacker can reach, named by kind.
-    fn listeners(&self) -> Vec<(String, SocketAddr)> {
-        let mut out = vec![("dispatcher".to_string(), self.a.addr())];
+    /// Every listener an attacker can reach, named by kind and process.
+    fn listeners(&self) -> Vec<Target> {
+        let target = |name: String, addr: SocketAddr, proto: Proto| Target { name, addr, proto };
+        let d = &self.a.dispatcher;
+        let mut out = vec![target("dispatcher".into(), self.a.addr(), Proto::Tls)];
+        if let Some(addr) = d.addr("metrics") {
+            out.push(target("metrics dispatcher".into(), addr, Proto::Http));
+        }
+        if let Some(addr) = d.addr("admin") {
+            out.push(target("admin".into(), addr, Proto::Http));
+        }
         for (side, c) in [(Side::A, &self.a), (Side::B, &self.b)] {
             for (i, p) in c.agents.iter().enumerate() {
-                for kind in ["tls", "link"] {
+                for (kind, proto) in [
+                    ("tls", Proto::Tls),
+                    ("link", Proto::Binary),
+                    ("metrics", Proto::Http),
+                ] {
                     if let Some(addr) = p.addr(kind) {
-                        out.push((format!("{kind} {side}{i}"), addr));
+                        out.push(target(format!("{kind} {side}{i}"), addr, proto));
                     }
                 }
                 if let Some(peer) = flag_value(&cmdline(p.child.id()), "--peer-listen") {
                     if let Ok(addr) = peer.parse() {
-                        out.push((format!("peer {side}{i}"), addr));
+                        out.push(target(format!("peer {side}{i}"), addr, Proto::Binary));
                     }
                 }
             }
         }
-        out.push(("haproxy".to_string(), self.haproxy.addr));
+        out.push(target("haproxy".into(), self.haproxy.addr, Proto::Tls));
+        out
+    }
+
+    /// The legitimate peers to check besides the load: every metrics endpoint (with what an
+    /// agent's page says about its links or its replication), the admin endpoint, every
+    /// agent's TLS listener.
+    fn probes(&self, roots: [&Arc<rustls::RootCertStore>; 2]) -> Vec<probe::Probe> {
+        let d = &self.a.dispatcher;
+        let links = crate::rollout::links_per_dispatcher(&[]);
+        let mut out = Vec::new();
+        if let Some(addr) = d.addr("metrics") {
+            out.push(probe::Probe::Metrics {
+                process: Process::Dispatcher,
+                addr,
+                links,
+            });
+        }
+        if let Some(addr) = d.addr("admin") {
+            out.push(probe::Probe::Admin {
+                addr,
+                token: self.admin_token.clone(),
+            });
+        }
+        for (side, c, roots) in [(Side::A, &self.a, roots[0]), (Side::B, &self.b, roots[1])] {
+            for (i, p) in c.agents.iter().enumerate() {
+                let process = Process::Agent(side, i);
+                if let Some(addr) = p.addr("metrics") {
+                    out.push(probe::Probe::Metrics {
+                        process,
+                        addr,
+                        links,
+                    });
+                }
+                if let Some(addr) = p.addr("tls") {
+                    out.push(probe::Probe::Tls {
+                        process,
+                        addr,
+                        roots: roots.clone(),
+                    });
+                }
+            }
+        }
         out
     }
 }
@@ -501,6 +630,12 @@ struct SoakRun {
     requests: Vec<Request>,
     skipped: BTreeMap<Side, u64>,
     windows: Vec<(Event, Result<Window, String>)>,
+    /// The listeners' legitimate peers, checked.
+    checks: Vec<Check>,
+    /// What the attacker flooded.
+    targets: Vec<Target>,
+    /// The start of the load, Unix time in seconds (HAProxy's log has no other clock).
+    wall0: f64,
     attacks: Vec<(Event, BTreeMap<String, attacker::Stats>)>,
     watch: Watch,
     warmup: Duration,
@@ -511,9 +646,14 @@ async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Resul
     let roots_b = load::roots(&sys.b.pki.ca)?;
     let (entry_a, entry_b) = (sys.a.addr(), sys.haproxy.addr);
     let targets = sys.listeners();
+    let probes = sys.probes([&roots_a, &roots_b]);
     // let peers and links settle
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t0 = Instant::now();
+    let wall0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
     let until = t0 + plan.duration;
     let watch = Arc::new(Mutex::new(Watch::new(&sys, t0)));
     let sys = Arc::new(Mutex::new(sys));
@@ -542,6 +682,13 @@ async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Resul
             roots,
         };
         loads.spawn(async move { (side, load::run(l, t0, until).await) });
+    }
+
+    // the listeners' legitimate peers, for as long as the load
+    let checks: Arc<Mutex<Vec<Check>>> = Arc::default();
+    let mut checking = tokio::task::JoinSet::new();
+    for p in probes {
+        checking.spawn(probe::run(p, t0, until, checks.clone()));
     }
 
     let mut faults = tokio::task::JoinSet::new();
@@ -590,6 +737,8 @@ async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Resul
         attack_stats.push(r?);
     }
     attack_stats.sort_by_key(|(e, _)| e.at);
+    while checking.join_next().await.is_some() {}
+    let checks = std::mem::take(&mut *checks.lock().unwrap());
     // the load is over: connections close, then the last sample is the end
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);
@@ -605,6 +754,9 @@ async fn drive(plan: &Plan, rate: f64, seed: u64, sys: Systems) -> anyhow::Resul
         requests,
         skipped,
         windows,
+        checks,
+        targets,
+        wall0,
         attacks: attack_stats,
         watch,
         warmup: plan.warmup,
@@ -618,8 +770,20 @@ fn inject(
     e: Event,
     t0: Instant,
 ) -> anyhow::Result<Window> {
+    // side A's dispatcher names no agent per request: its counters on the agent cap what the
+    // fault may excuse (`account.rs`)
+    let dispatcher_metrics = sys.lock().unwrap().a.dispatcher.addr("metrics");
+    let on_agent = move |agent: usize| match dispatcher_metrics {
+        Some(m) => dispatcher_on(m, agent),
+        None => None,
+    };
     match e.fault {
         Fault::KillAgent { side, agent } => {
+            let before = (side == Side::A).then(|| on_agent(agent));
+            let later = std::thread::spawn(move || {
+                std::thread::sleep(account::DETECT);
+                (side == Side::A).then(|| on_agent(agent))
+            });
             let (args, at, addrs, log) = {
                 let mut s = sys.lock().unwrap();
                 let c = s.cluster(side);
@@ -657,25 +821,34 @@ fn inject(
                 .unwrap()
                 .slot(&format!("{side} agent{agent}"))
                 .pid = pid;
+            let after = later.join().unwrap_or(None);
             Ok(Window {
                 fault: e.fault,
                 at,
                 dead,
                 back,
+                budget: budget(before, after),
             })
         }
         Fault::StopAgent { side, agent } => {
             let pid = sys.lock().unwrap().cluster(side).agents[agent].child.id();
+            let before = (side == Side::A).then(|| on_agent(agent));
             let at = t0.elapsed();
             crate::signal::send(pid, Signal::STOP);
             let dead = t0.elapsed();
             std::thread::sleep(e.len);
             crate::signal::send(pid, Signal::CONT);
+            let back = t0.elapsed();
+            let after = (side == Side::A).then(|| {
+                std::thread::sleep(account::DETECT);
+                on_agent(agent)
+            });
             Ok(Window {
                 fault: e.fault,
                 at,
                 dead,
-                back: t0.elapsed(),
+                back,
+                budget: budget(before, after),
             })
         }
         Fault::KillRedis => {
@@ -694,6 +867,7 @@ fn inject(
                 at,
                 dead,
                 back: t0.elapsed(),
+                budget: None,
             })
         }
         Fault::RestartDispatcher => {
@@ -709,7 +883,11 @@ fn inject(
             let args = pinned(
                 &args,
                 &addrs,
-                &[("--listen", "dispatch"), ("--metrics", "metrics")],
+                &[
+                    ("--listen", "dispatch"),
+                    ("--metrics", "metrics"),
+                    ("--admin", "admin"),
+                ],
             );
             let baton = sys.lock().unwrap().baton.clone();
             let p = respawn(&baton, &args, &log)?;
@@ -722,9 +900,39 @@ fn inject(
                 at,
                 dead,
                 back,
+                budget: None,
             })
         }
         Fault::Attack(_) => bail!("attacks are not process faults"),
+    }
+}
+
+/// What side A's dispatcher has on `agent`, from its metrics at `addr`: (connections open on
+/// it, connections routed to it so far); `None` if three scrapes failed.
+fn dispatcher_on(addr: SocketAddr, agent: usize) -> Option<(u64, u64)> {
+    let label = agent.to_string();
+    for _ in 0..3 {
+        let Ok(page) = baton_bench::scrape::page_blocking(addr) else {
+            continue;
+        };
+        let m = baton_bench::scrape::samples(&page);
+        let with = [("agent", label.as_str())];
+        let active = baton_bench::scrape::sum(&m, "baton_dispatch_connections_active", &with);
+        let routed = baton_bench::scrape::sum(&m, "baton_dispatch_connections_total", &with);
+        return Some((active as u64, routed as u64));
+    }
+    None
+}
+
+/// The failures an agent's fault may excuse on side A: what the dispatcher had open on it at
+/// the signal, plus what it routed to it until the balancer noticed. `None` off side A; an
+/// unknown count excuses nothing.
+fn budget(before: Option<Option<(u64, u64)>>, after: Option<Option<(u64, u64)>>) -> Option<u64> {
+    match (before?, after?) {
+        (Some((open, routed_before)), Some((_, routed_after))) => {
+            Some(open + routed_after.saturating_sub(routed_before))
+        }
+        _ => Some(0),
     }
 }
 
@@ -758,378 +966,6 @@ fn respawn(baton: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
         std::thread::sleep(Duration::from_millis(300));
     }
     Err(last.unwrap_or_else(|| anyhow!("no attempt")))
-}
-
-// ---------------------------------------------------------------------------------------------
-// the report
-
-/// Lines with "panicked at" in every log under `dir`: (file, count, first line).
-fn panics(dir: &Path) -> Vec<(String, usize, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in rd.flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "log") {
-                let text =
-                    String::from_utf8_lossy(&std::fs::read(&p).unwrap_or_default()).into_owned();
-                let hits: Vec<&str> = text.lines().filter(|l| l.contains("panicked at")).collect();
-                if let Some(first) = hits.first() {
-                    let name = p.strip_prefix(dir).unwrap_or(&p).display().to_string();
-                    out.push((name, hits.len(), first.to_string()));
-                }
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-fn side_name(side: Side) -> &'static str {
-    match side {
-        Side::A => "A: dispatcher handoff + redis",
-        Side::B => "B: haproxy + peers",
-    }
-}
-
-fn join_counts(m: &BTreeMap<String, u64>) -> String {
-    if m.is_empty() {
-        return "-".into();
-    }
-    m.iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn report(plan: &Plan, dir: &Path, o: SoakRun) -> Vec<Table> {
-    let windows: Vec<Window> = o
-        .windows
-        .iter()
-        .filter_map(|(_, w)| w.as_ref().ok().cloned())
-        .collect();
-    let tally = account::account(&o.requests, &windows);
-    let panics = panics(dir);
-
-    // requests, per side
-    let mut req = Table::new(
-        "soak",
-        "requests: every failure explained by a fault on its path, or not",
-    )
-    .column("side", "side")
-    .column("sent", "sent")
-    .column("ok", "ok")
-    .column("failed", "failed")
-    .column("explained", "explained")
-    .column("unexplained", "unexplained")
-    .column("full", "full (new)")
-    .column("resumed", "resumed")
-    .column("missed", "offered, got full")
-    .column("server_full", "srv full")
-    .column("server_resumed", "srv resumed");
-    let mut total_unexplained = 0;
-    for (side, t) in &tally {
-        let agents: Vec<&Slot> = o
-            .watch
-            .slots
-            .iter()
-            .filter(|s| s.name.starts_with(&format!("{side} agent")))
-            .collect();
-        let srv = agents.iter().fold(Counters::default(), |mut a, s| {
-            a.add(&s.totals());
-            a
-        });
-        let missed: u64 = t.misses.values().sum();
-        req.push(row![
-            ("side", side_name(*side)),
-            ("sent", t.sent),
-            ("ok", t.ok),
-            ("failed", t.failed),
-            ("explained", t.explained_total()),
-            ("unexplained", t.unexplained_total()),
-            ("full", t.full_new),
-            ("resumed", t.resumed),
-            ("missed", missed),
-            ("server_full", srv.full),
-            ("server_resumed", srv.resumed),
-        ]);
-        for (kind, errs) in &t.explained {
-            req.note(format!(
-                "{side}: {} failures explained by {kind}: {}",
-                errs.values().sum::<u64>(),
-                join_counts(errs)
-            ));
-        }
-        if t.unexplained_total() > 0 {
-            req.note(format!(
-                "{side}: UNEXPLAINED failures: {}; first ones (start s, end s, error): {:?}",
-                join_counts(&t.unexplained),
-                t.unexplained_examples
-            ));
-            req.failed.push(format!(
-                "side {side}: {} unexplained failures ({})",
-                t.unexplained_total(),
-                join_counts(&t.unexplained)
-            ));
-        }
-        req.note(format!(
-            "{side}: offered resumptions that came back full, by fault (within {} s after it): {}; \
-             server-side extra full handshakes (srv full - client's new): {}",
-            account::MISS_TAIL.as_secs(),
-            join_counts(&t.misses),
-            srv.full as i64 - t.full_new as i64
-        ));
-        if !t.stray_misses.is_empty() {
-            req.note(format!(
-                "{side}: resumptions lost outside every fault started at (s): {:.1?}",
-                t.stray_misses
-            ));
-        }
-        let skipped = o.skipped.get(side).copied().unwrap_or(0);
-        if skipped > 0 {
-            req.note(format!(
-                "{side}: {skipped} ticks not sent: the client had 2000 requests open"
-            ));
-        }
-        if t.ok == 0 {
-            req.failed
-                .push(format!("side {side}: no request succeeded"));
-        }
-        total_unexplained += t.unexplained_total();
-    }
-    req.note(format!("unexplained failures: {total_unexplained}"));
-    req.note(format!(
-        "attribution: an agent SIGKILL explains requests of its side in flight at the kill or \
-         started within {:.1} s after (health checks); a SIGSTOP those overlapping the stop or \
-         the {:.1} s after; a dispatcher restart those in flight at the kill or started before \
-         the new one was ready + {:.1} s; Redis and attacks explain no failure",
-        account::DETECT.as_secs_f64(),
-        account::DETECT.as_secs_f64(),
-        account::RESTART_GRACE.as_secs_f64()
-    ));
-
-    // faults, as they happened
-    let mut faults = Table::new(
-        "soak-faults",
-        "faults as carried out (times from the start of the load)",
-    )
-    .column("at", "at s")
-    .column("fault", "fault")
-    .column("len", "planned s")
-    .column("done", "done at s")
-    .column("back", "back at s")
-    .column("failures", "failures it explains")
-    .column("misses", "misses it explains");
-    for (e, w) in &o.windows {
-        match w {
-            Ok(w) => {
-                let failures = o
-                    .requests
-                    .iter()
-                    .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
-                    .filter(|r| windows.iter().find(|x| x.explains_failure(r)) == Some(w))
-                    .count();
-                let misses = o
-                    .requests
-                    .iter()
-                    .filter(|r| {
-                        matches!(
-                            r.outcome,
-                            Outcome::Ok {
-                                offered: true,
-                                resumed: false
-                            }
-                        )
-                    })
-                    .filter(|r| {
-                        windows
-                            .iter()
-                            .filter(|x| x.explains_miss(r))
-                            .max_by_key(|x| x.at)
-                            == Some(w)
-                    })
-                    .count();
-                faults.push(row![
-                    ("at", e.at.as_secs_f64()),
-                    ("fault", e.fault.to_string()),
-                    ("len", e.len.as_secs_f64()),
-                    ("done", w.at.as_secs_f64()),
-                    ("back", w.back.as_secs_f64()),
-                    ("failures", failures),
-                    ("misses", misses),
-                ]);
-            }
-            Err(err) => {
-                faults.push(row![
-                    ("at", e.at.as_secs_f64()),
-                    ("fault", e.fault.to_string()),
-                    ("len", e.len.as_secs_f64()),
-                ]);
-                faults
-                    .failed
-                    .push(format!("{} could not be carried out: {err}", e.fault));
-            }
-        }
-    }
-    for (e, _) in &o.attacks {
-        faults.push(row![
-            ("at", e.at.as_secs_f64()),
-            ("fault", e.fault.to_string()),
-            ("len", e.len.as_secs_f64()),
-            ("done", e.at.as_secs_f64()),
-            ("back", e.end().as_secs_f64()),
-            ("failures", 0),
-            ("misses", 0),
-        ]);
-    }
-    let kinds: std::collections::BTreeSet<&str> = o
-        .windows
-        .iter()
-        .filter(|(_, w)| w.is_ok())
-        .map(|(e, _)| e.fault.kind())
-        .chain(o.attacks.iter().map(|(e, _)| e.fault.kind()))
-        .collect();
-    faults.note(format!(
-        "fault kinds carried out: {}",
-        kinds.iter().copied().collect::<Vec<_>>().join(", ")
-    ));
-
-    // attacks: per kind, per listener kind
-    let mut att = Table::new(
-        "soak-attacks",
-        "the attacker, per listener kind: what the servers did",
-    )
-    .column("attack", "attack")
-    .column("listener", "listener")
-    .column("opened", "opened")
-    .column("refused", "refused")
-    .column("closed", "closed by server")
-    .column("held", "open at end")
-    .column("longest", "longest closed s");
-    for (e, stats) in &o.attacks {
-        let Fault::Attack(kind) = e.fault else {
-            continue;
-        };
-        let mut by: BTreeMap<String, attacker::Stats> = BTreeMap::new();
-        for (target, s) in stats {
-            let k = target.split(' ').next().unwrap_or(target).to_string();
-            let a = by.entry(k).or_default();
-            a.opened += s.opened;
-            a.refused += s.refused;
-            a.closed_by_server += s.closed_by_server;
-            a.open_at_end += s.open_at_end;
-            a.longest_closed_ms = a.longest_closed_ms.max(s.longest_closed_ms);
-        }
-        for (listener, s) in by {
-            att.push(row![
-                ("attack", kind.name()),
-                ("listener", listener),
-                ("opened", s.opened),
-                ("refused", s.refused),
-                ("closed", s.closed_by_server),
-                ("held", s.open_at_end),
-                ("longest", s.longest_closed_ms as f64 / 1e3),
-            ]);
-        }
-    }
-    att.note(format!(
-        "{} connection per listener at a time ({} listeners), each replaced when the server \
-         closes it; only 127.0.0.0/8",
-        attacker::PER_TARGET,
-        o.attacks.first().map_or(0, |(_, s)| s.len())
-    ));
-
-    // the servers' own counters, summed over each side's processes and their restarts
-    let mut counters = Table::new(
-        "soak-counters",
-        "the servers' own counters over the run (agents and dispatcher, summed over restarts)",
-    )
-    .column("side", "side")
-    .column("counter", "counter")
-    .column("value", "value");
-    for side in [Side::A, Side::B] {
-        let mut sum = Counters::default();
-        for s in &o.watch.slots {
-            if s.name.starts_with(&side.to_string()) {
-                sum.add(&s.totals());
-            }
-        }
-        for (k, v) in sum.other.iter().filter(|(_, v)| **v > 0) {
-            counters.push(row![
-                ("side", side.to_string()),
-                ("counter", k.clone()),
-                ("value", *v)
-            ]);
-        }
-    }
-    counters.note(
-        "each process is scraped once a second and just before it is killed; what it counted \
-         in the last moment before a kill is not seen",
-    );
-
-    // processes
-    let mut procs = Table::new(
-        "soak-processes",
-        "descriptors and RSS: after the warm-up, peak, and after the quiet period",
-    )
-    .column("process", "process")
-    .column("pids", "pids")
-    .column("fds_start", "fds start")
-    .column("fds_peak", "peak")
-    .column("fds_end", "end")
-    .column("rss_start", "RSS MiB start")
-    .column("rss_peak", "peak")
-    .column("rss_end", "end")
-    .column("verdict", "verdict");
-    for s in &o.watch.slots {
-        match Span::of(&s.samples, o.warmup) {
-            Some(sp) => {
-                let growth = sp.growth();
-                procs.push(row![
-                    ("process", s.name.clone()),
-                    ("pids", sp.pids),
-                    ("fds_start", sp.fds_start),
-                    ("fds_peak", sp.fds_peak),
-                    ("fds_end", sp.fds_end),
-                    ("rss_start", sample::mib(sp.rss_start)),
-                    ("rss_peak", sample::mib(sp.rss_peak)),
-                    ("rss_end", sample::mib(sp.rss_end)),
-                    ("verdict", growth.clone().unwrap_or_else(|| "ok".into())),
-                ]);
-                if let Some(g) = growth {
-                    procs.failed.push(format!("{} grew: {g}", s.name));
-                }
-            }
-            None => {
-                procs.push(row![("process", s.name.clone()), ("verdict", "no samples")]);
-                procs.failed.push(format!("{}: no samples", s.name));
-            }
-        }
-    }
-    procs.note(format!(
-        "tolerance: end <= start + {} fds, RSS end <= start + max({:.0}%, {} MiB); start is the \
-         first sample after the {} s warm-up, end is 3 s after the load stopped ({} s of quiet \
-         before that)",
-        sample::FD_TOLERANCE,
-        sample::RSS_TOLERANCE * 100.0,
-        sample::RSS_TOLERANCE_BYTES >> 20,
-        o.warmup.as_secs(),
-        (plan.duration - plan.faults_end).as_secs()
-    ));
-    if panics.is_empty() {
-        procs.note("panics in logs: 0");
-    } else {
-        for (file, n, first) in &panics {
-            procs.note(format!("PANIC in {file} ({n}): {first}"));
-            procs.failed.push(format!("{n} panics in {file}"));
-        }
-    }
-    vec![faults, req, att, counters, procs]
 }
 
 #[cfg(test)]
@@ -1169,6 +1005,49 @@ mod tests {
             "baton_dispatch_connections_total{reason=\"ticket\"}"
         );
         assert_eq!(without_agent("x_total"), "x_total");
+    }
+
+    #[test]
+    fn haproxy_log_names_each_requests_agent_by_address_and_time() {
+        let log = "conn 127.0.0.2:40000 s1 -- 1000.100\n\
+                   [WARNING] a line that is not a connection\n\
+                   conn 127.0.0.3:40001 <NOSRV> CD 1000.200\n\
+                   conn 127.0.0.4:40002 s0 -- 1001.000\n\
+                   conn 127.0.0.4:40002 s2 -- 1050.000\n";
+        let req = |local: &str, start_ms: u64| Request {
+            side: Side::B,
+            start: Duration::from_millis(start_ms),
+            end: Duration::from_millis(start_ms + 5),
+            outcome: account::Outcome::Failed("response eof".into()),
+            local: Some(local.parse().unwrap()),
+            served_by: None,
+        };
+        let mut r = vec![
+            req("127.0.0.2:40000", 100),
+            req("127.0.0.3:40001", 200),
+            req("127.0.0.4:40002", 1_000),
+            req("127.0.0.4:40002", 49_990),
+            req("127.0.0.4:40002", 20_000),
+            req("127.0.0.6:40004", 100),
+        ];
+        name_agents(&mut r, log, 1000.0);
+        let named: Vec<Option<usize>> = r.iter().map(|r| r.served_by).collect();
+        assert_eq!(
+            named,
+            [Some(1), None, Some(0), Some(2), None, None],
+            "by address, then the nearest accept; none without a server or a line near it"
+        );
+    }
+
+    #[test]
+    fn a_budget_is_what_the_dispatcher_had_on_the_agent() {
+        assert_eq!(budget(Some(Some((3, 100))), Some(Some((0, 104)))), Some(7));
+        assert_eq!(budget(None, None), None, "not side A: no cap");
+        assert_eq!(
+            budget(Some(None), Some(Some((0, 1)))),
+            Some(0),
+            "unknown: nothing"
+        );
     }
 
     #[test]
