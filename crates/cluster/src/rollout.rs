@@ -477,7 +477,7 @@ pub fn table(r: &RolloutReport) -> String {
 }
 
 /// The `--link-connections` a dispatcher command line asks for (2 by default).
-pub(crate) fn links_per_dispatcher(dispatch_args: &[String]) -> usize {
+pub fn links_per_dispatcher(dispatch_args: &[String]) -> usize {
     dispatch_args
         .windows(2)
         .find(|w| w[0] == "--link-connections")

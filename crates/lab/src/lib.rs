@@ -14,8 +14,5 @@ pub mod rig;
 pub mod soak;
 pub mod table;
 
-// kept for soak until it imports baton_cluster directly
-pub(crate) use baton_cluster::{cluster, pki, signal};
-
 pub use demo::{demo, DemoArgs};
 pub use experiments::{lab, LabArgs};

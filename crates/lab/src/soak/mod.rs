@@ -44,14 +44,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 
-use crate::cluster::{spawn_ready, Cluster, ClusterSpec, Proc, Store};
-use crate::pki::KeyKind;
 use crate::rig::redis::Redis;
 use crate::rig::Lab;
-use crate::signal::Signal;
 use crate::table::Table;
 use account::{Check, Process, Request, Window};
 use attacker::{Proto, Target};
+use baton_cluster::cluster::{spawn_ready, Cluster, ClusterSpec, Proc, Store};
+use baton_cluster::pki::KeyKind;
+use baton_cluster::signal::Signal;
 use sample::Sample;
 use schedule::{Event, Fault, Plan, Side};
 
@@ -356,7 +356,7 @@ impl Systems {
     /// agent's TLS listener.
     fn probes(&self, roots: [&Arc<rustls::RootCertStore>; 2]) -> Vec<probe::Probe> {
         let d = &self.a.dispatcher;
-        let links = crate::rollout::links_per_dispatcher(&[]);
+        let links = baton_cluster::rollout::links_per_dispatcher(&[]);
         let mut out = Vec::new();
         if let Some(addr) = d.addr("metrics") {
             out.push(probe::Probe::Metrics {
@@ -834,10 +834,10 @@ fn inject(
             let pid = sys.lock().unwrap().cluster(side).agents[agent].child.id();
             let before = (side == Side::A).then(|| on_agent(agent));
             let at = t0.elapsed();
-            crate::signal::send(pid, Signal::STOP);
+            baton_cluster::signal::send(pid, Signal::STOP);
             let dead = t0.elapsed();
             std::thread::sleep(e.len);
-            crate::signal::send(pid, Signal::CONT);
+            baton_cluster::signal::send(pid, Signal::CONT);
             let back = t0.elapsed();
             let after = (side == Side::A).then(|| {
                 std::thread::sleep(account::DETECT);
@@ -950,7 +950,7 @@ fn kill_keeping_counters(
         watch.lock().unwrap().slot(slot).counters.insert(pid, m);
     }
     let at = t0.elapsed();
-    crate::signal::send(pid, Signal::KILL);
+    baton_cluster::signal::send(pid, Signal::KILL);
     let _ = p.child.wait();
     (args, at)
 }

@@ -73,7 +73,7 @@ pub async fn run(probe: Probe, t0: Instant, until: Instant, out: Arc<Mutex<Vec<C
             Probe::Admin { addr, token } => {
                 let (addr, token) = (*addr, token.clone());
                 let r = tokio::task::spawn_blocking(move || {
-                    crate::rollout::http(addr, &token, "GET", "/agents", "", CHECK_TIMEOUT)
+                    baton_cluster::client::http(addr, &token, "GET", "/agents", "", CHECK_TIMEOUT)
                 })
                 .await;
                 let error = match r {
