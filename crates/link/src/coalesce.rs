@@ -395,6 +395,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_record_that_does_not_open_fails_the_read_and_is_counted_once() {
+        let (a, mut b, _, _) = pair().await;
+        let (sender, receiver) = crate::seal::pair();
+        let stats = Arc::new(LinkStats::default());
+        let (mut io, _out) = Coalesced::new(a, receiver, Some(stats.clone()));
+        let mut wire = Vec::new();
+        let mut sealer = Sealer::new(sender);
+        sealer.seal(b"fine", &mut wire).unwrap();
+        let good = wire.len();
+        sealer.seal(b"forged", &mut wire).unwrap();
+        *wire.last_mut().unwrap() ^= 1;
+        b.write_all(&wire).await.unwrap();
+        let mut got = [0u8; 4];
+        io.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"fine");
+        let e = io.read(&mut [0u8; 16]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        // and so is every read after it, even of good bytes
+        b.write_all(&wire[..good]).await.unwrap();
+        assert!(io.read(&mut [0u8; 16]).await.is_err());
+        assert_eq!(stats.integrity_failures(), 1);
+    }
+
+    #[tokio::test]
     async fn the_driver_ends_after_its_last_bytes_are_written() {
         let (a, mut b, t, mut o) = pair().await;
         let (mut io, out) = Coalesced::new(a, t, None);
