@@ -126,12 +126,20 @@ fn a_relay_on_the_link_sees_only_ciphertext() {
     }
     assert_eq!(r.agent.metric("baton_link_streams_total"), 2.0);
     let sessions = r.relay.sessions();
-    assert_eq!(sessions.len(), LINKS as usize, "the links went through the relay");
+    assert_eq!(
+        sessions.len(),
+        LINKS as usize,
+        "the links went through the relay"
+    );
     let mut all = Vec::new();
     for s in &sessions {
         // the handshake's clear header starts each direction, and appears nowhere else
         for dir in [&s.to_agent, &s.to_dispatcher] {
-            assert!(dir.starts_with(b"BTLK\x03"), "{:?}", &dir[..dir.len().min(8)]);
+            assert!(
+                dir.starts_with(b"BTLK\x03"),
+                "{:?}",
+                &dir[..dir.len().min(8)]
+            );
             assert_eq!(count(dir, b"BTLK"), 1);
             all.extend_from_slice(dir);
         }
