@@ -25,7 +25,7 @@ pub const VERSION: u8 = 3;
 pub const HEADER: [u8; 5] = [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], VERSION];
 /// The header and the length of the Noise message that follows it (u16, big-endian).
 pub const HEAD_LEN: usize = HEADER.len() + 2;
-/// Largest handshake message accepted (the first is 48 bytes, the reply 84).
+/// Largest handshake message accepted (the first is 48 bytes, the reply 66).
 pub const MAX_MESSAGE: usize = 256;
 /// The Noise protocol: the dispatcher (initiator) proves the pre-shared key in its first
 /// message; both ends send an ephemeral key only.
