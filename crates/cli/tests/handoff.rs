@@ -781,14 +781,12 @@ fn public_port_answers_handoff_frames_with_an_alert_never_an_import() {
 fn link_port_without_the_cluster_key_gets_nothing_and_keeps_nothing() {
     let c = agents(true);
     let agent = &c.agents[0];
-    // garbage after the agent's hello: closed, no stream
+    // a first handshake message of the right shape that does not open: closed, no answer
     let mut s = TcpStream::connect(agent.link.unwrap()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
-    let mut hello = [0u8; baton_link::auth::HELLO_LEN];
-    s.read_exact(&mut hello).unwrap();
-    s.write_all(&[0u8; 16]).unwrap();
-    s.write_all(&[0, 40]).unwrap();
-    s.write_all(&[0x5a; 40]).unwrap();
+    s.write_all(&baton_link::auth::HEADER).unwrap();
+    s.write_all(&[0, 48]).unwrap();
+    s.write_all(&[0x5a; 48]).unwrap();
     let mut rest = Vec::new();
     let _ = s.read_to_end(&mut rest);
     assert!(

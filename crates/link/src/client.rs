@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use baton_session::SharedRing;
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::auth::{self, AgentHello};
+use crate::auth::{Initiator, Refused};
 use crate::coalesce::{flushing, Coalesced};
 use crate::later::Later;
+use crate::seal::Transport;
 use crate::{LinkStream, StreamMeta};
 
 /// Reconnection backoff after a failed or lost link connection.
@@ -143,7 +144,16 @@ async fn keep_up(
                 *s[i].lock().unwrap_or_else(|p| p.into_inner()) = None;
             }
             Err(e) => {
-                tracing::debug!(%addr, error = %e, "agent link connect failed");
+                // An agent of another build is a deployment mistake: said loudly.
+                let other_version = e
+                    .get_ref()
+                    .and_then(|e| e.downcast_ref::<Refused>())
+                    .is_some_and(|r| matches!(r, Refused::OtherVersion(_)));
+                if other_version {
+                    tracing::warn!(%addr, error = %e, "agent link refused");
+                } else {
+                    tracing::debug!(%addr, error = %e, "agent link connect failed");
+                }
             }
         }
         if slots.strong_count() == 0 {
@@ -168,10 +178,11 @@ async fn connect(
         .await
         .map_err(timeout)??;
     crate::tune(&tcp);
-    let link_id = tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, ring))
-        .await
-        .map_err(timeout)??;
-    let (io, out) = Coalesced::new(tcp);
+    let (link_id, transport) =
+        tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, ring))
+            .await
+            .map_err(timeout)??;
+    let (io, out) = Coalesced::new(tcp, transport, None);
     let handshake = h2::client::Builder::new()
         .initial_window_size(crate::STREAM_WINDOW)
         .initial_connection_window_size(crate::CONNECTION_WINDOW)
@@ -192,42 +203,18 @@ async fn connect(
     Ok((handle, connection))
 }
 
-/// The dispatcher's half of the handshake; returns the agent's link id.
+/// The dispatcher's half of the handshake; returns the agent's link id and the link's keys.
 async fn authenticate(
     tcp: &mut TcpStream,
     agent_id: u16,
     ring: &SharedRing,
-) -> std::io::Result<[u8; 16]> {
-    let bad =
-        |what: &str| std::io::Error::new(std::io::ErrorKind::PermissionDenied, what.to_string());
-    let mut hello = [0u8; auth::HELLO_LEN];
-    tcp.read_exact(&mut hello).await?;
-    let hello = match (AgentHello::decode(&hello), AgentHello::version_of(&hello)) {
-        (Some(h), _) => h,
-        (None, Some(v)) if v != auth::VERSION => {
-            return Err(bad(&format!(
-                "the agent speaks link protocol version {v}, this dispatcher {}: \
-                 run one build across the cluster",
-                auth::VERSION
-            )))
-        }
-        (None, _) => return Err(bad("not an agent link")),
-    };
-    if hello.agent_id != agent_id {
-        return Err(bad("another agent answered the link"));
-    }
-    let challenge = crate::token();
-    let proof = {
+) -> std::io::Result<([u8; 16], Transport)> {
+    let (initiator, first) = {
         let ring = ring.read().unwrap_or_else(|p| p.into_inner());
-        auth::dispatcher_proof(&ring, &hello, &challenge).ok_or_else(|| bad("no cluster key"))?
+        Initiator::start(&ring)?
     };
-    let mut out = challenge.to_vec();
-    out.extend_from_slice(&auth::framed(&proof));
-    tcp.write_all(&out).await?;
-    let theirs = crate::server::read_proof(tcp).await?;
-    let ring = ring.read().unwrap_or_else(|p| p.into_inner());
-    if !auth::verify_agent(&ring, &hello, &challenge, &theirs) {
-        return Err(bad("the agent did not prove the cluster key"));
-    }
-    Ok(hello.link_id)
+    tcp.write_all(&first).await?;
+    let reply = crate::server::read_message(tcp).await?;
+    let (hello, transport) = initiator.finish(&reply, agent_id)?;
+    Ok((hello.link_id, transport))
 }

@@ -11,9 +11,14 @@
 //!
 //! The buffer is bounded: past [`HIGH`] bytes a write first drains it, and waits (Pending, like
 //! a full socket) while it cannot, so h2 sees the peer's backpressure as before.
+//!
+//! It is also where the link is sealed ([`crate::seal`]): what one poll produced is sealed
+//! just before it is written, as few records as fit, and what h2 reads comes out of the
+//! record reader, which tears the link down at the first record that does not open.
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
@@ -23,6 +28,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use crate::later::Later;
+use crate::seal::{Opener, Sealer, Transport};
+use crate::LinkStats;
 
 /// Closes a link's release queue when its driver ends.
 struct Closing(Arc<Later>);
@@ -37,10 +44,15 @@ impl Drop for Closing {
 /// and its header, beyond it).
 const HIGH: usize = 64 * 1024;
 
-/// What h2 reads and writes: the socket's read half, and the shared write buffer.
+/// What h2 reads and writes: the socket's read half behind the record reader, and the shared
+/// write buffer.
 pub(crate) struct Coalesced {
     read: OwnedReadHalf,
+    opener: Opener,
     out: Arc<Out>,
+    /// Counts a record that did not open (the agent's end).
+    stats: Option<Arc<LinkStats>>,
+    peer: Option<SocketAddr>,
 }
 
 /// The write side, shared by the IO under h2 and the future that drives the connection.
@@ -48,6 +60,10 @@ pub(crate) struct Out(Mutex<Pending>);
 
 struct Pending {
     write: OwnedWriteHalf,
+    /// What h2 wrote since the last drain, sealed when the drain begins.
+    plain: Vec<u8>,
+    sealer: Sealer,
+    /// Records to write.
     buf: Vec<u8>,
     /// `buf[..pos]` is written already.
     pos: usize,
@@ -56,11 +72,19 @@ struct Pending {
 }
 
 impl Coalesced {
-    /// Takes over `tcp`; returns the IO for h2 and the handle [`flushing`] needs.
-    pub(crate) fn new(tcp: TcpStream) -> (Self, Arc<Out>) {
+    /// Takes over `tcp`, sealed with `transport`; returns the IO for h2 and the handle
+    /// [`flushing`] needs. `stats` counts the records that do not open.
+    pub(crate) fn new(
+        tcp: TcpStream,
+        transport: Transport,
+        stats: Option<Arc<LinkStats>>,
+    ) -> (Self, Arc<Out>) {
+        let peer = tcp.peer_addr().ok();
         let (read, write) = tcp.into_split();
         let out = Arc::new(Out(Mutex::new(Pending {
             write,
+            plain: Vec::new(),
+            sealer: Sealer::new(transport.clone()),
             buf: Vec::new(),
             pos: 0,
             broken: None,
@@ -68,7 +92,10 @@ impl Coalesced {
         (
             Self {
                 read,
+                opener: Opener::new(transport),
                 out: out.clone(),
+                stats,
+                peer,
             },
             out,
         )
@@ -92,7 +119,14 @@ impl Pending {
             if self.pos == self.buf.len() {
                 self.buf.clear();
                 self.pos = 0;
-                return Poll::Ready(Ok(()));
+                if self.plain.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                if self.sealer.seal(&self.plain, &mut self.buf).is_err() {
+                    self.broken = Some(io::ErrorKind::InvalidData);
+                }
+                self.plain.clear();
+                continue;
             }
             match ready!(Pin::new(&mut self.write).poll_write(cx, &self.buf[self.pos..])) {
                 Ok(0) => self.broken = Some(io::ErrorKind::WriteZero),
@@ -104,7 +138,7 @@ impl Pending {
     }
 
     fn buffered(&self) -> usize {
-        self.buf.len() - self.pos
+        self.plain.len() + self.buf.len() - self.pos
     }
 }
 
@@ -178,7 +212,53 @@ impl AsyncRead for Coalesced {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().read).poll_read(cx, buf)
+        let this = self.get_mut();
+        loop {
+            if buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            match this.opener.available() {
+                Ok([]) => {}
+                Ok(plain) => {
+                    let n = plain.len().min(buf.remaining());
+                    buf.put_slice(&plain[..n]);
+                    this.opener.consume(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) => return Poll::Ready(Err(this.refused(e))),
+            }
+            let mut into = ReadBuf::new(this.opener.spare());
+            ready!(Pin::new(&mut this.read).poll_read(cx, &mut into))?;
+            let n = into.filled().len();
+            if n == 0 {
+                // the end: at a record's boundary like the end of a plain socket, else cut
+                return Poll::Ready(if this.opener.partial() {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the link closed within a message",
+                    ))
+                } else {
+                    Ok(())
+                });
+            }
+            this.opener.filled(n);
+        }
+    }
+}
+
+impl Coalesced {
+    /// A record did not open: counted once, told once, and the read fails (h2 then ends the
+    /// link; the dispatcher's pool reconnects).
+    fn refused(&mut self, e: crate::seal::Integrity) -> io::Error {
+        if let Some(stats) = self.stats.take() {
+            stats
+                .integrity_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(peer) = self.peer.take() {
+            tracing::warn!(%peer, error = %e, "agent link integrity failure");
+        }
+        io::Error::new(io::ErrorKind::InvalidData, e)
     }
 }
 
@@ -205,7 +285,7 @@ impl AsyncWrite for Coalesced {
         }
         let mut n = 0;
         for b in bufs {
-            out.buf.extend_from_slice(b);
+            out.plain.extend_from_slice(b);
             n += b.len();
         }
         Poll::Ready(Ok(n))
@@ -239,17 +319,38 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    async fn pair() -> (TcpStream, TcpStream) {
+    /// A sealed writer's socket, and its peer's socket with the reader of its records.
+    async fn pair() -> (TcpStream, TcpStream, Transport, Opener) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap());
         let (a, b) = tokio::join!(a, l.accept());
-        (a.unwrap(), b.unwrap().0)
+        let (mine, theirs) = crate::seal::pair();
+        (a.unwrap(), b.unwrap().0, mine, Opener::new(theirs))
+    }
+
+    /// Plaintext from `b` until `want` bytes or the end.
+    async fn recv(b: &mut TcpStream, o: &mut Opener, want: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while got.len() < want {
+            let n = o.read(&mut buf).unwrap();
+            if n > 0 {
+                got.extend_from_slice(&buf[..n]);
+                continue;
+            }
+            let r = b.read(o.spare()).await.unwrap();
+            if r == 0 {
+                break;
+            }
+            o.filled(r);
+        }
+        got
     }
 
     #[tokio::test]
     async fn what_one_poll_wrote_arrives_without_a_later_write() {
-        let (a, mut b) = pair().await;
-        let (mut io, out) = Coalesced::new(a);
+        let (a, mut b, t, mut o) = pair().await;
+        let (mut io, out) = Coalesced::new(a, t, None);
         // a driver that writes two frames, then waits forever
         let driver = async move {
             io.write_all(b"one ").await.unwrap();
@@ -262,16 +363,14 @@ mod tests {
             std::future::pending::<()>().await;
         };
         let task = tokio::spawn(flushing(driver, out, None));
-        let mut got = [0u8; 7];
-        b.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"one two");
+        assert_eq!(recv(&mut b, &mut o, 7).await, b"one two");
         task.abort();
     }
 
     #[tokio::test]
     async fn a_peer_that_does_not_read_holds_the_writer_within_the_bound() {
-        let (a, mut b) = pair().await;
-        let (mut io, out) = Coalesced::new(a);
+        let (a, mut b, t, mut o) = pair().await;
+        let (mut io, out) = Coalesced::new(a, t, None);
         let out2 = out.clone();
         let chunk = vec![7u8; 16 * 1024];
         let total = 64 * 1024 * 1024;
@@ -289,31 +388,45 @@ mod tests {
         assert!(!task.is_finished());
         assert!(out2.lock().buffered() < HIGH + 16 * 1024);
         // the reader catches up: everything arrives, then the end
-        let mut n = 0usize;
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let r = b.read(&mut buf).await.unwrap();
-            if r == 0 {
-                break;
-            }
-            assert!(buf[..r].iter().all(|&x| x == 7));
-            n += r;
-        }
-        assert_eq!(n, total);
+        let got = recv(&mut b, &mut o, usize::MAX).await;
+        assert_eq!(got.len(), total);
+        assert!(got.iter().all(|&x| x == 7));
         assert_eq!(task.await.unwrap(), total);
     }
 
     #[tokio::test]
+    async fn a_record_that_does_not_open_fails_the_read_and_is_counted_once() {
+        let (a, mut b, _, _) = pair().await;
+        let (sender, receiver) = crate::seal::pair();
+        let stats = Arc::new(LinkStats::default());
+        let (mut io, _out) = Coalesced::new(a, receiver, Some(stats.clone()));
+        let mut wire = Vec::new();
+        let mut sealer = Sealer::new(sender);
+        sealer.seal(b"fine", &mut wire).unwrap();
+        let good = wire.len();
+        sealer.seal(b"forged", &mut wire).unwrap();
+        *wire.last_mut().unwrap() ^= 1;
+        b.write_all(&wire).await.unwrap();
+        let mut got = [0u8; 4];
+        io.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"fine");
+        let e = io.read(&mut [0u8; 16]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        // and so is every read after it, even of good bytes
+        b.write_all(&wire[..good]).await.unwrap();
+        assert!(io.read(&mut [0u8; 16]).await.is_err());
+        assert_eq!(stats.integrity_failures(), 1);
+    }
+
+    #[tokio::test]
     async fn the_driver_ends_after_its_last_bytes_are_written() {
-        let (a, mut b) = pair().await;
-        let (mut io, out) = Coalesced::new(a);
+        let (a, mut b, t, mut o) = pair().await;
+        let (mut io, out) = Coalesced::new(a, t, None);
         let driver = async move {
             io.write_all(b"last words").await.unwrap();
             7
         };
         assert_eq!(flushing(driver, out, None).await, 7);
-        let mut got = [0u8; 10];
-        b.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"last words");
+        assert_eq!(recv(&mut b, &mut o, 10).await, b"last words");
     }
 }

@@ -9,14 +9,14 @@
 //! link that is already up.
 //!
 //! ```text
-//! TCP connect, then, before anything else (auth.rs):
-//!   agent -> dispatcher:  "BTLK" 0x02 | agent_id u16 | link_id[16]        (random per link)
-//!   dispatcher -> agent:  d_challenge[16] | len u16 | seal(0xFFFF, "", ctx_d)
-//!   agent -> dispatcher:  len u16 | seal(agent_id, "", ctx_a)
-//!     ctx_d = "baton link v1 dispatcher" || agent_id || link_id || d_challenge
-//!     ctx_a = "baton link v1 agent"      || agent_id || link_id || d_challenge
-//!   (the cluster key ring's AEAD over an empty message: a MAC bound to both challenges)
-//! then HTTP/2, dispatcher = client, agent = server; per client one stream with
+//! TCP connect, then a Noise handshake, Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s (auth.rs):
+//!   dispatcher -> agent:  "BTLK" 0x03 | len u16 | psk, e                   (empty payload)
+//!   agent -> dispatcher:  "BTLK" 0x03 | len u16 | e, ee | seal(agent_id u16 | link_id[16])
+//!     prologue = "BTLK" 0x03; psk = HKDF of a cluster key, label "baton link psk v3"
+//!     (the dispatcher uses the key ring's first key, the agent tries each of its ring's)
+//! then every byte both ways in Noise transport messages (seal.rs):
+//!   len u16 | ciphertext and tag (len <= 65535), numbered from 0 each way (the nonce)
+//! inside them HTTP/2, dispatcher = client, agent = server; per client one stream with
 //!   baton-source: the client's address    baton-destination: the address it connected to
 //!   baton-token: 32 hex digits (a migration's import stream only)
 //!   baton-reattach: 32 hex digits (a successor dispatcher's stream continuing a handed-over one)
@@ -31,21 +31,29 @@
 //!   (a token nobody waits for: REFUSED_STREAM; trailers without a valid token: a plain end)
 //! ```
 //!
-//! The agent proves itself only after the dispatcher has, so a peer without the key learns
-//! nothing but random bytes, and every handshake has a deadline. The link id is the agent's
-//! challenge and names the connection: a migrated session object is sealed for one link and
+//! What is protected: the agent sends nothing until the dispatcher's first message has opened
+//! with the cluster key, so a peer without it learns nothing, not even the agent's id; the
+//! agent's reply proves the key back; the session keys come from both ends' ephemeral keys
+//! (forward secrecy: the cluster key does not open a recorded link). After the handshake every
+//! byte both ways is encrypted and authenticated in order: a changed, dropped, replayed or
+//! inserted byte makes a message that does not open, and the link is torn down at once
+//! (`baton_link_integrity_failures_total` on the agent) and the dispatcher makes a new one.
+//! A replayed handshake gets an answer its replayer cannot use. What a relay on the path still
+//! sees: that a link exists, and the size and timing of its messages. Every handshake has a
+//! deadline and bounded buffers; a record is at most 64 KiB, one buffered per link direction.
+//! The link id names the connection: a migrated session object is sealed for one link and
 //! one token (`baton_migrate`), so it opens nowhere else, and not after a restart.
-//! What is not protected: after the handshake, frames on the link are not sealed one by one;
-//! the link belongs on the cluster's own network (the session objects it carries are sealed).
 
 #![forbid(unsafe_code)]
 
 pub mod auth;
 mod client;
 mod coalesce;
+pub mod fuzzing;
 mod later;
 mod meta;
 mod rejoin;
+pub mod seal;
 mod server;
 mod stats;
 mod stream;
@@ -59,7 +67,7 @@ pub use stream::{is_refused, is_release, LinkStream};
 
 use std::time::Duration;
 
-/// Time allowed for a link's authentication, each side.
+/// Time allowed for a link's handshake, each side.
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Flow-control window of one stream: what one client may have in flight on the link.
 pub const STREAM_WINDOW: u32 = 256 * 1024;

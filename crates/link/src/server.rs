@@ -15,9 +15,10 @@ use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 use baton_ops::cidr::Cidr;
 use baton_ops::slots::{Slots, Table};
 
-use crate::auth::{self, AgentHello};
+use crate::auth::{self, AgentHello, Refused};
 use crate::coalesce::{flushing, Coalesced};
 use crate::rejoin::Registry;
+use crate::seal::Transport;
 use crate::{LinkStats, LinkStream, StreamMeta};
 
 /// Link connections authenticating at once, and from one address: a newcomer pushes out the
@@ -156,16 +157,25 @@ async fn accept_loop(
                 _ = auth_slot.evicted() => None,
             };
             drop(auth_slot);
-            let link_id = match authed {
-                Some(Ok(id)) => id,
-                _ => {
-                    tracing::debug!(%peer, "link connection failed to authenticate");
+            let (link_id, transport) = match authed {
+                Some(Ok(done)) => done,
+                failed => {
+                    // None: timed out, or pushed out by a newcomer
+                    let e = failed.and_then(Result::err);
+                    let refused = e
+                        .as_ref()
+                        .and_then(|e| e.get_ref()?.downcast_ref::<Refused>());
+                    if let Some(Refused::OtherVersion(_)) = refused {
+                        tracing::info!(%peer, error = ?e, "link connection refused");
+                    } else {
+                        tracing::debug!(%peer, error = ?e, "link connection failed to authenticate");
+                    }
                     stats.auth_failures.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
             };
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            let (io, out) = Coalesced::new(tcp);
+            let (io, out) = Coalesced::new(tcp, transport, Some(stats.clone()));
             if let Err(e) = flushing(serve(io, link_id, &shared, drain), out, None).await {
                 tracing::debug!(%peer, error = %e, "link connection ended");
             }
@@ -175,50 +185,40 @@ async fn accept_loop(
     }
 }
 
-/// The agent's half of the handshake; returns the link id.
-/// `heard` runs once the peer has answered the hello.
+/// The agent's half of the handshake; returns the link id and the link's keys. Nothing is
+/// sent before the dispatcher's first message has opened with the cluster key.
+/// `heard` runs once the peer has sent its first message's head.
 async fn authenticate(
     tcp: &mut TcpStream,
     agent_id: u16,
     ring: &SharedRing,
     heard: impl FnOnce(),
-) -> std::io::Result<[u8; 16]> {
+) -> std::io::Result<([u8; 16], Transport)> {
+    let first = read_message_then(tcp, heard).await?;
     let hello = AgentHello {
         agent_id,
         link_id: crate::token(),
     };
-    tcp.write_all(&hello.encode()).await?;
-    let mut challenge = [0u8; 16];
-    tcp.read_exact(&mut challenge).await?;
-    heard();
-    let proof = read_proof(tcp).await?;
-    let bad = || {
-        std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "link authentication failed",
-        )
-    };
-    let mine = {
-        let ring = ring.read().unwrap_or_else(|p| p.into_inner());
-        if !auth::verify_dispatcher(&ring, &hello, &challenge, &proof) {
-            return Err(bad());
-        }
-        auth::agent_proof(&ring, &hello, &challenge).ok_or_else(bad)?
-    };
-    tcp.write_all(&auth::framed(&mine)).await?;
-    Ok(hello.link_id)
+    let psks = auth::psks(&ring.read().unwrap_or_else(|p| p.into_inner()));
+    let (reply, transport) = auth::respond(&psks, &first, &hello)?;
+    drop(psks);
+    tcp.write_all(&reply).await?;
+    Ok((hello.link_id, transport))
 }
 
-pub(crate) async fn read_proof(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 2];
-    tcp.read_exact(&mut len).await?;
-    let len = usize::from(u16::from_be_bytes(len));
-    if len > auth::MAX_PROOF {
-        return Err(std::io::ErrorKind::InvalidData.into());
-    }
-    let mut proof = vec![0u8; len];
-    tcp.read_exact(&mut proof).await?;
-    Ok(proof)
+/// One handshake message: its head checked, its Noise message returned.
+pub(crate) async fn read_message(tcp: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    read_message_then(tcp, || {}).await
+}
+
+async fn read_message_then(tcp: &mut TcpStream, heard: impl FnOnce()) -> std::io::Result<Vec<u8>> {
+    let mut head = [0u8; auth::HEAD_LEN];
+    tcp.read_exact(&mut head).await?;
+    heard();
+    let len = auth::message_len(&head)?;
+    let mut message = vec![0u8; len];
+    tcp.read_exact(&mut message).await?;
+    Ok(message)
 }
 
 /// Runs one authenticated link: every stream goes to the agent, until the dispatcher closes.

@@ -19,6 +19,8 @@ pub struct LinkStats {
     pub(crate) evicted: AtomicU64,
     pub(crate) reattached: AtomicU64,
     pub(crate) reattach_failed: AtomicU64,
+    /// Link connections torn down for a record that did not open.
+    pub(crate) integrity_failures: AtomicU64,
 }
 
 impl LinkStats {
@@ -56,7 +58,13 @@ impl LinkStats {
         self.reattach_failed.load(Ordering::Relaxed)
     }
 
-    /// The four `baton_link_*` families, for the agent's collector (read at scrape time).
+    /// Link connections torn down because a record on them did not open (changed, replayed,
+    /// inserted or dropped bytes, or not from the dispatcher that made the link).
+    pub fn integrity_failures(&self) -> u64 {
+        self.integrity_failures.load(Ordering::Relaxed)
+    }
+
+    /// The `baton_link_*` families, for the agent's collector (read at scrape time).
     pub fn encode(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ConstGauge::new(self.connections_active()).encode(e.encode_descriptor(
@@ -82,6 +90,12 @@ impl LinkStats {
         for (reason, n) in [("disallowed", &self.disallowed), ("evicted", &self.evicted)] {
             ConstCounter::new(l(n)).encode(family.encode_family(&[("reason", reason)])?)?;
         }
+        ConstCounter::new(l(&self.integrity_failures)).encode(e.encode_descriptor(
+            "baton_link_integrity_failures",
+            "Link connections torn down because a message on them did not authenticate (changed, replayed, inserted or dropped bytes); the dispatcher reconnects.",
+            None,
+            MetricType::Counter,
+        )?)?;
         ConstCounter::new(l(&self.streams)).encode(e.encode_descriptor(
             "baton_link_streams",
             "Client streams received over the agent link (re-attach streams not included).",
@@ -141,5 +155,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("baton_link_streams_total 0\n"), "{text}");
+        assert!(
+            text.contains("baton_link_integrity_failures_total 0\n"),
+            "{text}"
+        );
     }
 }

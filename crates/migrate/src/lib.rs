@@ -74,7 +74,7 @@
 //! can cut; after Switch D reads on to the end of the current record whatever the copy holds
 //! (one record more, at most).
 //!
-//! The link's hello carries the protocol version (`baton_link::auth::VERSION`): a dispatcher
+//! The link's handshake carries the protocol version (`baton_link::auth::VERSION`): a dispatcher
 //! and agents of builds that speak different exchanges refuse each other's links rather than
 //! mis-parse these frames (the frame kinds of the retired Freeze/Frozen exchange are not
 //! reused either).

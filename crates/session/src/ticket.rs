@@ -69,6 +69,8 @@ pub const SEAL_BUDGET: u64 = 1 << 32;
 const DERIVE_SALT: &[u8] = b"baton seal v2";
 const DERIVE_PRK: &[u8] = b"baton seal v2 prk";
 const DERIVE_KEY: &[u8] = b"baton seal v2 key";
+/// The expand info's prefix of [`KeyRing::derive_secrets`] (apart from every seal key's).
+const DERIVE_PURPOSE: &[u8] = b"baton derive: ";
 /// Plaintexts larger than this are refused: rustls' encoded sessions are far smaller, and a bound
 /// keeps tickets within what every client stores.
 pub const MAX_PLAIN_LEN: usize = 16 * 1024;
@@ -258,6 +260,22 @@ impl KeyRing {
             return Err(Error::KeyFile(format!("more than {MAX_KEYS} keys")));
         }
         Ok(Self { keys })
+    }
+
+    /// One 32-byte secret per key, in ring order (the sealing key first), for the purpose that
+    /// `label` names (HKDF-Expand of the key's PRK): what a protocol that takes a pre-shared
+    /// key uses instead of the key itself, so that no two uses of a key share a secret.
+    pub fn derive_secrets(&self, label: &[u8]) -> Vec<Zeroizing<[u8; 32]>> {
+        self.keys
+            .iter()
+            .filter_map(|k| {
+                let mut out = Zeroizing::new([0u8; 32]);
+                let info = [DERIVE_PURPOSE, label];
+                let okm = k.prk.expand(&info, HKDF_SHA256).ok()?;
+                okm.fill(&mut out[..]).ok()?;
+                Some(out)
+            })
+            .collect()
     }
 
     /// Seals `plain`; `context` is bound into the associated data without being sent (the
@@ -569,6 +587,25 @@ mod tests {
         let b = TicketSealer::external(2, HOUR, KeyRing::parse_key_file(&text, t).unwrap());
         let ticket = a.seal_at(b"x", t).unwrap();
         assert_eq!(b.open_at(&ticket, t).as_deref(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn derived_secrets_follow_the_ring_and_the_label() {
+        let t = Instant::now();
+        let (a, b) = (generate_key_line().unwrap(), generate_key_line().unwrap());
+        let one = KeyRing::parse_key_file(&a, t).unwrap();
+        let two = KeyRing::parse_key_file(&format!("{b}\n{a}"), t).unwrap();
+        let s1 = one.derive_secrets(b"x");
+        let s2 = two.derive_secrets(b"x");
+        assert_eq!((s1.len(), s2.len()), (1, 2));
+        assert_eq!(s1[0], s2[1], "the same key, the same secret");
+        assert_ne!(s2[0], s2[1]);
+        assert_ne!(one.derive_secrets(b"y")[0], s1[0], "another label");
+        // the same file read twice (two processes) derives the same
+        assert_eq!(
+            KeyRing::parse_key_file(&a, t).unwrap().derive_secrets(b"x")[0],
+            s1[0]
+        );
     }
 
     /// A blob sealed by the version 1 code (before per-seal keys): key 7 = `[0x42; 32]`,

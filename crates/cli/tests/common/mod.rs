@@ -17,6 +17,7 @@ mod pki;
 mod process;
 pub mod recorder;
 mod redis;
+mod relay;
 mod skip;
 mod up;
 
@@ -24,5 +25,5 @@ mod up;
 #[allow(unused_imports)]
 pub use {
     baton_cluster::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
-    metrics::*, net::*, pki::*, process::*, redis::*, skip::*, up::*,
+    metrics::*, net::*, pki::*, process::*, redis::*, relay::*, skip::*, up::*,
 };
