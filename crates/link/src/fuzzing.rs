@@ -55,8 +55,13 @@ pub fn link_records(data: &[u8]) {
     assert!(crate::auth::respond(&crate::auth::psks(&ring), rest, &hello).is_err());
 }
 
-/// Everything `o` gives out for `wire` received in pieces of `step`, or its error.
-fn feed(o: &mut Opener, wire: &[u8], step: usize) -> Result<Vec<u8>, crate::seal::Integrity> {
+/// Everything `o` gives out for `wire` received in pieces of `step`, or its error (the
+/// record reader's own tests use it too).
+pub(crate) fn feed(
+    o: &mut Opener,
+    wire: &[u8],
+    step: usize,
+) -> Result<Vec<u8>, crate::seal::Integrity> {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 4096];
     let mut rest = wire;

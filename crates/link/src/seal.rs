@@ -249,29 +249,7 @@ mod tests {
 
     use super::*;
 
-    /// Feeds `wire` to `o` in pieces of `step` bytes; everything it gives out, or its error.
-    fn receive(o: &mut Opener, wire: &[u8], step: usize) -> Result<Vec<u8>, Integrity> {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 1000];
-        let mut rest = wire;
-        loop {
-            loop {
-                let n = o.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                got.extend_from_slice(&buf[..n]);
-            }
-            if rest.is_empty() {
-                return Ok(got);
-            }
-            let spare = o.spare();
-            let n = step.min(rest.len()).min(spare.len());
-            spare[..n].copy_from_slice(&rest[..n]);
-            o.filled(n);
-            rest = &rest[n..];
-        }
-    }
+    use crate::fuzzing::feed as receive;
 
     #[test]
     fn what_is_sealed_opens_in_order_in_any_pieces() {
