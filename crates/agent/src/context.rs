@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::challenges::Challenges;
 use crate::config::AgentConfig;
 use crate::http::HttpService;
 use crate::metrics::Metrics;
@@ -29,6 +30,9 @@ pub struct Context {
     /// the agent goes on serving, but its idle connections move to other agents. Cleared when
     /// it is enabled again.
     pub shedding: watch::Sender<bool>,
+    /// ACME challenge answers, while an order waits on them.
+    #[allow(dead_code)] // until the ACME order and the plain-HTTP listener use it
+    pub challenges: Arc<Challenges>,
 }
 
 impl Context {
@@ -49,6 +53,7 @@ impl Context {
             draining,
             link_stats: Default::default(),
             shedding: watch::Sender::new(false),
+            challenges: Default::default(),
         }
     }
 }

@@ -15,6 +15,7 @@
 
 mod body;
 mod certs;
+mod challenges;
 mod config;
 mod conn;
 mod conn_info;
@@ -31,6 +32,7 @@ mod migration;
 mod policy;
 mod proxy;
 mod resolver;
+mod served;
 mod server;
 mod sessions;
 mod store;

@@ -24,6 +24,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::body::{text, Body};
 use crate::config::UpstreamBalance;
 use crate::conn_info::ConnInfo;
+use crate::served::Served;
 use crate::upstream::{Backends, Outcome};
 
 pub const CLIENT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
@@ -105,8 +106,9 @@ impl Proxy {
                 Ok(u) => u,
                 Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target\n"),
             };
+            let started = Instant::now();
             let sent = self.client.request(Request::from_parts(head, body));
-            let (outcome, response) = match tokio::time::timeout(self.timeout, sent).await {
+            let (outcome, mut response) = match tokio::time::timeout(self.timeout, sent).await {
                 Ok(Ok(mut resp)) => {
                     strip_hop_by_hop(resp.headers_mut());
                     let resp = resp.map(|b| b.map_err(Into::into).boxed());
@@ -129,6 +131,11 @@ impl Proxy {
                 }
             };
             self.backends.report(backend, outcome, Instant::now());
+            response.extensions_mut().insert(Served {
+                route: None,
+                upstream: Some(upstream.as_str().into()),
+                upstream_time: Some(started.elapsed()),
+            });
             return response;
         }
         text(StatusCode::BAD_GATEWAY, "upstream unavailable\n")
