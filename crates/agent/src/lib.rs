@@ -16,6 +16,7 @@
 mod body;
 mod certs;
 mod challenges;
+mod check;
 mod config;
 mod conn;
 mod conn_info;
@@ -44,6 +45,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+pub use check::check;
 pub use config::{
     AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind, SignerFallback, StoreKind,
 };

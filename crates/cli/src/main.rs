@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
+
 #[derive(Parser)]
 #[command(
     name = "baton",
@@ -44,6 +46,10 @@ enum Command {
     Signer(Box<baton_signer::SignerArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
+    /// Check a configuration file without starting anything: every problem listed, exit 0 when
+    /// the process would start, 2 when it would not.
+    #[command(subcommand)]
+    Check(check::Check),
     /// Write man pages, or print shell completions, for this binary.
     #[command(subcommand)]
     Generate(Generate),
@@ -110,6 +116,7 @@ fn main() -> ExitCode {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Generate(what) => generate(what),
+        Command::Check(what) => check::run(what),
     };
     match result {
         Ok(code) => code,
