@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod reference;
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +68,9 @@ enum Generate {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// The configuration reference (every command's flags and config keys) as Markdown, on
+    /// standard output: docs/configuration.md.
+    Reference,
 }
 
 /// `baton generate`.
@@ -85,6 +89,10 @@ fn generate(what: Generate) -> anyhow::Result<ExitCode> {
             clap_complete::generate(shell, &mut cmd, "baton", &mut script);
             std::io::Write::write_all(&mut std::io::stdout(), &script)
                 .context("writing the completion script")?;
+        }
+        Generate::Reference => {
+            std::io::Write::write_all(&mut std::io::stdout(), reference::markdown(&cmd).as_bytes())
+                .context("writing the reference")?;
         }
     }
     Ok(ExitCode::SUCCESS)

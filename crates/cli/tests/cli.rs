@@ -189,3 +189,16 @@ fn check_passes_a_config_that_starts_and_lists_every_problem_of_one_that_does_no
     assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
     assert!(text_of(&out).contains("appears twice"), "{}", text_of(&out));
 }
+
+#[test]
+fn the_configuration_reference_in_docs_is_the_binarys_own() {
+    let out = baton(&["generate", "reference"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out));
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        written == generated,
+        "docs/configuration.md is out of date: run `baton generate reference > docs/configuration.md`"
+    );
+}
