@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod check;
 mod reference;
@@ -73,10 +73,37 @@ enum Generate {
     Reference,
 }
 
+/// The command line: the derived definitions, with an environment variable for every flag of
+/// the long-running processes (`BATON_LISTEN` for `--listen`, `BATON_CLUSTER_KEY_FILE`, ...),
+/// so a container or a unit can be configured without a command line. A flag given wins over
+/// its variable, and the variable over the `--config` file.
+fn command() -> clap::Command {
+    let with_env = |cmd: clap::Command| {
+        let flags: Vec<(clap::Id, String)> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_env().is_none())
+            .filter_map(|a| Some((a.get_id().clone(), a.get_long()?.to_string())))
+            .filter(|(_, long)| long != "help" && long != "version")
+            .collect();
+        flags.into_iter().fold(cmd, |cmd, (id, long)| {
+            let var = format!("BATON_{}", long.to_uppercase().replace('-', "_"));
+            cmd.mut_arg(id, |a| a.env(var))
+        })
+    };
+    Cli::command()
+        .mut_subcommand("agent", with_env)
+        .mut_subcommand("dispatch", with_env)
+        .mut_subcommand("check", |check| {
+            check
+                .mut_subcommand("agent", with_env)
+                .mut_subcommand("dispatch", with_env)
+        })
+}
+
 /// `baton generate`.
 fn generate(what: Generate) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
-    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut cmd = command();
     match what {
         Generate::Man { dir } => {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -107,7 +134,11 @@ fn generate(what: Generate) -> anyhow::Result<ExitCode> {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     init_tracing();
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
