@@ -339,16 +339,20 @@ pub fn parse_upstream(url: &str) -> anyhow::Result<http::uri::Authority> {
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KeyKind {
+    #[value(alias = "p256")]
+    #[serde(alias = "p256")]
     EcdsaP256,
+    #[value(alias = "p384")]
+    #[serde(alias = "p384")]
     EcdsaP384,
-    #[value(name = "rsa-2048")]
-    #[serde(rename = "rsa-2048")]
+    #[value(name = "rsa-2048", alias = "rsa2048")]
+    #[serde(rename = "rsa-2048", alias = "rsa2048")]
     Rsa2048,
-    #[value(name = "rsa-3072")]
-    #[serde(rename = "rsa-3072")]
+    #[value(name = "rsa-3072", alias = "rsa3072")]
+    #[serde(rename = "rsa-3072", alias = "rsa3072")]
     Rsa3072,
-    #[value(name = "rsa-4096")]
-    #[serde(rename = "rsa-4096")]
+    #[value(name = "rsa-4096", alias = "rsa4096")]
+    #[serde(rename = "rsa-4096", alias = "rsa4096")]
     Rsa4096,
     Ed25519,
 }
