@@ -1,15 +1,22 @@
-//! A pool's connections to its upstreams: one hyper client per pool (keep-alive connections
-//! kept per upstream, up to `max-idle`, for `keepalive-timeout`), TLS by rustls with the pool's
+//! A pool's connections to its upstreams: one hyper client per upstream (keep-alive
+//! connections kept up to `max-idle`, for `keepalive-timeout`), TLS by rustls with the pool's
 //! CA or the system's, SNI, an optional client certificate and session resumption (rustls'
-//! client session cache: a second connection to an upstream resumes), HTTP/2 by ALPN over TLS or
+//! client session cache: a new connection to an upstream resumes), HTTP/2 by ALPN over TLS or
 //! by prior knowledge (h2c). And the pool's health checker: a thin task per upstream feeding
 //! `upstream::Backends::checked`.
+//!
+//! Each upstream's client connects to that upstream whatever the request's URI says: the URI
+//! carries the client's host, so that HTTP/1.1 gets it as `Host` and HTTP/2 as `:authority`
+//! (a request may not carry both, and which one is known only once ALPN has picked).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context as _};
-use http::uri::Scheme;
+use http::uri::{Authority, Scheme};
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
@@ -23,14 +30,15 @@ use crate::body::Body;
 use crate::route_config::{PoolConfig, UpstreamProtocol};
 use crate::upstream::Backends;
 
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Body>;
+pub type UpstreamClient = Client<HttpsConnector<ToUpstream>, Body>;
 
 /// A pool at run time.
 #[derive(Debug)]
 pub struct Pool {
     pub config: PoolConfig,
     pub backends: Arc<Backends>,
-    pub client: UpstreamClient,
+    /// One per upstream, in the order of `backends`.
+    clients: Vec<UpstreamClient>,
 }
 
 impl Pool {
@@ -40,40 +48,22 @@ impl Pool {
             &config.upstreams,
             config.balance,
         )?);
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(config.connect_timeout));
-        let builder = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config(&config)?)
-            .https_or_http();
-        let builder = match config.sni.as_deref() {
-            Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(
-                ServerName::try_from(name.to_owned())
-                    .map_err(|e| anyhow!("pool {}: sni `{name}`: {e}", config.name))?,
-            )),
-            None => builder,
-        };
-        let tls = config.scheme == Scheme::HTTPS;
-        let connector = match (config.protocol, tls) {
-            // over TLS the upstream picks by ALPN; in the clear, HTTP/1.1 unless told
-            (UpstreamProtocol::Auto, true) => {
-                builder.enable_http1().enable_http2().wrap_connector(http)
-            }
-            (UpstreamProtocol::H2, true) => builder.enable_http2().wrap_connector(http),
-            _ => builder.enable_http1().wrap_connector(http),
-        };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(config.keepalive_timeout)
-            .pool_max_idle_per_host(config.max_idle)
-            .http2_only(config.protocol == UpstreamProtocol::H2)
-            .build(connector);
+        let tls = tls_config(&config)?;
+        let clients = config
+            .upstreams
+            .iter()
+            .map(|a| client(&config, a, &tls))
+            .collect::<anyhow::Result<_>>()?;
         Ok(Pool {
             config,
             backends,
-            client,
+            clients,
         })
+    }
+
+    /// The client that reaches upstream `i`.
+    pub fn client(&self, i: usize) -> &UpstreamClient {
+        &self.clients[i]
     }
 
     /// Starts one checker task per upstream when the pool has health checks; they run until
@@ -123,18 +113,19 @@ impl Pool {
         path: &str,
         timeout: std::time::Duration,
     ) -> anyhow::Result<StatusCode> {
-        let authority = self.backends.authority(i);
+        // the host asked for: the name the pool's certificates are checked for, if set
+        let authority: Authority = match &self.config.sni {
+            Some(name) => name.parse()?,
+            None => self.backends.authority(i).clone(),
+        };
         let uri = Uri::builder()
             .scheme(self.config.scheme.clone())
-            .authority(authority.clone())
+            .authority(authority)
             .path_and_query(path)
             .build()?;
-        let mut req = Request::get(uri).body(Empty::new().map_err(|e| match e {}).boxed())?;
-        if let Some(sni) = &self.config.sni {
-            req.headers_mut().insert(http::header::HOST, sni.parse()?);
-        }
+        let req = Request::get(uri).body(Empty::new().map_err(|e| match e {}).boxed())?;
         let started = Instant::now();
-        let response = tokio::time::timeout(timeout, self.client.request(req))
+        let response = tokio::time::timeout(timeout, self.clients[i].request(req))
             .await
             .map_err(|_| anyhow!("no answer in {timeout:?}"))??;
         let status = response.status();
@@ -207,4 +198,75 @@ fn tls_config(config: &PoolConfig) -> anyhow::Result<rustls::ClientConfig> {
         }
         None => builder.with_no_client_auth(),
     })
+}
+
+/// The client for one upstream: its address fixed under whatever URI a request has, its name
+/// for SNI and the certificate check (the pool's `sni`, else the upstream's host).
+fn client(
+    config: &PoolConfig,
+    upstream: &Authority,
+    tls: &rustls::ClientConfig,
+) -> anyhow::Result<UpstreamClient> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(config.connect_timeout));
+    let target = Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(upstream.clone())
+        .path_and_query("/")
+        .build()?;
+    let host = upstream
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = config.sni.as_deref().unwrap_or(host);
+    let name = ServerName::try_from(name.to_owned()).map_err(|e| {
+        anyhow!(
+            "pool {}: `{name}` is not a TLS server name: {e}",
+            config.name
+        )
+    })?;
+    // the pool's rustls config: one session cache (by server name) for all its upstreams
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls.clone())
+        .https_or_http()
+        .with_server_name_resolver(FixedServerNameResolver::new(name));
+    let to = ToUpstream { http, target };
+    let connector = match (config.protocol, config.scheme == Scheme::HTTPS) {
+        // over TLS the upstream picks by ALPN; in the clear, HTTP/1.1 unless told
+        (UpstreamProtocol::Auto, true) => builder.enable_http1().enable_http2().wrap_connector(to),
+        (UpstreamProtocol::H2, true) => builder.enable_http2().wrap_connector(to),
+        _ => builder.enable_http1().wrap_connector(to),
+    };
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(config.keepalive_timeout)
+        .pool_max_idle_per_host(config.max_idle)
+        .http2_only(config.protocol == UpstreamProtocol::H2)
+        .build(connector))
+}
+
+/// A connector that always connects to one upstream, whatever the URI asks for.
+#[derive(Clone, Debug)]
+pub struct ToUpstream {
+    http: HttpConnector,
+    target: Uri,
+}
+
+type Connected = <HttpConnector as tower_service::Service<Uri>>::Response;
+type ConnectError = <HttpConnector as tower_service::Service<Uri>>::Error;
+
+impl tower_service::Service<Uri> for ToUpstream {
+    type Response = Connected;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Connected, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx)
+    }
+
+    fn call(&mut self, _asked: Uri) -> Self::Future {
+        Box::pin(self.http.call(self.target.clone()))
+    }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{self, HeaderName, HeaderValue};
+use http::uri::Authority;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Body as _;
@@ -133,6 +134,15 @@ impl Proxy {
             Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
         };
         route.request_headers.apply(&mut head.headers);
+        // the host goes in the URI: hyper sends it as `Host` over HTTP/1.1 and as
+        // `:authority` over HTTP/2 (each upstream's client connects to its own address)
+        let host: Option<Authority> = match head.headers.remove(header::HOST) {
+            Some(h) => match h.to_str().ok().and_then(|h| h.parse().ok()) {
+                Some(a) => Some(a),
+                None => return text(StatusCode::BAD_REQUEST, "bad host\n"),
+            },
+            None => None,
+        };
         if te_trailers {
             head.headers
                 .insert(header::TE, HeaderValue::from_static("trailers"));
@@ -158,7 +168,7 @@ impl Proxy {
             let mut head = head.clone();
             head.uri = match Uri::builder()
                 .scheme(pool.config.scheme.clone())
-                .authority(upstream.clone())
+                .authority(host.clone().unwrap_or_else(|| upstream.clone()))
                 .path_and_query(path.as_str())
                 .build()
             {
@@ -166,7 +176,9 @@ impl Proxy {
                 Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target\n"),
             };
             let started = Instant::now();
-            let sent = pool.client.request(Request::from_parts(head, body));
+            let sent = pool
+                .client(backend)
+                .request(Request::from_parts(head, body));
             let timeout = route.first_byte_timeout;
             let (outcome, mut response) = match tokio::time::timeout(timeout, sent).await {
                 Ok(Ok(mut resp)) => {
