@@ -15,7 +15,9 @@ use serde::Deserialize;
 #[derive(clap::Args, Debug, Default, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct AgentArgs {
-    /// TOML file with any of these settings (keys are the flag names); flags override it.
+    /// TOML file with any of these settings (keys are the flag names); flags override it. The
+    /// reverse proxy's routes and upstream pools (`[[route]]`, `[pool.NAME]`) are set there
+    /// only: see examples/agent-routes.toml.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -223,12 +225,12 @@ pub struct AgentArgs {
 
     /// Upstream pools (config file only: `[pool.NAME]` tables with `upstreams`, `balance`,
     /// `protocol`, `ca`, `sni`, `client-cert`/`client-key`, timeouts, keep-alive limits and
-    /// `[pool.NAME.health]` checks). See deploy/agent-routes.toml.
+    /// `[pool.NAME.health]` checks). See examples/agent-routes.toml.
     #[arg(skip)]
     pub pool: std::collections::BTreeMap<String, crate::route_config::PoolSpec>,
 
     /// Routes (config file only: `[[route]]` entries matching `hosts` and `path-prefix` to a
-    /// `pool`, with header changes and a body limit). See deploy/agent-routes.toml.
+    /// `pool`, with header changes and a body limit). See examples/agent-routes.toml.
     #[arg(skip)]
     pub route: Vec<crate::route_config::RouteSpec>,
 

@@ -13,7 +13,7 @@
 //! pool = "api"
 //! ```
 //!
-//! The full list of keys, commented, is in `deploy/agent-routes.toml`.
+//! Every key, commented, is in `examples/agent-routes.toml`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -584,5 +584,25 @@ mod tests {
         assert!(!h.contains_key("x-gone"));
         assert_eq!(h.get_all("x-set").iter().collect::<Vec<_>>(), ["new"]);
         assert_eq!(h.get_all("x-add").iter().collect::<Vec<_>>(), ["1", "2"]);
+    }
+
+    #[test]
+    fn the_commented_example_is_valid() {
+        let text = include_str!("../../../examples/agent-routes.toml");
+        let args: crate::config::AgentArgs = toml::from_str(text).unwrap();
+        let r = resolve(Inputs {
+            upstream: &args.upstream,
+            upstream_balance: UpstreamBalance::RoundRobin,
+            pools: &args.pool,
+            routes: &args.route,
+            unknown_host_status: args.unknown_host_status,
+            no_route_status: args.no_route_status,
+            idle_timeout: Duration::from_secs(60),
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.pools.len(), 3);
+        assert_eq!(r.routes.len(), 4);
+        assert!(r.pools.iter().any(|p| p.health.is_some()));
     }
 }

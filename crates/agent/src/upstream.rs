@@ -404,7 +404,7 @@ mod tests {
             b.is_up(0, now),
             "it took the request: slow or broken, not down"
         );
-        let text = crate::metrics::tests::encoded(move |e| encode_all(&[b.clone()], e));
+        let text = crate::metrics::tests::encoded(move |e| encode_all(std::slice::from_ref(&b), e));
         assert!(text.contains(
             "baton_upstream_failures_total{upstream=\"127.0.0.1:8000\",pool=\"p\",kind=\"timeout\"} 1"
         ));
@@ -423,7 +423,7 @@ mod tests {
         let mut order = b.order(ip("127.0.0.1"), now);
         order.sort();
         assert_eq!(order, vec![0, 1]);
-        let text = crate::metrics::tests::encoded(move |e| encode_all(&[b.clone()], e));
+        let text = crate::metrics::tests::encoded(move |e| encode_all(std::slice::from_ref(&b), e));
         assert!(text.contains("baton_upstream_up{upstream=\"127.0.0.1:8001\",pool=\"p\"} 0"));
         assert!(text.contains(
             "baton_upstream_failures_total{upstream=\"127.0.0.1:8001\",pool=\"p\",kind=\"connect\"} 1"
@@ -452,7 +452,7 @@ mod tests {
             run(&[false, false, false, true, false, true, true]),
             [true, true, false, false, false, false, true]
         );
-        assert_eq!(Checks::START.after(false, 1, 1).up, false);
+        assert!(!Checks::START.after(false, 1, 1).up);
     }
 
     #[test]
@@ -474,7 +474,7 @@ mod tests {
         );
         assert_eq!(b.checked(0, true, 1, 2), Some(true));
         assert_eq!(b.order(ip("127.0.0.1"), now), vec![0]);
-        let text = crate::metrics::tests::encoded(move |e| encode_all(&[b.clone()], e));
+        let text = crate::metrics::tests::encoded(move |e| encode_all(std::slice::from_ref(&b), e));
         assert!(
             text.contains("baton_upstream_skipped_total{upstream=\"127.0.0.1:8000\",pool=\"p\"} 5"),
             "{text}"

@@ -1,7 +1,7 @@
 """A real gRPC server and client (grpcio) for the reverse proxy tests, without generated code:
 the methods take and return raw bytes.
 
-    python3 grpc_echo.py server PORT        # plaintext HTTP/2 (h2c)
+    python3 grpc_echo.py server PORT        # plaintext HTTP/2 (h2c), prints `ready`
     python3 grpc_echo.py client ADDR CA     # over TLS to ADDR (the agent), trusting CA
 
 `/echo.Echo/Say` answers `echo: <request>` with trailing metadata `x-trailer: yes`;
@@ -33,6 +33,7 @@ def serve(port):
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echo.Echo", handlers),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
+    print("ready", flush=True)
     server.wait_for_termination()
 
 
