@@ -1,6 +1,7 @@
 //! The agent as a reverse proxy with routes and upstream pools (a config file's `[pool.NAME]`
 //! and `[[route]]`), against real peers: Python HTTP backends (`proxy_backend.py`), nginx as a
-//! TLS upstream (HTTP/2 by ALPN, certificate verification, session resumption), a real gRPC
+//! TLS upstream (HTTP/2 by ALPN, certificate verification, session resumption, a client
+//! certificate), a real gRPC
 //! server and client (`grpc_echo.py`, Python's grpcio) through the agent over HTTP/2, and
 //! active health checks taking a killed upstream out and bringing it back.
 
@@ -292,9 +293,12 @@ fn health_checks_take_a_killed_upstream_out_and_bring_it_back() {
 /// nginx serving HTTPS (h2 and http/1.1 by ALPN) with a certificate from its own test CA,
 /// answering every request with its protocol, whether the TLS session was resumed, and SNI.
 /// One process (no master): killing it leaves no worker behind.
+/// A second server on `mtls_port` asks for a client certificate from `pki`'s client CA and
+/// answers with its subject.
 struct Nginx {
     child: Child,
     port: u16,
+    mtls_port: u16,
     _dir: TempDir,
 }
 
@@ -302,6 +306,7 @@ impl Nginx {
     fn start(pki: &Pki) -> Nginx {
         let dir = TempDir::new("nginx");
         let port = free_port();
+        let mtls_port = free_port();
         let d = dir.0.display();
         std::fs::create_dir_all(dir.path("tmp")).unwrap();
         let conf = format!(
@@ -328,10 +333,21 @@ http {{
             return 200 "nginx $server_protocol reused=$ssl_session_reused sni=$ssl_server_name\n";
         }}
     }}
+    server {{
+        listen 127.0.0.1:{mtls_port} ssl;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_client_certificate {client_ca};
+        ssl_verify_client on;
+        location / {{
+            return 200 "client=$ssl_client_s_dn\n";
+        }}
+    }}
 }}
 "#,
             cert = pki.arg("ecdsa.pem"),
             key = pki.arg("ecdsa.key"),
+            client_ca = pki.arg("client-ca.pem"),
         );
         std::fs::write(dir.path("nginx.conf"), conf).unwrap();
         let child = Command::new("/usr/sbin/nginx")
@@ -347,6 +363,7 @@ http {{
         Nginx {
             child,
             port,
+            mtls_port,
             _dir: dir,
         }
     }
@@ -360,7 +377,7 @@ impl Drop for Nginx {
 }
 
 #[test]
-fn nginx_as_a_tls_upstream_verified_resumed_and_a_wrong_ca_refused() {
+fn nginx_as_a_tls_upstream_verified_resumed_with_a_client_certificate_and_a_wrong_ca_refused() {
     if !std::path::Path::new("/usr/sbin/nginx").exists() {
         return require_or_skip("nginx", "the TLS upstream");
     }
@@ -370,6 +387,7 @@ fn nginx_as_a_tls_upstream_verified_resumed_and_a_wrong_ca_refused() {
     let pki = Pki::new();
     let dir = TempDir::new("tls-upstream");
     let target = format!("https://127.0.0.1:{}", nginx.port);
+    let mtls = format!("https://127.0.0.1:{}", nginx.mtls_port);
     let agent = agent_with_config(
         &pki,
         &dir,
@@ -390,8 +408,25 @@ fn nginx_as_a_tls_upstream_verified_resumed_and_a_wrong_ca_refused() {
             ca = "{wrong}"
             sni = "localhost"
 
+            [pool.mtls]
+            upstreams = ["{mtls}"]
+            ca = "{ca}"
+            sni = "localhost"
+            client-cert = "{client_cert}"
+            client-key = "{client_key}"
+            [pool.anonymous]
+            upstreams = ["{mtls}"]
+            ca = "{ca}"
+            sni = "localhost"
+
             [[route]]
             pool = "tls"
+            [[route]]
+            path-prefix = "/mtls"
+            pool = "mtls"
+            [[route]]
+            path-prefix = "/anonymous"
+            pool = "anonymous"
             [[route]]
             path-prefix = "/fresh"
             pool = "fresh"
@@ -401,6 +436,8 @@ fn nginx_as_a_tls_upstream_verified_resumed_and_a_wrong_ca_refused() {
             "#,
             ca = upstream_pki.arg("ca.pem"),
             wrong = pki.arg("ca.pem"),
+            client_cert = upstream_pki.arg("client.pem"),
+            client_key = upstream_pki.arg("client.key"),
         ),
     );
     let h2 = get(&agent, &pki, "localhost", "/", &[]);
@@ -416,6 +453,17 @@ fn nginx_as_a_tls_upstream_verified_resumed_and_a_wrong_ca_refused() {
     assert!(first.body.starts_with("nginx HTTP/1.1 "), "{}", first.body);
     let again = get(&agent, &pki, "localhost", "/fresh", &[]);
     assert!(again.body.contains("reused=r"), "{}", again.body);
+
+    // an upstream that asks for a client certificate: the pool's is presented
+    let mtls = get(&agent, &pki, "localhost", "/mtls", &[]);
+    assert_eq!(mtls.status, 200, "{}", mtls.body);
+    assert!(mtls.body.contains("CN=client-one"), "{}", mtls.body);
+    let anonymous = get(&agent, &pki, "localhost", "/anonymous", &[]);
+    assert_eq!(
+        anonymous.status, 400,
+        "nginx: no required certificate: {}",
+        anonymous.body
+    );
 
     let refused = get(&agent, &pki, "localhost", "/wrong", &[]);
     assert_eq!(refused.status, 502, "{}", refused.body);
