@@ -1,9 +1,9 @@
 //! The agent as a reverse proxy with routes and upstream pools (a config file's `[pool.NAME]`
 //! and `[[route]]`), against real peers: Python HTTP backends (`proxy_backend.py`), nginx as a
 //! TLS upstream (HTTP/2 by ALPN, certificate verification, session resumption, a client
-//! certificate), a real gRPC
-//! server and client (`grpc_echo.py`, Python's grpcio) through the agent over HTTP/2, and
-//! active health checks taking a killed upstream out and bringing it back.
+//! certificate), a real gRPC server and client (`grpc_echo.py`, Python's grpcio) through the
+//! agent over HTTP/2, and active health checks taking a killed upstream out and bringing it
+//! back.
 
 mod common;
 
