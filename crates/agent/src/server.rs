@@ -29,16 +29,11 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let draining = CancellationToken::new();
-    let proxy = if config.upstream.is_empty() {
-        None
-    } else {
-        Some(Proxy::new(
-            &config.upstream,
-            config.upstream_balance,
-            config.idle_timeout,
-        )?)
-    };
-    let upstreams = proxy.as_ref().map(Proxy::backends);
+    let proxy = config.routing.as_ref().map(Proxy::new).transpose()?;
+    if let Some(p) = &proxy {
+        p.start_checks(&draining);
+    }
+    let upstreams = proxy.as_ref().map(Proxy::backends).unwrap_or_default();
     let http = Arc::new(HttpService {
         metrics: metrics.clone(),
         proxy,
