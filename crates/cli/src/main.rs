@@ -90,14 +90,72 @@ fn command() -> clap::Command {
             cmd.mut_arg(id, |a| a.env(var))
         })
     };
+    let process = |cmd| switches(with_env(cmd));
     Cli::command()
-        .mut_subcommand("agent", with_env)
-        .mut_subcommand("dispatch", with_env)
+        .mut_subcommand("agent", process)
+        .mut_subcommand("dispatch", process)
         .mut_subcommand("check", |check| {
             check
-                .mut_subcommand("agent", with_env)
-                .mut_subcommand("dispatch", with_env)
+                .mut_subcommand("agent", process)
+                .mut_subcommand("dispatch", process)
         })
+}
+
+/// The settings that are on or off (`value_name = "BOOL"`, `Option<bool>` so that a flag can
+/// override its config file key either way) read as switches: `--tickets` alone is
+/// `--tickets true`, and `--no-tickets` is `--tickets false` (see [`negations`]).
+/// `--tickets false` still parses, as before.
+fn switches(cmd: clap::Command) -> clap::Command {
+    let bools: Vec<(clap::Id, String)> = cmd
+        .get_arguments()
+        .filter(|a| is_bool(a))
+        .filter_map(|a| Some((a.get_id().clone(), a.get_long()?.to_string())))
+        .collect();
+    bools.into_iter().fold(cmd, |cmd, (id, long)| {
+        cmd.mut_arg(id, |a| {
+            a.num_args(0..=1)
+                .default_missing_value("true")
+                .value_name("BOOL")
+        })
+        .arg(
+            clap::Arg::new(format!("no-{long}"))
+                .long(format!("no-{long}"))
+                .action(clap::ArgAction::SetTrue)
+                .help(format!("The same as --{long} false")),
+        )
+    })
+}
+
+fn is_bool(a: &clap::Arg) -> bool {
+    a.get_value_names()
+        .is_some_and(|v| v.len() == 1 && v[0].as_str() == "BOOL")
+}
+
+/// `--no-NAME` rewritten to `--NAME=false` for every on/off setting NAME, before parsing: clap
+/// has no negated flags, and the configuration structs keep one field per setting.
+fn negations(
+    cmd: &clap::Command,
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    fn collect(cmd: &clap::Command, names: &mut std::collections::HashSet<String>) {
+        names.extend(
+            cmd.get_arguments()
+                .filter(|a| is_bool(a))
+                .filter_map(|a| a.get_long().map(String::from)),
+        );
+        for sub in cmd.get_subcommands() {
+            collect(sub, names);
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    collect(cmd, &mut names);
+    args.map(
+        |arg| match arg.to_str().and_then(|a| a.strip_prefix("--no-")) {
+            Some(name) if names.contains(name) => format!("--{name}=false").into(),
+            _ => arg,
+        },
+    )
+    .collect()
 }
 
 /// `baton generate`.
@@ -134,7 +192,10 @@ fn generate(what: Generate) -> anyhow::Result<ExitCode> {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let matches = command().get_matches();
+    let cmd = command();
+    let matches = cmd
+        .clone()
+        .get_matches_from(negations(&cmd, std::env::args_os()));
     let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),

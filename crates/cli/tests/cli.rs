@@ -239,3 +239,36 @@ fn environment_variables_set_flags_and_a_flag_wins_over_its_variable() {
     let _ = agent.wait();
     assert_eq!(line.trim(), format!("listening tls 127.0.0.1:{port}"));
 }
+
+#[test]
+fn on_off_settings_are_switches_with_negations_and_the_old_spelling_still_parses() {
+    let check = |args: &[&str]| {
+        let out = Command::new(BATON)
+            .args(["check", "agent", "--self-signed", "ecdsa-p256"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), text_of(&out))
+    };
+    // `--handoff` alone turns migration on, which needs a cluster key: refused
+    let (code, text) = check(&["--handoff"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--cluster-key-file"), "{text}");
+    let (code, text) = check(&["--handoff", "true"]);
+    assert_eq!(code, Some(2), "{text}");
+    for off in [
+        &["--no-handoff"][..],
+        &["--handoff", "false"],
+        &["--handoff=false"],
+    ] {
+        let (code, text) = check(off);
+        assert_eq!(code, Some(0), "{off:?}: {text}");
+    }
+    // a config file turns it on, the negation on the command line off
+    let dir = TempDir::new("switches");
+    std::fs::write(dir.path("a.toml"), "handoff = true\n").unwrap();
+    let (code, text) = check(&["--config", &dir.arg("a.toml")]);
+    assert_eq!(code, Some(2), "{text}");
+    let (code, text) = check(&["--config", &dir.arg("a.toml"), "--no-handoff"]);
+    assert_eq!(code, Some(0), "{text}");
+}
