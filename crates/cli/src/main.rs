@@ -91,7 +91,7 @@ fn command() -> clap::Command {
         })
     };
     let process = |cmd| switches(with_env(cmd));
-    Cli::command()
+    host_names(Cli::command())
         .mut_subcommand("agent", process)
         .mut_subcommand("dispatch", process)
         .mut_subcommand("check", |check| {
@@ -99,6 +99,27 @@ fn command() -> clap::Command {
                 .mut_subcommand("agent", process)
                 .mut_subcommand("dispatch", process)
         })
+}
+
+/// Every address flag of every command takes `HOST:PORT` as well as `IP:PORT`
+/// (`baton_ops::addr`), with an error that says which.
+fn host_names(cmd: clap::Command) -> clap::Command {
+    let addrs: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| {
+            a.get_value_parser().type_id() == std::any::TypeId::of::<std::net::SocketAddr>()
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    let cmd = addrs.into_iter().fold(cmd, |cmd, id| {
+        cmd.mut_arg(id, |a| a.value_parser(baton_ops::addr::parse))
+    });
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    subs.into_iter()
+        .fold(cmd, |cmd, name| cmd.mut_subcommand(name, host_names))
 }
 
 /// The settings that are on or off (`value_name = "BOOL"`, `Option<bool>` so that a flag can
