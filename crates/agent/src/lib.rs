@@ -14,7 +14,9 @@
 #![forbid(unsafe_code)]
 
 mod body;
+mod certdir;
 mod certs;
+mod certwatch;
 mod challenges;
 mod config;
 mod conn;
@@ -29,12 +31,14 @@ mod keysigner;
 pub mod metering;
 pub mod metrics;
 mod migration;
+pub mod ocsp;
 mod policy;
 mod proxy;
 mod resolver;
 mod served;
 mod server;
 mod sessions;
+mod stapler;
 mod store;
 mod tls;
 mod upstream;

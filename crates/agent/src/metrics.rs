@@ -475,6 +475,8 @@ pub struct Collected {
     pub metrics: Arc<Metrics>,
     pub upstreams: Option<Arc<crate::upstream::Backends>>,
     pub link: Option<Arc<baton_link::LinkStats>>,
+    /// The certificates served, for their expiry.
+    pub certs: Option<Arc<crate::resolver::Resolver>>,
 }
 
 impl Collected {
@@ -495,6 +497,9 @@ impl Collector for Collected {
         }
         if let Some(l) = &self.link {
             l.encode(&mut e)?;
+        }
+        if let Some(c) = &self.certs {
+            crate::certwatch::encode(&mut e, c.store().entries())?;
         }
         Ok(())
     }
@@ -599,6 +604,7 @@ pub(crate) mod tests {
             metrics: m,
             upstreams: None,
             link: None,
+            certs: None,
         };
         let text = baton_ops::metrics::encode(&text.registry());
         for line in [

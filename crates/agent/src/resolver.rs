@@ -155,6 +155,13 @@ impl Resolver {
         self.store.store(Arc::new(store));
     }
 
+    /// Replaces the store only if it is still `current` (another writer, a reload or a
+    /// renewal, wins a race); whether it did.
+    pub fn replace_if(&self, current: &Arc<CertStore>, store: CertStore) -> bool {
+        let previous = self.store.compare_and_swap(current, Arc::new(store));
+        Arc::ptr_eq(&previous, current)
+    }
+
     pub fn store(&self) -> Arc<CertStore> {
         self.store.load_full()
     }

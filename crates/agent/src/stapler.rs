@@ -1,0 +1,275 @@
+//! OCSP stapling: a task that keeps a checked response (see [`crate::ocsp`]) on every
+//! certificate served whose issuer names a responder, by swapping the certificate store.
+//!
+//! Each second it looks at the live store (so certificates from a reload or a renewal are
+//! picked up within a second), fetches what is due, drops a staple once past its nextUpdate
+//! (never a stale one, even while the responder is down), and swaps in a store whose
+//! `CertifiedKey::ocsp` carry the current staples. The swap is a compare-and-swap: a store
+//! replaced meanwhile (SIGHUP, renewal) wins, and is stapled on the next pass.
+//!
+//! A fetch is an HTTP POST (RFC 6960 appendix A) to the responder, at most
+//! [`FETCH_TIMEOUT`] for the whole exchange and [`MAX_RESPONSE`] bytes. A good response is
+//! fetched again half-way through its validity window; a failed fetch is retried with a
+//! backoff from [`RETRY_MIN`] to [`RETRY_MAX`], the current staple kept while it is valid.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, bail, Context};
+use baton_ops::metrics::counters;
+use http_body_util::{BodyExt, Full, Limited};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use rustls::sign::CertifiedKey;
+
+use crate::certs::CertEntry;
+use crate::config::OcspStapling;
+use crate::ocsp::{self, Refused, Staple};
+use crate::resolver::{CertStore, Resolver};
+
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_RESPONSE: usize = 64 * 1024;
+pub const RETRY_MIN: i64 = 5;
+pub const RETRY_MAX: i64 = 600;
+/// A good response is not fetched again sooner than this, however short its window.
+const REFRESH_FLOOR: i64 = 5;
+const TICK: Duration = Duration::from_secs(1);
+
+/// Fetch outcomes, for `baton_ocsp_fetches_total{outcome}`.
+const OUTCOMES: [&str; 6] = [
+    "ok",
+    "fetch_failed",
+    "responder_error",
+    "invalid",
+    "revoked",
+    "unknown",
+];
+static FETCHES: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+fn count(outcome: &str) {
+    if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
+        FETCHES[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug, Clone, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+pub fn encode(e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    counters(
+        e,
+        "baton_ocsp_fetches",
+        "OCSP responses fetched for stapling, by outcome.",
+        OUTCOMES
+            .iter()
+            .zip(&FETCHES)
+            .map(|(outcome, n)| (OutcomeLabel { outcome }, n.load(Ordering::Relaxed))),
+    )
+}
+
+/// What stapling one certificate needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    url: String,
+    issuer: Vec<u8>,
+    name: String,
+}
+
+/// One certificate's stapling state, keyed by its DER.
+#[derive(Debug)]
+struct State {
+    target: Target,
+    staple: Option<Staple>,
+    next_fetch: i64,
+    failures: u32,
+}
+
+/// Whether and where `entry` is stapled: it names an `http://` responder, its issuer is in
+/// its chain, and `settings` allow it for its names.
+fn target(entry: &CertEntry, settings: &OcspStapling) -> Option<Target> {
+    let chain = &entry.certified.cert;
+    if chain.len() < 2 || !settings.applies_to(&entry.names) {
+        return None;
+    }
+    let url = ocsp::responder_url(&chain[0])?;
+    url.starts_with("http://").then(|| Target {
+        url,
+        issuer: chain[1].to_vec(),
+        name: entry.names.first().cloned().unwrap_or_default(),
+    })
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Runs for the life of the agent.
+pub async fn run(resolver: Arc<Resolver>, settings: OcspStapling) {
+    let mut states: HashMap<Vec<u8>, State> = HashMap::new();
+    loop {
+        let store = resolver.store();
+        let mut live = Vec::new();
+        for entry in store.entries() {
+            if let Some(target) = target(entry, &settings) {
+                let leaf = entry.certified.cert[0].to_vec();
+                states.entry(leaf.clone()).or_insert(State {
+                    target,
+                    staple: None,
+                    next_fetch: 0,
+                    failures: 0,
+                });
+                live.push(leaf);
+            }
+        }
+        states.retain(|leaf, _| live.contains(leaf));
+        for (leaf, state) in states.iter_mut() {
+            if state.next_fetch <= unix_now() {
+                refresh(leaf, state).await;
+            }
+        }
+        let now = unix_now();
+        for state in states.values_mut() {
+            if state.staple.as_ref().is_some_and(|s| s.next_update <= now) {
+                tracing::warn!(name = %state.target.name, "OCSP staple past its nextUpdate: dropped");
+                state.staple = None;
+            }
+        }
+        if let Some(stapled) = restapled(&store, &states) {
+            resolver.replace_if(&store, stapled);
+        }
+        tokio::time::sleep(TICK).await;
+    }
+}
+
+/// A copy of `store` with each certificate's staple as `states` has it, or `None` when every
+/// certificate already carries its own.
+fn restapled(store: &CertStore, states: &HashMap<Vec<u8>, State>) -> Option<CertStore> {
+    let mut changed = false;
+    let entries = store
+        .entries()
+        .iter()
+        .map(|e| {
+            let want = e
+                .certified
+                .cert
+                .first()
+                .and_then(|leaf| states.get(leaf.as_ref()))
+                .and_then(|s| s.staple.as_ref())
+                .map(|s| s.der.clone());
+            if e.certified.ocsp == want {
+                return e.clone();
+            }
+            changed = true;
+            let certified = CertifiedKey {
+                ocsp: want,
+                ..(*e.certified).clone()
+            };
+            CertEntry {
+                certified: Arc::new(certified),
+                ..e.clone()
+            }
+        })
+        .collect();
+    changed.then(|| CertStore::new(entries))
+}
+
+async fn refresh(leaf: &[u8], state: &mut State) {
+    let name = state.target.name.clone();
+    let outcome = fetch(leaf, &state.target).await;
+    let now = unix_now();
+    let result = match outcome {
+        Ok(body) => ocsp::check(&body, leaf, &state.target.issuer, now)
+            .map_err(|refused| Failure::Refused(refused)),
+        Err(e) => Err(Failure::Fetch(e)),
+    };
+    match result {
+        Ok(staple) => {
+            count("ok");
+            state.failures = 0;
+            state.next_fetch = staple.refresh_at(now, REFRESH_FLOOR);
+            tracing::info!(%name, next_update = staple.next_update, "OCSP staple fetched");
+            state.staple = Some(staple);
+        }
+        Err(failure) => {
+            let label = match &failure {
+                Failure::Fetch(_) => "fetch_failed",
+                Failure::Refused(r) => r.label(),
+            };
+            count(label);
+            let backoff = (RETRY_MIN << state.failures.min(10)).min(RETRY_MAX);
+            state.failures = state.failures.saturating_add(1);
+            state.next_fetch = now + backoff;
+            match failure {
+                Failure::Refused(Refused::Revoked) => tracing::error!(
+                    %name,
+                    "OCSP: the responder says this certificate is revoked; no staple"
+                ),
+                failure => tracing::warn!(
+                    %name,
+                    url = %state.target.url,
+                    error = %failure,
+                    retry_in_secs = backoff,
+                    "OCSP fetch failed; keeping the current staple while it is valid"
+                ),
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0:#}")]
+    Fetch(anyhow::Error),
+    #[error("response refused: {0}")]
+    Refused(Refused),
+}
+
+/// POSTs the request for `leaf` to its responder; the response body.
+async fn fetch(leaf: &[u8], target: &Target) -> anyhow::Result<Vec<u8>> {
+    let request = ocsp::request(leaf, &target.issuer).map_err(|e| anyhow!("request: {e}"))?;
+    tokio::time::timeout(FETCH_TIMEOUT, post(&target.url, request))
+        .await
+        .map_err(|_| anyhow!("no answer within {FETCH_TIMEOUT:?}"))?
+}
+
+async fn post(url: &str, body: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("responder URL {url}"))?;
+    let host = uri.host().context("responder URL without a host")?;
+    let port = uri.port_u16().unwrap_or(80);
+    let authority = uri
+        .authority()
+        .context("responder URL without a host")?
+        .clone();
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .with_context(|| format!("connecting to {authority}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    let conn = tokio::spawn(conn);
+    let req = http::Request::post(path)
+        .header(http::header::HOST, authority.as_str())
+        .header(http::header::CONTENT_TYPE, "application/ocsp-request")
+        .header(http::header::ACCEPT, "application/ocsp-response")
+        .body(Full::new(bytes::Bytes::from(body)))?;
+    let resp = sender.send_request(req).await?;
+    if resp.status() != http::StatusCode::OK {
+        conn.abort();
+        bail!("responder answered HTTP {}", resp.status());
+    }
+    let body = Limited::new(resp.into_body(), MAX_RESPONSE)
+        .collect()
+        .await
+        .map_err(|e| anyhow!("response body: {e}"))?
+        .to_bytes();
+    conn.abort();
+    Ok(body.to_vec())
+}
