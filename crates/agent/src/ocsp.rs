@@ -304,3 +304,311 @@ fn verify(
         .verify(msg, sig)
         .is_ok()
 }
+
+/// For the fuzz target: [`check`] and [`responder_url`] on arbitrary bytes, against a fixed
+/// certificate and issuer. Never panics.
+pub fn fuzz(data: &[u8]) {
+    use std::sync::OnceLock;
+    static PAIR: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
+    let (leaf, issuer) = PAIR.get_or_init(|| {
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let leaf_key = rcgen::KeyPair::generate().expect("key");
+        let leaf = rcgen::CertificateParams::new(vec!["fuzz.test".to_string()])
+            .expect("params")
+            .signed_by(&leaf_key, &issuer)
+            .expect("leaf");
+        (leaf.der().to_vec(), ca_cert.der().to_vec())
+    });
+    let _ = check(data, leaf, issuer, 1_800_000_000);
+    let _ = responder_url(data);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+    use der::asn1::{BitString, GeneralizedTime};
+    use x509_ocsp::{
+        OcspGeneralizedTime, ResponderId, ResponseBytes, ResponseData, SingleResponse,
+    };
+
+    const NOW: i64 = 1_800_000_000;
+
+    /// A CA, a leaf it issued (with an AIA OCSP URL), and the CA's key (PKCS#8).
+    struct Pki {
+        ca: Vec<u8>,
+        ca_key: Vec<u8>,
+        leaf: Vec<u8>,
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    }
+
+    fn aia(url: &str) -> rcgen::CustomExtension {
+        // AuthorityInfoAccessSyntax ::= SEQUENCE OF SEQUENCE { id-ad-ocsp, [6] IA5String }
+        let oid = [0x06, 0x08, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x30, 0x01];
+        let mut loc = vec![0x86, url.len() as u8];
+        loc.extend_from_slice(url.as_bytes());
+        let mut desc = vec![0x30, (oid.len() + loc.len()) as u8];
+        desc.extend_from_slice(&oid);
+        desc.extend_from_slice(&loc);
+        let mut seq = vec![0x30, desc.len() as u8];
+        seq.extend_from_slice(&desc);
+        rcgen::CustomExtension::from_oid_content(&[1, 3, 6, 1, 5, 5, 7, 1, 1], seq)
+    }
+
+    fn pki() -> Pki {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let pkcs8 = ca_key.serialize_der();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "Test CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["site.test".to_string()]).unwrap();
+        params
+            .custom_extensions
+            .push(aia("http://127.0.0.1:9/ocsp"));
+        let leaf = params.signed_by(&leaf_key, &issuer).unwrap();
+        Pki {
+            ca: ca_cert.der().to_vec(),
+            ca_key: pkcs8,
+            leaf: leaf.der().to_vec(),
+            issuer,
+        }
+    }
+
+    fn time(t: i64) -> OcspGeneralizedTime {
+        OcspGeneralizedTime(
+            GeneralizedTime::from_unix_duration(std::time::Duration::from_secs(t as u64)).unwrap(),
+        )
+    }
+
+    struct Answer {
+        status: CertStatus,
+        this_update: i64,
+        next_update: Option<i64>,
+        hash: ObjectIdentifier,
+        certs: Option<Vec<Certificate>>,
+    }
+
+    fn good() -> Answer {
+        Answer {
+            status: CertStatus::good(),
+            this_update: NOW - 60,
+            next_update: Some(NOW + 3600),
+            hash: SHA1,
+            certs: None,
+        }
+    }
+
+    /// A response about `leaf` (issued by `issuer`), signed with `key` (PKCS#8 ECDSA P-256).
+    fn respond(leaf: &[u8], issuer: &[u8], key: &[u8], a: Answer) -> Vec<u8> {
+        let id = cert_id(
+            &Certificate::from_der(leaf).unwrap(),
+            &Certificate::from_der(issuer).unwrap(),
+            a.hash,
+        )
+        .unwrap();
+        let tbs = ResponseData {
+            version: Default::default(),
+            responder_id: ResponderId::ByKey(OctetString::new(vec![0; 20]).unwrap()),
+            produced_at: time(a.this_update),
+            responses: vec![SingleResponse {
+                cert_id: id,
+                cert_status: a.status,
+                this_update: time(a.this_update),
+                next_update: a.next_update.map(time),
+                single_extensions: None,
+            }],
+            response_extensions: None,
+        };
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, key).unwrap();
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let sig = pair.sign(&rng, &tbs.to_der().unwrap()).unwrap();
+        let basic = BasicOcspResponse {
+            tbs_response_data: tbs,
+            signature_algorithm: AlgorithmIdentifierOwned {
+                oid: ECDSA_SHA256,
+                parameters: None,
+            },
+            signature: BitString::from_bytes(sig.as_ref()).unwrap(),
+            certs: a.certs,
+        };
+        OcspResponse {
+            response_status: OcspResponseStatus::Successful,
+            response_bytes: Some(ResponseBytes {
+                response_type: OCSP_BASIC,
+                response: OctetString::new(basic.to_der().unwrap()).unwrap(),
+            }),
+        }
+        .to_der()
+        .unwrap()
+    }
+
+    #[test]
+    fn responder_url_and_request() {
+        let p = pki();
+        assert_eq!(
+            responder_url(&p.leaf).as_deref(),
+            Some("http://127.0.0.1:9/ocsp")
+        );
+        assert_eq!(responder_url(&p.ca), None);
+        let req = OcspRequest::from_der(&request(&p.leaf, &p.ca).unwrap()).unwrap();
+        let id = &req.tbs_request.request_list[0].req_cert;
+        assert_eq!(id.hash_algorithm.oid, SHA1);
+        let leaf = Certificate::from_der(&p.leaf).unwrap();
+        assert_eq!(id.serial_number, leaf.tbs_certificate.serial_number);
+    }
+
+    #[test]
+    fn a_good_answer_signed_by_the_issuer_is_stapled() {
+        let p = pki();
+        for hash in [SHA1, SHA256] {
+            let der = respond(&p.leaf, &p.ca, &p.ca_key, Answer { hash, ..good() });
+            let staple = check(&der, &p.leaf, &p.ca, NOW).unwrap();
+            assert_eq!(staple.der, der);
+            assert_eq!(staple.next_update, NOW + 3600);
+            assert_eq!(staple.refresh_at(NOW, 5), NOW - 60 + (3660 / 2));
+        }
+    }
+
+    #[test]
+    fn refused_answers() {
+        let p = pki();
+        let check_now =
+            |a: Answer| check(&respond(&p.leaf, &p.ca, &p.ca_key, a), &p.leaf, &p.ca, NOW);
+        let revoked = CertStatus::Revoked(x509_ocsp::RevokedInfo {
+            revocation_time: time(NOW - 10),
+            revocation_reason: None,
+        });
+        assert_eq!(
+            check_now(Answer {
+                status: revoked,
+                ..good()
+            }),
+            Err(Refused::Revoked)
+        );
+        assert_eq!(
+            check_now(Answer {
+                status: CertStatus::unknown(),
+                ..good()
+            }),
+            Err(Refused::Unknown)
+        );
+        assert_eq!(
+            check_now(Answer {
+                next_update: Some(NOW),
+                ..good()
+            }),
+            Err(Refused::Expired)
+        );
+        assert_eq!(
+            check_now(Answer {
+                next_update: None,
+                ..good()
+            }),
+            Err(Refused::NoNextUpdate)
+        );
+        assert_eq!(
+            check_now(Answer {
+                this_update: NOW + SKEW_SECS + 1,
+                ..good()
+            }),
+            Err(Refused::NotYetValid)
+        );
+        // still good now, stale an hour later: never stapled past nextUpdate
+        let der = respond(&p.leaf, &p.ca, &p.ca_key, good());
+        assert!(check(&der, &p.leaf, &p.ca, NOW).is_ok());
+        assert_eq!(
+            check(&der, &p.leaf, &p.ca, NOW + 3600),
+            Err(Refused::Expired)
+        );
+    }
+
+    #[test]
+    fn wrong_signer_or_certificate_is_refused() {
+        let p = pki();
+        let other = pki();
+        // signed by another CA's key
+        let der = respond(&p.leaf, &p.ca, &other.ca_key, good());
+        assert_eq!(check(&der, &p.leaf, &p.ca, NOW), Err(Refused::BadSignature));
+        // a genuine answer, but about another certificate
+        let der = respond(&other.leaf, &other.ca, &other.ca_key, good());
+        assert_eq!(
+            check(&der, &p.leaf, &other.ca, NOW),
+            Err(Refused::NotForThisCert)
+        );
+        // a bit flipped in the signed part
+        let mut der = respond(&p.leaf, &p.ca, &p.ca_key, good());
+        let at = der.len() / 2;
+        der[at] ^= 1;
+        assert!(check(&der, &p.leaf, &p.ca, NOW).is_err());
+        // an error status, and garbage
+        let err = OcspResponse::try_later().to_der().unwrap();
+        assert_eq!(
+            check(&err, &p.leaf, &p.ca, NOW),
+            Err(Refused::Status(OcspResponseStatus::TryLater))
+        );
+        assert!(matches!(
+            check(b"\x30\x03\x0a\x01", &p.leaf, &p.ca, NOW),
+            Err(Refused::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_delegated_responder_needs_the_ocsp_signing_purpose() {
+        let p = pki();
+        let delegate = |purpose: bool| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "OCSP responder");
+            if purpose {
+                params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::OcspSigning];
+            }
+            let cert = params.signed_by(&key, &p.issuer).unwrap();
+            (
+                Certificate::from_der(cert.der()).unwrap(),
+                key.serialize_der(),
+            )
+        };
+        let (cert, key) = delegate(true);
+        let der = respond(
+            &p.leaf,
+            &p.ca,
+            &key,
+            Answer {
+                certs: Some(vec![cert]),
+                ..good()
+            },
+        );
+        assert!(check(&der, &p.leaf, &p.ca, NOW).is_ok());
+        let (cert, key) = delegate(false);
+        let der = respond(
+            &p.leaf,
+            &p.ca,
+            &key,
+            Answer {
+                certs: Some(vec![cert]),
+                ..good()
+            },
+        );
+        assert_eq!(check(&der, &p.leaf, &p.ca, NOW), Err(Refused::BadSignature));
+    }
+
+    #[test]
+    fn fuzz_entry_survives_junk() {
+        let p = pki();
+        let der = respond(&p.leaf, &p.ca, &p.ca_key, good());
+        for cut in [0, 1, 10, der.len() / 3, der.len() - 1] {
+            fuzz(&der[..cut]);
+        }
+        fuzz(&der);
+    }
+}
