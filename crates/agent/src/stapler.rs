@@ -22,6 +22,7 @@ use baton_ops::metrics::counters;
 use http_body_util::{BodyExt, Full, Limited};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use rustls::sign::CertifiedKey;
+use tokio::task::JoinSet;
 
 use crate::certs::CertEntry;
 use crate::config::OcspStapling;
@@ -35,6 +36,9 @@ pub const RETRY_MAX: i64 = 600;
 /// A good response is not fetched again sooner than this, however short its window.
 const REFRESH_FLOOR: i64 = 5;
 const TICK: Duration = Duration::from_secs(1);
+/// A staple is dropped this long before its nextUpdate, so that no handshake between two
+/// passes sends it late.
+const DROP_AHEAD: i64 = 2;
 
 /// Fetch outcomes, for `baton_ocsp_fetches_total{outcome}`.
 const OUTCOMES: [&str; 6] = [
@@ -85,6 +89,8 @@ struct State {
     staple: Option<Staple>,
     next_fetch: i64,
     failures: u32,
+    /// A fetch for it is running.
+    in_flight: bool,
 }
 
 /// Whether and where `entry` is stapled: it names an `http://` responder, its issuer is in
@@ -108,10 +114,19 @@ fn unix_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Runs for the life of the agent.
+/// Runs for the life of the agent. Fetches run as their own tasks, so a slow responder
+/// never holds up dropping another (or its own) staple at its nextUpdate.
 pub async fn run(resolver: Arc<Resolver>, settings: OcspStapling) {
     let mut states: HashMap<Vec<u8>, State> = HashMap::new();
+    let mut fetches: JoinSet<(Vec<u8>, Result<Staple, Failure>)> = JoinSet::new();
     loop {
+        while let Some(done) = fetches.try_join_next() {
+            let Ok((leaf, result)) = done else { continue };
+            if let Some(state) = states.get_mut(&leaf) {
+                state.in_flight = false;
+                settle(state, result, unix_now());
+            }
+        }
         let store = resolver.store();
         let mut live = Vec::new();
         for entry in store.entries() {
@@ -122,19 +137,27 @@ pub async fn run(resolver: Arc<Resolver>, settings: OcspStapling) {
                     staple: None,
                     next_fetch: 0,
                     failures: 0,
+                    in_flight: false,
                 });
                 live.push(leaf);
             }
         }
         states.retain(|leaf, _| live.contains(leaf));
-        for (leaf, state) in states.iter_mut() {
-            if state.next_fetch <= unix_now() {
-                refresh(leaf, state).await;
-            }
-        }
         let now = unix_now();
-        for state in states.values_mut() {
-            if state.staple.as_ref().is_some_and(|s| s.next_update <= now) {
+        for (leaf, state) in states.iter_mut() {
+            if !state.in_flight && state.next_fetch <= now {
+                state.in_flight = true;
+                let (leaf, target) = (leaf.clone(), state.target.clone());
+                fetches.spawn(async move {
+                    let result = fetch_and_check(&leaf, &target).await;
+                    (leaf, result)
+                });
+            }
+            if state
+                .staple
+                .as_ref()
+                .is_some_and(|s| s.next_update <= now + DROP_AHEAD)
+            {
                 tracing::warn!(name = %state.target.name, "OCSP staple past its nextUpdate: dropped");
                 state.staple = None;
             }
@@ -178,15 +201,14 @@ fn restapled(store: &CertStore, states: &HashMap<Vec<u8>, State>) -> Option<Cert
     changed.then(|| CertStore::new(entries))
 }
 
-async fn refresh(leaf: &[u8], state: &mut State) {
-    let name = state.target.name.clone();
-    let outcome = fetch(leaf, &state.target).await;
-    let now = unix_now();
-    let result = match outcome {
-        Ok(body) => ocsp::check(&body, leaf, &state.target.issuer, now)
-            .map_err(|refused| Failure::Refused(refused)),
-        Err(e) => Err(Failure::Fetch(e)),
-    };
+async fn fetch_and_check(leaf: &[u8], target: &Target) -> Result<Staple, Failure> {
+    let body = fetch(leaf, target).await.map_err(Failure::Fetch)?;
+    ocsp::check(&body, leaf, &target.issuer, unix_now()).map_err(Failure::Refused)
+}
+
+/// Records a fetch's result: the new staple and when to refresh it, or when to retry.
+fn settle(state: &mut State, result: Result<Staple, Failure>, now: i64) {
+    let name = &state.target.name;
     match result {
         Ok(staple) => {
             count("ok");
