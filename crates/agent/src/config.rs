@@ -936,6 +936,31 @@ mod tests {
     }
 
     #[test]
+    fn cert_dir_and_ocsp_stapling() {
+        let file: AgentArgs = toml::from_str(
+            r#"
+            cert-dir = "/etc/baton/certs"
+            ocsp-stapling = "off"
+            ocsp-stapling-except = ["Shop.Example."]
+            "#,
+        )
+        .unwrap();
+        let c = parse(&[]).over(file).into_config().unwrap();
+        assert_eq!(c.cert_dir, Some(PathBuf::from("/etc/baton/certs")));
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(!c.ocsp_stapling.applies_to(&names(&["www.example"])));
+        assert!(c
+            .ocsp_stapling
+            .applies_to(&names(&["www.example", "shop.example"])));
+        // on by default, the exceptions off
+        let c = from_flags(&["--cert-dir", "d", "--ocsp-stapling-except", "a.test"]);
+        assert!(c.ocsp_stapling.applies_to(&names(&["b.test"])));
+        assert!(!c.ocsp_stapling.applies_to(&names(&["a.test"])));
+        let e = parse(&["--ocsp-stapling", "on"]).resolve().unwrap_err();
+        assert!(e.to_string().contains("--cert-dir"), "{e}");
+    }
+
+    #[test]
     fn flags_override_file() {
         let file: AgentArgs = toml::from_str(
             r#"
