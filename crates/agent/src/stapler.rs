@@ -295,3 +295,88 @@ async fn post(url: &str, body: Vec<u8>) -> anyhow::Result<Vec<u8>> {
     conn.abort();
     Ok(body.to_vec())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::self_signed;
+    use crate::config::KeyKind;
+
+    fn state(staple: Option<Staple>) -> State {
+        State {
+            target: Target {
+                url: "http://127.0.0.1:9/".into(),
+                issuer: vec![],
+                name: "a.test".into(),
+            },
+            staple,
+            next_fetch: 0,
+            failures: 0,
+            in_flight: false,
+        }
+    }
+
+    #[test]
+    fn a_self_signed_certificate_has_no_responder_to_ask() {
+        let (e, _) = self_signed(KeyKind::EcdsaP256, &["a.test".to_string()]).unwrap();
+        assert_eq!(
+            target(
+                &e,
+                &OcspStapling {
+                    on: true,
+                    except: vec![]
+                }
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn the_store_is_restapled_only_when_a_staple_changes() {
+        let (a, _) = self_signed(KeyKind::EcdsaP256, &["a.test".to_string()]).unwrap();
+        let (b, _) = self_signed(KeyKind::EcdsaP256, &["b.test".to_string()]).unwrap();
+        let store = CertStore::new(vec![a.clone(), b.clone()]);
+        let leaf = a.certified.cert[0].to_vec();
+        let mut states = HashMap::new();
+        states.insert(leaf.clone(), state(None));
+        assert!(restapled(&store, &states).is_none());
+
+        let staple = Staple {
+            der: vec![1, 2, 3],
+            this_update: 0,
+            next_update: 10,
+        };
+        states.insert(leaf.clone(), state(Some(staple)));
+        let stapled = restapled(&store, &states).expect("a new staple");
+        assert_eq!(stapled.entries()[0].certified.ocsp, Some(vec![1, 2, 3]));
+        assert_eq!(stapled.entries()[1].certified.ocsp, None);
+        assert!(restapled(&stapled, &states).is_none());
+
+        // dropped: the next store carries none
+        states.insert(leaf, state(None));
+        let unstapled = restapled(&stapled, &states).expect("the staple dropped");
+        assert_eq!(unstapled.entries()[0].certified.ocsp, None);
+    }
+
+    #[test]
+    fn failures_back_off_and_a_good_answer_is_refreshed_half_way() {
+        let mut s = state(None);
+        let now = 1_000;
+        for expect in [RETRY_MIN, RETRY_MIN * 2, RETRY_MIN * 4] {
+            settle(&mut s, Err(Failure::Fetch(anyhow!("down"))), now);
+            assert_eq!(s.next_fetch, now + expect);
+        }
+        for _ in 0..20 {
+            settle(&mut s, Err(Failure::Refused(Refused::NotForThisCert)), now);
+        }
+        assert_eq!(s.next_fetch, now + RETRY_MAX);
+        let staple = Staple {
+            der: vec![1],
+            this_update: now - 100,
+            next_update: now + 3500,
+        };
+        settle(&mut s, Ok(staple), now);
+        assert_eq!((s.failures, s.next_fetch), (0, now + 1700));
+        assert!(s.staple.is_some());
+    }
+}
