@@ -12,7 +12,7 @@
 //! fetched again half-way through its validity window; a failed fetch is retried with a
 //! backoff from [`RETRY_MIN`] to [`RETRY_MAX`], the current staple kept while it is valid.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -128,18 +128,23 @@ pub async fn run(resolver: Arc<Resolver>, settings: OcspStapling) {
             }
         }
         let store = resolver.store();
-        let mut live = Vec::new();
+        let mut live = HashSet::new();
         for entry in store.entries() {
-            if let Some(target) = target(entry, &settings) {
-                let leaf = entry.certified.cert[0].to_vec();
-                states.entry(leaf.clone()).or_insert(State {
-                    target,
-                    staple: None,
-                    next_fetch: 0,
-                    failures: 0,
-                    in_flight: false,
-                });
-                live.push(leaf);
+            let leaf = &entry.certified.cert[0];
+            if states.contains_key(leaf.as_ref()) {
+                live.insert(leaf.to_vec());
+            } else if let Some(target) = target(entry, &settings) {
+                states.insert(
+                    leaf.to_vec(),
+                    State {
+                        target,
+                        staple: None,
+                        next_fetch: 0,
+                        failures: 0,
+                        in_flight: false,
+                    },
+                );
+                live.insert(leaf.to_vec());
             }
         }
         states.retain(|leaf, _| live.contains(leaf));
