@@ -36,6 +36,22 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PEM")]
     pub key: Vec<PathBuf>,
 
+    /// A directory of certificate/key pairs: every `NAME.crt` with its `NAME.key` (PEM) is
+    /// served for the names in its certificate (subjectAltNames), beside any --cert. Reread
+    /// on SIGHUP; one bad or unpaired file fails the reload and the running set stays.
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+
+    /// OCSP stapling for certificates whose issuer names a responder (AIA OCSP URL) and is in
+    /// the chain: the response is fetched, checked, refreshed half-way to its nextUpdate and
+    /// dropped once past it. Default on.
+    #[arg(long, value_name = "MODE")]
+    pub ocsp_stapling: Option<Toggle>,
+
+    /// Names whose certificates get the opposite of --ocsp-stapling (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub ocsp_stapling_except: Vec<String>,
+
     /// Sign with a private key held by `baton signer` at this socket (`unix:PATH`) instead of
     /// a --key: each --cert is then a chain alone, and the signer must hold the key for its
     /// public key (checked at start).
@@ -380,6 +396,30 @@ pub enum KeyKind {
     Ed25519,
 }
 
+/// A feature turned on or off.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Toggle {
+    On,
+    Off,
+}
+
+/// `--ocsp-stapling` and its exceptions, resolved.
+#[derive(Debug, Clone, Default)]
+pub struct OcspStapling {
+    pub on: bool,
+    /// Lower-case names that get the opposite of `on`.
+    pub except: Vec<String>,
+}
+
+impl OcspStapling {
+    /// Whether a certificate for `names` is stapled.
+    pub fn applies_to(&self, names: &[String]) -> bool {
+        let excepted = names.iter().any(|n| self.except.contains(n));
+        self.on != excepted
+    }
+}
+
 /// How requests are spread over several upstream backends.
 #[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -513,6 +553,9 @@ pub struct AgentConfig {
     pub store_wait: Duration,
     /// Certificate chains with their key file; no key file when the key is in the signer only.
     pub certs: Vec<(PathBuf, Option<PathBuf>)>,
+    /// `--cert-dir`: pairs loaded from this directory, beside `certs`.
+    pub cert_dir: Option<PathBuf>,
+    pub ocsp_stapling: OcspStapling,
     pub key_signer: Option<KeySigner>,
     pub self_signed: Vec<KeyKind>,
     pub server_names: Vec<String>,
@@ -598,14 +641,15 @@ impl AgentArgs {
             };
         }
         pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, link_allow, upstream,
-            proxy_protocol_from, early_data_methods;
+            proxy_protocol_from, early_data_methods, ocsp_stapling_except;
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
             tickets, tls13_tickets, ticket_lifetime, ticket_key_file, agent_id, early_data, handoff, migration_timeout, handoff_timeout, link_listen, body_size,
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, request_timeout, min_header_rate, h2_keepalive, h2_keepalive_timeout,
-            h2_max_streams, h2_max_resets, drain_timeout, park_after, max_header_bytes, max_headers)
+            h2_max_streams, h2_max_resets, drain_timeout, park_after, max_header_bytes, max_headers,
+            cert_dir, ocsp_stapling)
     }
 
     fn key_signer(&self) -> anyhow::Result<Option<KeySigner>> {
@@ -672,8 +716,11 @@ impl AgentArgs {
         if self.client_auth.is_some() && self.client_ca.is_none() {
             bail!("--client-auth needs --client-ca (the CAs client certificates must chain to)");
         }
-        let self_signed = if self.cert.is_empty() && self.self_signed.is_empty() {
-            bail!("no certificate: give --cert/--key pairs or --self-signed KIND");
+        let self_signed = if self.cert.is_empty()
+            && self.self_signed.is_empty()
+            && self.cert_dir.is_none()
+        {
+            bail!("no certificate: give --cert/--key pairs, --cert-dir DIR or --self-signed KIND");
         } else {
             self.self_signed
         };
@@ -727,6 +774,15 @@ impl AgentArgs {
                     .collect()
             } else {
                 self.cert.into_iter().map(|c| (c, None)).collect()
+            },
+            cert_dir: self.cert_dir,
+            ocsp_stapling: OcspStapling {
+                on: self.ocsp_stapling != Some(Toggle::Off),
+                except: self
+                    .ocsp_stapling_except
+                    .iter()
+                    .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+                    .collect(),
             },
             key_signer,
             self_signed,
@@ -917,6 +973,31 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(e.to_string().contains("--h2-max-resets"), "{e}");
+    }
+
+    #[test]
+    fn cert_dir_and_ocsp_stapling() {
+        let file: AgentArgs = toml::from_str(
+            r#"
+            cert-dir = "/etc/baton/certs"
+            ocsp-stapling = "off"
+            ocsp-stapling-except = ["Shop.Example."]
+            "#,
+        )
+        .unwrap();
+        let c = parse(&[]).over(file).into_config().unwrap();
+        assert_eq!(c.cert_dir, Some(PathBuf::from("/etc/baton/certs")));
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(!c.ocsp_stapling.applies_to(&names(&["www.example"])));
+        assert!(c
+            .ocsp_stapling
+            .applies_to(&names(&["www.example", "shop.example"])));
+        // on by default, the exceptions off
+        let c = from_flags(&["--cert-dir", "d", "--ocsp-stapling-except", "a.test"]);
+        assert!(c.ocsp_stapling.applies_to(&names(&["b.test"])));
+        assert!(!c.ocsp_stapling.applies_to(&names(&["a.test"])));
+        let e = parse(&["--ocsp-stapling", "on"]).resolve().unwrap_err();
+        assert!(e.to_string().contains("--cert-dir"), "{e}");
     }
 
     #[test]

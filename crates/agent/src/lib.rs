@@ -14,7 +14,9 @@
 #![forbid(unsafe_code)]
 
 mod body;
+mod certdir;
 mod certs;
+mod certwatch;
 mod challenges;
 mod check;
 mod config;
@@ -31,6 +33,7 @@ mod keysigner;
 pub mod metering;
 pub mod metrics;
 mod migration;
+pub mod ocsp;
 mod policy;
 mod pool;
 mod proxy;
@@ -40,6 +43,7 @@ mod routing;
 mod served;
 mod server;
 mod sessions;
+mod stapler;
 mod store;
 mod tls;
 mod upstream;

@@ -476,6 +476,8 @@ pub struct Collected {
     /// Every pool's upstreams.
     pub upstreams: Vec<Arc<crate::upstream::Backends>>,
     pub link: Option<Arc<baton_link::LinkStats>>,
+    /// The certificates served, for their expiry.
+    pub certs: Option<Arc<crate::resolver::Resolver>>,
 }
 
 impl Collected {
@@ -494,6 +496,9 @@ impl Collector for Collected {
         crate::upstream::encode_all(&self.upstreams, &mut e)?;
         if let Some(l) = &self.link {
             l.encode(&mut e)?;
+        }
+        if let Some(c) = &self.certs {
+            crate::certwatch::encode(&mut e, c.store().entries())?;
         }
         Ok(())
     }
@@ -598,6 +603,7 @@ pub(crate) mod tests {
             metrics: m,
             upstreams: Vec::new(),
             link: None,
+            certs: None,
         };
         let text = baton_ops::metrics::encode(&text.registry());
         for line in [

@@ -61,6 +61,47 @@ impl CertStore {
         }
     }
 
+    /// This store, with the OCSP staples `old` has for the same certificates where this one
+    /// has none.
+    pub fn with_staples_of(self, old: &CertStore) -> CertStore {
+        let stapled: HashMap<&[u8], &Vec<u8>> = old
+            .entries
+            .iter()
+            .filter_map(|e| {
+                Some((
+                    e.certified.cert.first()?.as_ref(),
+                    e.certified.ocsp.as_ref()?,
+                ))
+            })
+            .collect();
+        if stapled.is_empty() {
+            return self;
+        }
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|e| {
+                let carried = e
+                    .certified
+                    .cert
+                    .first()
+                    .filter(|_| e.certified.ocsp.is_none())
+                    .and_then(|leaf| stapled.get(leaf.as_ref()));
+                match carried {
+                    Some(ocsp) => CertEntry {
+                        certified: Arc::new(CertifiedKey {
+                            ocsp: Some((*ocsp).clone()),
+                            ..(*e.certified).clone()
+                        }),
+                        ..e
+                    },
+                    None => e,
+                }
+            })
+            .collect();
+        CertStore::new(entries)
+    }
+
     pub fn entries(&self) -> &[CertEntry] {
         &self.entries
     }
@@ -151,8 +192,19 @@ impl Resolver {
         }
     }
 
+    /// Swaps in `store`. A certificate also in the running store keeps its OCSP staple, so a
+    /// reload or a renewal of other names never leaves a handshake without one (the stapler
+    /// still drops it at its nextUpdate).
     pub fn replace(&self, store: CertStore) {
+        let store = store.with_staples_of(&self.store.load());
         self.store.store(Arc::new(store));
+    }
+
+    /// Replaces the store only if it is still `current` (another writer, a reload or a
+    /// renewal, wins a race); whether it did.
+    pub fn replace_if(&self, current: &Arc<CertStore>, store: CertStore) -> bool {
+        let previous = self.store.compare_and_swap(current, Arc::new(store));
+        Arc::ptr_eq(&previous, current)
     }
 
     pub fn store(&self) -> Arc<CertStore> {
@@ -238,6 +290,38 @@ mod tests {
             pick(&s, Some("site.test"), BOTH_SCHEMES, TLS12_RSA_ONLY).algorithm,
             SignatureAlgorithm::RSA
         );
+    }
+
+    #[test]
+    fn a_replaced_store_keeps_the_staples_of_certificates_it_still_has() {
+        let kept = self_signed(KeyKind::EcdsaP256, &names(&["kept.test"]))
+            .unwrap()
+            .0;
+        let gone = self_signed(KeyKind::EcdsaP256, &names(&["gone.test"]))
+            .unwrap()
+            .0;
+        let fresh = self_signed(KeyKind::EcdsaP256, &names(&["new.test"]))
+            .unwrap()
+            .0;
+        let staple = |e: &CertEntry| CertEntry {
+            certified: Arc::new(CertifiedKey {
+                ocsp: Some(vec![7]),
+                ..(*e.certified).clone()
+            }),
+            ..e.clone()
+        };
+        let resolver = Resolver::new(
+            CertStore::new(vec![staple(&kept), staple(&gone)]),
+            ALL_CIPHER_SUITES.to_vec(),
+        );
+        resolver.replace(CertStore::new(vec![kept.clone(), fresh]));
+        let store = resolver.store();
+        let ocsp: Vec<_> = store
+            .entries()
+            .iter()
+            .map(|e| e.certified.ocsp.clone())
+            .collect();
+        assert_eq!(ocsp, vec![Some(vec![7]), None]);
     }
 
     #[test]

@@ -100,12 +100,17 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             tracker.clone(),
         ));
     }
+    tokio::spawn(crate::stapler::run(
+        ctx.tls.resolver().clone(),
+        ctx.config.ocsp_stapling.clone(),
+    ));
     if let Some(l) = metrics_listener {
         let counters = baton_ops::control::Counters::new("metrics");
         let mut registry = crate::metrics::Collected {
             metrics: metrics.clone(),
             upstreams,
             link: ctx.link_stats.get().cloned(),
+            certs: Some(ctx.tls.resolver().clone()),
         }
         .registry();
         registry.register_collector(Box::new(baton_ops::control::Collected(vec![

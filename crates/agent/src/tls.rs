@@ -136,6 +136,11 @@ impl Tls {
             .collect()
     }
 
+    /// The certificate store rustls resolves from (swapped whole on reload).
+    pub fn resolver(&self) -> &Arc<Resolver> {
+        &self.parts.resolver
+    }
+
     /// The cluster key ring (sealing shared sessions and migrated session objects).
     pub fn cluster_ring(&self) -> Option<&baton_session::SharedRing> {
         self.parts.cluster_ring.as_ref()
@@ -293,6 +298,9 @@ fn cert_store(
             (None, Some(key)) => certs::load_pair(cert, key)?,
             (None, None) => anyhow::bail!("{}: no key and no --key-signer", cert.display()),
         });
+    }
+    if let Some(dir) = &cfg.cert_dir {
+        entries.extend(crate::certdir::load(dir)?);
     }
     entries.extend(self_signed.iter().cloned());
     Ok(CertStore::new(entries))
