@@ -83,7 +83,8 @@
 //!
 //! - [`frame`]: the frames and the splitter that walks a stream mixing records and frames.
 //! - [`relay`]: the dispatcher's side as a state machine ([`Relay`]): bytes in, [`Action`]s out,
-//!   its deadlines kept on the caller's clock.
+//!   its deadlines kept on the caller's clock; [`move_driver`]: one move around it
+//!   ([`MoveDriver`]), what the dispatcher's shell and the agent's harness both run.
 //! - [`export`] and [`import`]: the handshake and home agents' frames as state machines
 //!   ([`Exporter`], [`Importer`]). Every deadline of the three comes from one setting
 //!   ([`timeouts`]) and is kept by the machine itself on the caller's clock (virtual time in
@@ -109,6 +110,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod import;
 pub mod import_driver;
+pub mod move_driver;
 pub mod relay;
 pub mod restart;
 pub mod secrets;
@@ -123,6 +125,7 @@ pub use frame::{
 };
 pub use import::{ImportEvent, Importer};
 pub use import_driver::{ImportDriver, ImportFailure, ImportStep};
+pub use move_driver::{MoveDriver, MoveIo};
 pub use relay::{Action, Expired, MoveReason, Outcome, Position, Relay, Target};
 pub use secrets::{SecretLog, TrafficSecrets};
 pub use suite::{record_layer, record_suite};

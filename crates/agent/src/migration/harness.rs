@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use baton_migrate::{
-    Action, Expired, ExportDriver, ExportStep, Extraction, Frame, ImportDriver, ImportStep,
+    ExportDriver, ExportStep, Extraction, Frame, ImportDriver, ImportStep, MoveDriver, MoveIo,
     Offered, Outcome, RefuseReason, Relay, Splitter, Target, Timeouts, BINDING_LEN,
 };
 use baton_record::RecordLayer;
@@ -258,7 +258,7 @@ pub fn run(s: &Schedule) -> Report {
         }
         report.elapsed = at - t0;
     }
-    report.outcome = disp.relay.outcome();
+    report.outcome = disp.driver.as_ref().and_then(|d| d.relay().outcome());
     report.sent = client.sent;
     report.received = client.received;
     report.client_error = client.error;
@@ -470,15 +470,15 @@ impl Client {
 
 // --- the dispatcher ------------------------------------------------------------------------
 
-/// The dispatcher's shell (`crates/dispatch/src/handoff.rs`) around the `Relay`.
+/// The dispatcher's shell (`crates/dispatch/src/migration.rs`): the shipped `MoveDriver`
+/// pumped as `moving` pumps it, then the splice.
 struct Disp {
-    relay: Relay,
+    /// The move, once the client's first bytes came (with the Offer, to the agent).
+    driver: Option<MoveDriver>,
+    timeouts: Timeouts,
     fault: Fault,
-    started: bool,
     home_open: bool,
-    released: bool,
     spliced: Option<Target>,
-    client_eof: bool,
     ended: bool,
     errors: Vec<String>,
 }
@@ -494,13 +494,11 @@ fn binding() -> [u8; BINDING_LEN] {
 impl Disp {
     fn new(s: &Schedule) -> Self {
         Self {
-            relay: Relay::new().with_timeouts(s.timeouts),
+            driver: None,
+            timeouts: s.timeouts,
             fault: s.fault,
-            started: false,
             home_open: false,
-            released: false,
             spliced: None,
-            client_eof: false,
             ended: false,
             errors: Vec::new(),
         }
@@ -519,15 +517,12 @@ impl Disp {
         }
     }
 
-    fn check(&mut self, net: &mut Net, r: Result<(), baton_migrate::MigrationError>) {
-        match r {
-            Ok(()) => self.pump(net),
-            Err(e) => {
-                self.errors.push(format!("dispatcher: {e}"));
-                self.pump(net);
-                self.end(net);
-            }
+    /// Feeds the move under way, then does what it asks.
+    fn feed(&mut self, net: &mut Net, f: impl FnOnce(&mut MoveDriver)) {
+        if let Some(d) = self.driver.as_mut() {
+            f(d);
         }
+        self.pump(net);
     }
 
     fn on_client(&mut self, net: &mut Net, m: Msg) {
@@ -537,23 +532,24 @@ impl Disp {
         match (m, self.spliced) {
             (Msg::Data(d), Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Data(d)),
             (Msg::Data(d), Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Data(d)),
-            (Msg::Data(d), None) if !self.started => {
-                self.started = true;
+            (Msg::Data(d), None) if self.driver.is_none() => {
                 let mut first = Relay::offer(AGENT_H, binding());
                 first.extend_from_slice(&d);
                 net.send(Pipe::DispToA, Msg::Data(first));
-                let r = self.relay.from_client(&d);
-                while self.relay.poll_action().is_some() {}
-                self.check(net, r);
+                match MoveDriver::offered(self.timeouts, &d) {
+                    Ok(driver) => self.driver = Some(driver),
+                    Err(e) => {
+                        self.errors.push(format!("dispatcher: {e}"));
+                        return self.end(net);
+                    }
+                }
+                self.pump(net);
             }
-            (Msg::Data(d), None) => {
-                let r = self.relay.from_client(&d);
-                self.check(net, r);
-            }
+            (Msg::Data(d), None) => self.feed(net, |x| x.handle_client(&d)),
             (_, Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Eof),
             (_, Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Eof),
-            (_, None) if self.relay.awaiting_cut() => self.client_eof = true,
-            (_, None) => self.end(net),
+            (_, None) if self.driver.is_none() => self.end(net),
+            (_, None) => self.feed(net, MoveDriver::client_ended),
         }
     }
 
@@ -563,12 +559,10 @@ impl Disp {
         }
         match (m, self.spliced) {
             (Msg::Data(d), Some(_)) => net.send(Pipe::DispToClient, Msg::Data(d)),
-            (Msg::Data(d), None) => {
-                let r = self.relay.from_agent(&d);
-                self.check(net, r);
-            }
+            (Msg::Data(d), None) => self.feed(net, |x| x.handle_agent(&d)),
             (Msg::Eof, Some(_)) => net.send(Pipe::DispToClient, Msg::Eof),
-            (_, _) => self.end(net),
+            (_, Some(_)) => self.end(net),
+            (_, None) => self.feed(net, MoveDriver::agent_ended),
         }
     }
 
@@ -578,16 +572,12 @@ impl Disp {
         }
         match (m, self.spliced) {
             (Msg::Data(d), Some(_)) => net.send(Pipe::DispToClient, Msg::Data(d)),
-            (Msg::Data(d), None) => {
-                let r = self.relay.from_home(&d);
-                self.check(net, r);
-            }
+            (Msg::Data(d), None) => self.feed(net, |x| x.handle_home(&d)),
             (Msg::Eof, Some(_)) => net.send(Pipe::DispToClient, Msg::Eof),
             (_, Some(_)) => self.end(net),
             (_, None) => {
                 self.home_open = false;
-                self.relay.home_failed();
-                self.pump(net);
+                self.feed(net, MoveDriver::home_ended);
             }
         }
     }
@@ -596,72 +586,74 @@ impl Disp {
         if self.ended || self.spliced.is_some() {
             return;
         }
-        match self.relay.handle_timeout(net.now) {
-            Expired::NotYet => {}
-            Expired::FellBack => self.pump(net),
-            Expired::Close => {
-                self.errors.push("dispatcher: the cut timed out".into());
-                self.end(net);
-            }
-        }
+        let now = net.now;
+        self.feed(net, |x| x.handle_timeout(now));
     }
 
     fn pump(&mut self, net: &mut Net) {
-        if self.ended {
+        if self.ended || self.spliced.is_some() {
             return;
         }
-        let done = Frame::Done.to_bytes();
-        while let Some(action) = self.relay.poll_action() {
-            match action {
-                Action::ToClient(b) => net.send(Pipe::DispToClient, Msg::Data(b)),
-                Action::ToAgent(b) if b == done => self.released = true,
-                Action::ToAgent(b) => net.send(Pipe::DispToA, Msg::Data(b)),
-                Action::ToHome(b) => {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        while let Some(io) = d.poll_io() {
+            match io {
+                MoveIo::ToClient(b) => net.send(Pipe::DispToClient, Msg::Data(b)),
+                MoveIo::ToAgent(b) => net.send(Pipe::DispToA, Msg::Data(b)),
+                MoveIo::ToHome(b) => {
                     if self.home_open {
                         net.send(Pipe::DispToHome, Msg::Data(b));
                     }
                 }
-                Action::ConnectHome => {
-                    if let Some(deadline) = self.relay.poll_timeout(net.now) {
+                MoveIo::OpenHome => {
+                    if let Some(deadline) = d.poll_timeout(net.now) {
                         net.timer(deadline, Who::Disp);
                     }
-                    if self.fault == Fault::HomeDead {
-                        self.relay.home_failed();
-                    } else {
-                        self.home_open = true;
-                        self.relay.home_connected();
-                    }
+                    let opened = self.fault != Fault::HomeDead;
+                    self.home_open = opened;
+                    d.home_opened(opened);
                 }
-                Action::CloseAgent if self.released => {}
-                Action::CloseAgent => net.send(Pipe::DispToA, Msg::Eof),
-                Action::CloseHome => {
+                MoveIo::ShutdownAgent => net.send(Pipe::DispToA, Msg::Eof),
+                MoveIo::ResetHome => {
                     if std::mem::take(&mut self.home_open) {
                         net.send(Pipe::DispToHome, Msg::Reset);
                     }
                 }
-                Action::Splice(t) => self.spliced = Some(t),
-                // no agent here leaves (drains) during a handshake's move
-                Action::ChooseHome => self.relay.stay(),
+                MoveIo::HandshakeOver => {}
+                MoveIo::Splice(t) => {
+                    self.spliced = Some(t);
+                    let client_eof = d.client_ended_held();
+                    match t {
+                        Target::HomeAgent if !self.home_open => self.end(net),
+                        // Done: the handshake agent's stream is released
+                        Target::HomeAgent => {
+                            net.send(Pipe::DispToA, Msg::Release);
+                            if client_eof {
+                                net.send(Pipe::DispToHome, Msg::Eof);
+                            }
+                        }
+                        Target::HandshakeAgent => {
+                            if client_eof {
+                                net.send(Pipe::DispToA, Msg::Eof);
+                            }
+                        }
+                    }
+                    return;
+                }
+                MoveIo::Close => {
+                    self.errors
+                        .push("dispatcher: the move ended the connection".into());
+                    return self.end(net);
+                }
+                MoveIo::Broken(e) => {
+                    self.errors.push(format!("dispatcher: {e}"));
+                    return self.end(net);
+                }
             }
         }
-        match self.spliced {
-            Some(Target::HomeAgent) if !self.home_open => self.end(net),
-            Some(Target::HomeAgent) => {
-                net.send(Pipe::DispToA, Msg::Release);
-                if self.client_eof {
-                    net.send(Pipe::DispToHome, Msg::Eof);
-                }
-            }
-            Some(Target::HandshakeAgent) => {
-                if self.client_eof {
-                    net.send(Pipe::DispToA, Msg::Eof);
-                }
-            }
-            None => {
-                if let Some(deadline) = self.relay.poll_timeout(net.now) {
-                    net.timer(deadline, Who::Disp);
-                }
-            }
+        if let Some(deadline) = d.poll_timeout(net.now) {
+            net.timer(deadline, Who::Disp);
         }
     }
 }
