@@ -134,6 +134,8 @@ pub use timeouts::Timeouts;
 #[cfg(test)]
 mod agent_test;
 #[cfg(test)]
+mod driver_test;
+#[cfg(test)]
 mod leave_test;
 #[cfg(test)]
 mod relay_test;
