@@ -12,12 +12,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
 use super::offer::Offer;
-use super::stream::MigratedStream;
-use crate::conn::engine::{Engine, RustlsStream};
-use crate::conn::io::ConnIo;
-use crate::conn::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
+use crate::transport::agent_io::AgentIo;
+use crate::transport::conn_io::ConnIo;
+use crate::transport::engine::{Engine, RustlsStream};
+use crate::transport::migrated::MigratedStream;
 use baton_migrate::extract::Extras;
 use baton_migrate::secrets::TrafficSecrets;
 use baton_ops::process::thread_cpu;

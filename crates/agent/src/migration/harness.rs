@@ -1,15 +1,18 @@
-//! An in-memory harness for session migration, after quinn-proto's tests: a rustls client, the
-//! dispatcher's `Relay`, the handshake agent (rustls, `Exporter`, [`super::session`]) and the
-//! home agent (`Importer`, the session object, the record layer), wired by in-memory pipes on
-//! virtual time. Nothing opens a socket or sleeps: a migration with a fault in it runs in a
-//! millisecond or two, so a property test can try thousands of schedules.
+//! An in-memory harness for session migration, after quinn-proto's tests: a rustls client and
+//! the three actors of a migration, wired by in-memory pipes on virtual time. Nothing opens a
+//! socket or sleeps: a migration with a fault in it runs in a millisecond or two, so a property
+//! test can try thousands of schedules.
 //!
-//! Each actor does what its tokio shell does, step for step (`crates/dispatch/src/handoff.rs`,
-//! [`super::export`], [`super::import`]), with the same state machines and TLS functions, so what
-//! the harness finds about the protocol holds for the shells. Like the shells, the handshake
-//! agent lets rustls read the link stream in reads of up to 4 KiB while the handshake runs
-//! (tokio-rustls does), so the first bytes after the handshake may fall in the middle of a
-//! record. Not modelled: flow control (the data is small) and the link's h2 framing: a link
+//! The actors run the shipped drivers, not copies of them: the dispatcher pumps
+//! `baton_migrate::MoveDriver` as `crates/dispatch/src/migration.rs` does, the handshake agent
+//! `ExportDriver` as [`super::export`] does (with rustls and the same extraction functions),
+//! the home agent `ImportDriver` as [`super::import`] does (the session object, the record
+//! layer). What is left here is the plumbing a shell does: the pipes, the clock, the TLS
+//! engines, and the faults of a process (dead, stopped, late, crashed). Each actor keeps its
+//! own deadlines from one `Timeouts`, split between them as they ship. Like the shells, the
+//! handshake agent lets rustls read the link stream in reads of up to 4 KiB while the handshake
+//! runs (tokio-rustls does), so the first bytes after the handshake may fall in the middle of
+//! a record. Not modelled: flow control (the data is small) and the link's h2 framing: a link
 //! stream is a FIFO pipe, and its END, reset and release are messages in it.
 
 use std::collections::{BTreeMap, VecDeque};

@@ -15,11 +15,11 @@ use baton_session::migration::{ImportError, SessionObject};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
-use super::stream::MigratedStream;
-use crate::conn::io::ConnIo;
-use crate::conn::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
+use crate::transport::agent_io::AgentIo;
+use crate::transport::conn_io::ConnIo;
+use crate::transport::migrated::MigratedStream;
 use baton_ops::process::thread_cpu;
 
 /// Opens a sealed object for this agent and `binding`, counting why it was refused.
