@@ -20,8 +20,9 @@ pub struct UpArgs {
     /// Number of agents.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub agents: usize,
-    /// Dispatcher policy: round-robin, least-conn, client-ip, session, handoff (CSSL-SF: full
-    /// handshakes on the least-loaded agent, sessions then migrated to the client's home agent).
+    /// Dispatcher policy: round-robin, least-conn, client-ip, session, migration (CSSL-SF: full
+    /// handshakes on the least-loaded agent, sessions then migrated to the client's home agent;
+    /// `handoff` is its old name).
     #[arg(long, default_value = "round-robin", value_name = "POLICY")]
     pub policy: String,
     /// Session store: memory (per agent, nothing shared), peers, redis or redis=URL.

@@ -1,4 +1,4 @@
-//! The tokio shell of a handed-off connection (`--policy handoff`, CSSL-SF): it pumps
+//! The tokio shell of a handed-off connection (`--policy migration`, CSSL-SF): it pumps
 //! `baton_migrate::Relay` — the protocol's state machine, where every decision is made —
 //! between the client, the handshake agent's link stream and the home agent's, wakes it at
 //! the deadlines it keeps, and once the relay says where the stream belongs,
