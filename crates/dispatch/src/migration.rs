@@ -1,8 +1,8 @@
-//! The tokio shell of a handed-off connection (`--policy migration`, CSSL-SF): it pumps
-//! `baton_migrate::Relay` — the protocol's state machine, where every decision is made —
-//! between the client, the handshake agent's link stream and the home agent's, wakes it at
-//! the deadlines it keeps, and once the relay says where the stream belongs,
-//! splices the client to that agent. A migration is a stream move: the home agent's stream is
+//! The tokio shell of a migrated connection (`--policy migration`, CSSL-SF): through each move
+//! it pumps `baton_migrate::MoveDriver` (around the protocol's `Relay`; every decision is made
+//! there, the same driver the agent's in-memory harness runs) between the client, the
+//! handshake agent's link stream and the home agent's, wakes it at the deadlines it keeps, and
+//! once the driver says where the stream belongs, splices the client to that agent. A migration is a stream move: the home agent's stream is
 //! one more stream on a link that is already up.
 
 use std::net::SocketAddr;
