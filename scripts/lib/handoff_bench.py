@@ -149,14 +149,14 @@ def migrated(agent, direction):
 
 
 def failures(agent):
-    return {k: v for k, v in labelled(agent["m"], "baton_handoff_failures_total", "reason").items() if v}
+    return {k: v for k, v in labelled(agent["m"], "baton_migration_failures_total", "reason").items() if v}
 
 
 def buckets(d):
-    """baton_handoff_seconds buckets summed over the agents: [(le, cumulative count)]."""
+    """baton_migration_seconds buckets summed over the agents: [(le, cumulative count)]."""
     acc = {}
     for a in d["agents"]:
-        for le, v in labelled(a["m"], "baton_handoff_seconds_bucket", "le").items():
+        for le, v in labelled(a["m"], "baton_migration_seconds_bucket", "le").items():
             acc[le] = acc.get(le, 0.0) + v
     return sorted(((math.inf if le == "+Inf" else float(le), c) for le, c in acc.items()))
 
@@ -233,7 +233,7 @@ def scenario_a(d):
         homes = labelled(dl["dispatcher"]["m"], "baton_dispatch_connections_total", "agent")
         reasons = labelled(dl["dispatcher"]["m"], "baton_dispatch_connections_total", "reason")
         outcomes = {k: int(v) for k, v in
-                    labelled(dl["dispatcher"]["m"], "baton_dispatch_handoffs_total", "outcome").items() if v}
+                    labelled(dl["dispatcher"]["m"], "baton_dispatch_migrations_total", "outcome").items() if v}
         fails = {}
         for a in dl["agents"]:
             for k, v in failures(a).items():
@@ -290,9 +290,9 @@ def cost(d):
             conns = bench["handshakes"].get("full", 0) + bench["handshakes"].get("resumed", 0)
             dcpu = dl["dispatcher"]["cpu"]
             ccpu = bench.get("client_cpu_s", float("nan"))
-            exp = sum(total(a["m"], "baton_handoff_cpu_seconds_total", side="export") for a in dl["agents"])
-            imp = sum(total(a["m"], "baton_handoff_cpu_seconds_total", side="import") for a in dl["agents"])
-            has_cpu_metric = any("baton_handoff_cpu_seconds_total" in k for a in dl["agents"] for k in a["m"])
+            exp = sum(total(a["m"], "baton_migration_cpu_seconds_total", side="export") for a in dl["agents"])
+            imp = sum(total(a["m"], "baton_migration_cpu_seconds_total", side="import") for a in dl["agents"])
+            has_cpu_metric = any("baton_migration_cpu_seconds_total" in k for a in dl["agents"] for k in a["m"])
             row[name] = dict(full=full, moved=moved, moved_in=moved_in, acpu=acpu, conns=conns,
                              dcpu=dcpu, ccpu=ccpu, exp=exp, imp=imp, has=has_cpu_metric,
                              failed=bench_failed(bench), tps=bench["tps"], bench=bench, dl=dl)
@@ -326,13 +326,13 @@ def cost(d):
           "number of full handshakes, over the migrations the agents counted)")
     if exps:
         e, i_ = med(exps), med(imps)
-        print(f"  baton_handoff_cpu_seconds_total per migration: export {fmt_us(e)}  import {fmt_us(i_)}  "
+        print(f"  baton_migration_cpu_seconds_total per migration: export {fmt_us(e)}  import {fmt_us(i_)}  "
               f"sum {fmt_us(e + i_)} = {(e + i_) / med(per_full_l) * 100:.2f} % of a full handshake")
         sums = [x + y for x, y in zip(exps, imps)]
         print(f"    export + import, rounds: {', '.join(f'{x * 1e6:.1f}' for x in sums)} us "
               f"(median {med(sums) * 1e6:.1f}, {min(sums) * 1e6:.1f}..{max(sums) * 1e6:.1f})")
     else:
-        print("  baton_handoff_cpu_seconds_total: not exposed by these agents")
+        print("  baton_migration_cpu_seconds_total: not exposed by these agents")
     for name in ("least-conn", "handoff"):
         vals = [r[name]["dcpu"] / r[name]["conns"] for r in per_round]
         print(f"  dispatcher CPU per connection, {name:<11}  {fmt_us(med(vals))}   "
@@ -393,9 +393,9 @@ def cost(d):
             acc[le] = acc.get(le, 0.0) + c
     bs = sorted(acc.items())
     n = bs[-1][1] if bs else 0
-    s = sum(total(a["m"], "baton_handoff_seconds_sum") for r in per_round for a in r["handoff"]["dl"]["agents"])
+    s = sum(total(a["m"], "baton_migration_seconds_sum") for r in per_round for a in r["handoff"]["dl"]["agents"])
     bounds = ", ".join(f"{le * 1e3:g}" for le, _ in bs if not math.isinf(le))
-    print(f"  baton_handoff_seconds (freeze request -> verdict), {n:.0f} migrations, bucket-interpolated "
+    print(f"  baton_migration_seconds (freeze request -> verdict), {n:.0f} migrations, bucket-interpolated "
           f"like histogram_quantile (bounds ms: {bounds}):")
     print(f"    p50 {histogram_quantile(0.5, bs) * 1e3:.3f} ms   p99 {histogram_quantile(0.99, bs) * 1e3:.3f} ms"
           f"   mean {s / n * 1e3 if n else float('nan'):.3f} ms (exact, from _sum/_count)")

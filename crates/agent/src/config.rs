@@ -186,17 +186,18 @@ pub struct AgentArgs {
     #[arg(long, value_name = "METHOD,..", value_delimiter = ',')]
     pub early_data_methods: Vec<String>,
 
-    /// Take part in session migration (CSSL-SF, `baton dispatch --policy handoff`): hand a
+    /// Take part in session migration (CSSL-SF, `baton dispatch --policy migration`): hand a
     /// finished handshake's session to the home agent the dispatcher names, and import sessions
     /// handed to this agent. Needs --cluster-key-file (it seals the session objects). Only for
-    /// agents reachable from the dispatcher alone. Default false.
-    #[arg(long, value_name = "BOOL")]
+    /// agents reachable from the dispatcher alone. Default false. (`--handoff`: its old name.)
+    #[arg(long = "migration", alias = "handoff", value_name = "BOOL")]
+    #[serde(rename = "migration", alias = "handoff")]
     pub handoff: Option<bool>,
 
     /// Where the dispatcher's agent link connects (`baton dispatch --agent-link`): a few
     /// long-lived connections, authenticated both ways with --cluster-key-file, carrying every
     /// client the dispatcher sends as a multiplexed stream. Never the public TLS port; needed
-    /// by --handoff.
+    /// by --migration.
     #[arg(long, value_name = "ADDR")]
     pub link_listen: Option<SocketAddr>,
 
@@ -738,10 +739,10 @@ impl AgentArgs {
         }
         let handoff = self.handoff.unwrap_or(false);
         if handoff && self.cluster_key_file.is_none() {
-            bail!("--handoff needs --cluster-key-file (the key sealing migrated sessions)");
+            bail!("--migration needs --cluster-key-file (the key sealing migrated sessions)");
         }
         if handoff && self.link_listen.is_none() {
-            bail!("--handoff needs --link-listen (migrations travel on the agent link only)");
+            bail!("--migration needs --link-listen (migrations travel on the agent link only)");
         }
         if self.link_listen.is_some() && self.cluster_key_file.is_none() {
             bail!("--link-listen needs --cluster-key-file (the key the link authenticates with)");
@@ -927,6 +928,17 @@ mod tests {
         assert!(parse_upstream("https://127.0.0.1:8080").is_err());
         assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
         assert!(parse_upstream("127.0.0.1:8080").is_err());
+    }
+
+    #[test]
+    fn the_migration_flag_and_its_old_name() {
+        for flag in ["--migration", "--handoff"] {
+            assert_eq!(parse(&[flag, "true"]).handoff, Some(true));
+        }
+        for toml in ["migration = true", "handoff = true"] {
+            let a: AgentArgs = toml::from_str(toml).unwrap();
+            assert_eq!(a.handoff, Some(true));
+        }
     }
 
     #[test]

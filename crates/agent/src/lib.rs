@@ -7,9 +7,10 @@
 //! `baton-session`), `metering` (crypto CPU-seconds), `early` (0-RTT decisions), `tls` (the
 //! `ServerConfig`), `body` + `conn_info` + `http` + `proxy` (what is served), `h2frames` +
 //! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `metrics`, `context` (what
-//! every connection shares), `migration` (session migration: export, import, the migrated
-//! stream), `conn` (the connection path: accept, engine, park, pace, early data, idle I/O,
-//! transport), `server` (listeners, signals).
+//! every connection shares), `transport` (what a connection runs on: the socket or link
+//! stream, idle I/O, the TLS engine, the migrated stream), `migration` (session migration:
+//! export, import), `conn` (the connection path: accept, waits, park, pace, early data),
+//! `server` (listeners, signals).
 
 #![forbid(unsafe_code)]
 
@@ -46,6 +47,7 @@ mod sessions;
 mod stapler;
 mod store;
 mod tls;
+mod transport;
 mod upstream;
 
 use std::io::Write as _;

@@ -15,7 +15,7 @@ pub type Sample = BTreeMap<String, f64>;
 const KEPT: [&str; 7] = [
     "baton_handshakes_total",
     "baton_sessions_migrated_total",
-    "baton_handoff_failures_total",
+    "baton_migration_failures_total",
     "baton_http_requests_total",
     "baton_crypto_seconds_total",
     "baton_handshake_failures_total",

@@ -250,25 +250,26 @@ fn on_off_settings_are_switches_with_negations_and_the_old_spelling_still_parses
             .unwrap();
         (out.status.code(), text_of(&out))
     };
-    // `--handoff` alone turns migration on, which needs a cluster key: refused
-    let (code, text) = check(&["--handoff"]);
+    // `--migration` alone turns migration on, which needs a cluster key: refused
+    let (code, text) = check(&["--migration"]);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("--cluster-key-file"), "{text}");
+    // and its old name, with the old spelling of a value
     let (code, text) = check(&["--handoff", "true"]);
     assert_eq!(code, Some(2), "{text}");
     for off in [
-        &["--no-handoff"][..],
-        &["--handoff", "false"],
-        &["--handoff=false"],
+        &["--no-migration"][..],
+        &["--migration", "false"],
+        &["--migration=false"],
     ] {
         let (code, text) = check(off);
         assert_eq!(code, Some(0), "{off:?}: {text}");
     }
     // a config file turns it on, the negation on the command line off
     let dir = TempDir::new("switches");
-    std::fs::write(dir.path("a.toml"), "handoff = true\n").unwrap();
+    std::fs::write(dir.path("a.toml"), "migration = true\n").unwrap();
     let (code, text) = check(&["--config", &dir.arg("a.toml")]);
     assert_eq!(code, Some(2), "{text}");
-    let (code, text) = check(&["--config", &dir.arg("a.toml"), "--no-handoff"]);
+    let (code, text) = check(&["--config", &dir.arg("a.toml"), "--no-migration"]);
     assert_eq!(code, Some(0), "{text}");
 }

@@ -206,7 +206,7 @@ fn every_metric_the_rules_and_the_dashboard_name_exists() {
         "baton_dispatch_agent_up",
         "baton_key_signer_requests_total",
         "baton_session_store_events_total",
-        "baton_dispatch_handoffs_total",
+        "baton_dispatch_migrations_total",
     ] {
         assert!(wanted.contains_key(family), "{family} is in neither file");
     }

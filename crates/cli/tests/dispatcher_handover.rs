@@ -282,14 +282,14 @@ fn a_successor_takes_every_live_connection_and_the_old_dispatcher_exits() {
     // the successor's own counters, on the metrics socket it inherited
     assert_eq!(
         d.metric(
-            "baton_dispatch_handover_connections_total",
+            "baton_dispatch_restart_connections_total",
             "outcome=\"taken\""
         ),
         8.0
     );
     assert_eq!(
         d.metric(
-            "baton_dispatch_handover_connections_total",
+            "baton_dispatch_restart_connections_total",
             "outcome=\"lost\""
         ),
         0.0
@@ -452,7 +452,7 @@ fn a_client_that_does_not_read_does_not_hold_the_old_dispatcher() {
     assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
     assert_eq!(
         d.metric(
-            "baton_dispatch_handover_connections_total",
+            "baton_dispatch_restart_connections_total",
             "outcome=\"taken\""
         ),
         1.0
@@ -489,7 +489,7 @@ fn a_successor_that_dies_once_ready_leaves_the_old_dispatcher_serving_again() {
             let page = std::panic::catch_unwind(|| metrics_page(d.metrics)).unwrap_or_default();
             let taken = series_sum(
                 &page,
-                "baton_dispatch_handover_connections_total",
+                "baton_dispatch_restart_connections_total",
                 "outcome=\"taken\"",
             );
             if taken == 4.0 {
@@ -519,7 +519,7 @@ fn a_successor_that_dies_once_ready_leaves_the_old_dispatcher_serving_again() {
     assert!(k.get("/bytes/10").starts_with("HTTP/1.1 200"));
     assert_eq!(
         d.metric(
-            "baton_dispatch_handover_connections_total",
+            "baton_dispatch_restart_connections_total",
             "outcome=\"passed\""
         ),
         4.0
@@ -563,7 +563,7 @@ fn silent_link_connections_keep_no_successor_from_its_agents() {
     }
     assert_eq!(
         d.metric(
-            "baton_dispatch_handover_connections_total",
+            "baton_dispatch_restart_connections_total",
             "outcome=\"lost\""
         ),
         0.0

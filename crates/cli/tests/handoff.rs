@@ -94,7 +94,7 @@ fn curl_keep_alive_across_the_move_tls12_and_tls13() {
         assert!(moved >= 1.0, "{version:?}: no connection migrated");
     }
     assert_migrations_settle(&up);
-    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
+    assert_eq!(up.agents_sum("baton_migration_failures_total", ""), 0.0);
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn rustls_client_key_updates_and_large_bodies_both_ways_after_the_move() {
         }
         assert!(moved_connections >= 1, "{v:?}: nothing migrated");
     }
-    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
+    assert_eq!(up.agents_sum("baton_migration_failures_total", ""), 0.0);
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn a_request_riding_with_the_clients_finished_and_longer_than_one_read_moves() {
         assert_eq!((status, got.len()), (200, 7));
     }
     assert!(migrated_in(&up) > before, "nothing migrated");
-    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
+    assert_eq!(up.agents_sum("baton_migration_failures_total", ""), 0.0);
 }
 
 #[test]
@@ -360,7 +360,7 @@ fn scenario_a_three_hosts_two_agents_full_handshakes_balanced() {
     );
     assert!(migrated_in(&up) > 0.0);
     assert_migrations_settle(&up);
-    assert_eq!(up.agents_sum("baton_handoff_failures_total", ""), 0.0);
+    assert_eq!(up.agents_sum("baton_migration_failures_total", ""), 0.0);
 }
 
 struct Cluster {
@@ -509,11 +509,11 @@ fn home_agent_dead_or_hung_the_handshake_agent_serves_it() {
         if fault == "STOP" {
             // Hung past the timeout: the dispatcher fell back before any Ready...
             assert_eq!(
-                c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}"),
+                c.agents[0].metric("baton_migration_failures_total{reason=\"fell_back\"}"),
                 1.0
             );
             assert_eq!(
-                d.metric("baton_dispatch_handoffs_total{outcome=\"fell_back\"}"),
+                d.metric("baton_dispatch_migrations_total{outcome=\"fell_back\"}"),
                 1.0
             );
             // ...and the home agent, woken late, finds its import stream reset: it never
@@ -528,8 +528,8 @@ fn home_agent_dead_or_hung_the_handshake_agent_serves_it() {
         } else {
             // Killed: its links close at once, the dispatcher has no link to send it to,
             // and the handshake agent keeps the client (declines) or falls back.
-            let kept = c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}")
-                + d.metric("baton_dispatch_handoffs_total{outcome=\"declined\"}");
+            let kept = c.agents[0].metric("baton_migration_failures_total{reason=\"fell_back\"}")
+                + d.metric("baton_dispatch_migrations_total{outcome=\"declined\"}");
             assert!(kept >= 1.0);
         }
         assert_eq!(c.agents[0].served(), 1);
@@ -548,11 +548,11 @@ fn refused_session_objects_fall_back_and_the_client_never_notices() {
     assert!(out.status.success(), "{}", text_of(&out));
     assert_eq!(out.stdout.len(), 999);
     assert_eq!(
-        c.agents[1].metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
+        c.agents[1].metric("baton_migration_failures_total{reason=\"import_seal\"}"),
         1.0
     );
     assert_eq!(
-        c.agents[0].metric("baton_handoff_failures_total{reason=\"fell_back\"}"),
+        c.agents[0].metric("baton_migration_failures_total{reason=\"fell_back\"}"),
         1.0
     );
 }
@@ -713,7 +713,7 @@ fn home_agent_refuses_garbage_expired_misaddressed_rebound_and_replayed_sessions
     assert_eq!(answer, Some(Frame::Ready));
     drop(s);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while home.metric("baton_handoff_failures_total{reason=\"uncommitted\"}") < 1.0 {
+    while home.metric("baton_migration_failures_total{reason=\"uncommitted\"}") < 1.0 {
         assert!(
             Instant::now() < deadline,
             "the uncommitted import was not dropped"
@@ -740,7 +740,7 @@ fn home_agent_refuses_garbage_expired_misaddressed_rebound_and_replayed_sessions
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        home.metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
+        home.metric("baton_migration_failures_total{reason=\"import_seal\"}"),
         4.0
     );
 }
@@ -772,7 +772,7 @@ fn public_port_answers_handoff_frames_with_an_alert_never_an_import() {
         0.0
     );
     assert_eq!(
-        agent.metric("baton_handoff_failures_total{reason=\"import_seal\"}"),
+        agent.metric("baton_migration_failures_total{reason=\"import_seal\"}"),
         0.0
     );
 }

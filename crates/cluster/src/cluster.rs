@@ -63,7 +63,8 @@ pub struct ClusterSpec {
     pub dir: PathBuf,
     pub listen: SocketAddr,
     pub agents: usize,
-    /// Dispatcher policy name (`round-robin`, `least-conn`, `client-ip`, `session`, `handoff`).
+    /// Dispatcher policy name (`round-robin`, `least-conn`, `client-ip`, `session`,
+    /// `migration`; `handoff` is its old name).
     pub policy: String,
     pub store: Store,
     /// The server key (ECDSA P-256 unless asked otherwise).
@@ -182,7 +183,7 @@ impl Cluster {
         let pki = pki::generate_kind(&spec.dir, spec.key)?;
         // The agent links authenticate with the cluster key, so every cluster has one; ticket
         // keys are shared only with a shared store (or migration, whose resumptions go home).
-        let handoff = spec.policy == "handoff";
+        let handoff = matches!(spec.policy.as_str(), "migration" | "handoff");
         let shared = spec.store != Store::Memory || handoff;
         let cluster_key = spec.dir.join("cluster.key");
         let ticket_key = spec.dir.join("ticket.key");
@@ -262,7 +263,7 @@ impl Cluster {
             }
             // Whatever the policy: a session can move between agents (CSSL-SF under
             // `handoff`, and off an agent that drains under any policy, e.g. a rollout).
-            args.extend(["--handoff".into(), "true".into()]);
+            args.extend(["--migration".into(), "true".into()]);
             match &store {
                 Store::Memory => {}
                 Store::Peers => args.extend(peer_args_at(&peer_addrs, id)),

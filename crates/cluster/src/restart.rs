@@ -27,7 +27,7 @@ use crate::procs::{alive, args_of, find_successor, reap};
 use crate::signal::{self, Signal};
 
 /// How long one dispatcher may take to restart: its own deadline for handing its connections
-/// to the successor (`--handover-timeout`, 30 s by default) and a little more for the
+/// to the successor (`--restart-timeout`, 30 s by default) and a little more for the
 /// successor to start and the old process to exit.
 const DEADLINE: Duration = Duration::from_secs(40);
 const MAX_DEADLINE_MS: u64 = 600_000;
@@ -69,7 +69,7 @@ pub struct DispatcherRestart {
     /// How the old process ended, as the OS says (when it was ours to reap).
     pub exit: String,
     /// Connections the successor took over and lost, from its own counters
-    /// (`baton_dispatch_handover_connections_total`; the old process's went with it).
+    /// (`baton_dispatch_restart_connections_total`; the old process's went with it).
     pub taken: Option<u64>,
     pub lost: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -169,12 +169,12 @@ fn log_of(cluster: &Cluster, i: usize) -> PathBuf {
     })
 }
 
-/// The `outcome` counts of `baton_dispatch_handover_connections_total` and the active
+/// The `outcome` counts of `baton_dispatch_restart_connections_total` and the active
 /// connections on a dispatcher's metrics page.
 fn counters(metrics: std::net::SocketAddr) -> anyhow::Result<(u64, u64, u64)> {
     let page = baton_bench::scrape::page_blocking(metrics)?;
     let s = baton_bench::scrape::samples(&page);
-    let name = "baton_dispatch_handover_connections_total";
+    let name = "baton_dispatch_restart_connections_total";
     let n = |o: &str| baton_bench::scrape::sum(&s, name, &[("outcome", o)]) as u64;
     let active = baton_bench::scrape::sum(&s, "baton_dispatch_connections_active", &[]) as u64;
     Ok((n("taken"), n("lost"), active))

@@ -20,10 +20,17 @@ pub struct UpArgs {
     /// Number of agents.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub agents: usize,
-    /// Dispatcher policy (handoff: CSSL-SF, full handshakes on the least-loaded agent, sessions
-    /// then migrated to the client's home agent).
+    /// Dispatcher policy (migration: CSSL-SF, full handshakes on the least-loaded agent,
+    /// sessions then migrated to the client's home agent; `handoff` is its old name).
     #[arg(long, default_value = "round-robin", value_name = "POLICY",
-          value_parser = ["round-robin", "least-conn", "client-ip", "session", "handoff"])]
+          value_parser = clap::builder::PossibleValuesParser::new([
+              clap::builder::PossibleValue::new("round-robin"),
+              clap::builder::PossibleValue::new("least-conn"),
+              clap::builder::PossibleValue::new("client-ip"),
+              clap::builder::PossibleValue::new("session"),
+              clap::builder::PossibleValue::new("migration"),
+              clap::builder::PossibleValue::new("handoff").hide(true),
+          ]))]
     pub policy: String,
     /// Session store: memory (per agent, nothing shared), peers, redis or redis=URL.
     #[arg(long, default_value = "memory", value_name = "STORE")]

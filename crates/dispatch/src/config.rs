@@ -59,8 +59,9 @@ pub struct DispatchArgs {
     /// Link connections kept to each agent. Default 2.
     #[arg(long, value_name = "N")]
     pub link_connections: Option<usize>,
-    /// round-robin, least-conn, client-ip, session or handoff. Default round-robin. `handoff`
-    /// (CSSL-SF) needs agents run with `--handoff true` and a shared --cluster-key-file.
+    /// round-robin, least-conn, client-ip, session or migration. Default round-robin.
+    /// `migration` (CSSL-SF; `handoff`: its old name) needs agents run with `--migration true`
+    /// and a shared --cluster-key-file.
     #[arg(long, value_name = "POLICY")]
     pub policy: Option<Policy>,
     /// Send a PROXY protocol v2 header to agents (run them with `--proxy-protocol true`).
@@ -91,11 +92,13 @@ pub struct DispatchArgs {
     #[arg(long, alias = "handoff-timeout", value_name = "DURATION")]
     #[serde(alias = "handoff-timeout")]
     pub migration_timeout: Option<HumanDuration>,
-    /// `handoff`: full handshakes a client's home agent may have done beyond the least-loaded
-    /// agent and still take the client's next full handshake (no migration). Wider moves
-    /// fewer sessions; the handshake counts stay within about this many of each other.
-    /// Default 8; 0 sends a handshake home only when the home has done no more.
-    #[arg(long, value_name = "N")]
+    /// `migration`: full handshakes a client's home agent may have done beyond the
+    /// least-loaded agent and still take the client's next full handshake (no migration).
+    /// Wider moves fewer sessions; the handshake counts stay within about this many of each
+    /// other. Default 8; 0 sends a handshake home only when the home has done no more.
+    /// (`--handoff-window`: its old name.)
+    #[arg(long = "migration-window", alias = "handoff-window", value_name = "N")]
+    #[serde(rename = "migration-window", alias = "handoff-window")]
     pub handoff_window: Option<u64>,
     /// Time between health checks of each agent. Default 500ms; two failures in a row take an
     /// agent out, one success brings it back.
@@ -123,10 +126,16 @@ pub struct DispatchArgs {
     /// an L4 balancer.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
-    /// Dispatcher handover (SIGUSR2 or `POST /handover`): time allowed for the successor to
+    /// Dispatcher restart (SIGUSR2 or `POST /restart`): time allowed for the successor to
     /// be ready, and then for every live connection to be passed to it; connections not
-    /// passed by then close with the old process. Default 30s.
-    #[arg(long, value_name = "DURATION")]
+    /// passed by then close with the old process. Default 30s. (`--handover-timeout`: its
+    /// old name.)
+    #[arg(
+        long = "restart-timeout",
+        alias = "handover-timeout",
+        value_name = "DURATION"
+    )]
+    #[serde(rename = "restart-timeout", alias = "handover-timeout")]
     pub handover_timeout: Option<HumanDuration>,
 }
 
@@ -185,7 +194,7 @@ impl DispatchConfig {
                 .collect(),
         };
         if self.policy == Policy::Handoff && specs.iter().any(|s| s.link.is_none()) {
-            bail!("--policy handoff needs a link address for every agent (migrations travel on the links)");
+            bail!("--policy migration needs a link address for every agent (migrations travel on the links)");
         }
         Ok(specs)
     }
@@ -248,7 +257,7 @@ impl DispatchArgs {
             bail!("--agent-link needs --cluster-key-file (the key the links authenticate with)");
         }
         if policy == Policy::Handoff && args.agent_link.is_empty() && args.agents_file.is_none() {
-            bail!("--policy handoff needs --agent-link for every agent (migrations travel on the links)");
+            bail!("--policy migration needs --agent-link for every agent (migrations travel on the links)");
         }
         let secs = |v: Option<HumanDuration>, d: f64, name: &str| -> anyhow::Result<Duration> {
             let v = v.map_or(Duration::from_secs_f64(d), |v| v.0);
@@ -290,7 +299,7 @@ impl DispatchArgs {
             idle_timeout: secs(args.idle_timeout, 120.0, "idle-timeout")?,
             half_close_timeout: secs(args.half_close_timeout, 10.0, "half-close-timeout")?,
             tcp_keepalive: secs(args.tcp_keepalive, 60.0, "tcp-keepalive")?,
-            handover_timeout: secs(args.handover_timeout, 30.0, "handover-timeout")?,
+            handover_timeout: secs(args.handover_timeout, 30.0, "restart-timeout")?,
             max_connections: args.max_connections.unwrap_or(20_000).max(1),
             workers: args
                 .workers
@@ -391,5 +400,62 @@ mod tests {
             file.migration_timeout.map(|d| d.0),
             Some(Duration::from_millis(250))
         );
+    }
+
+    #[test]
+    fn migration_and_restart_names_and_their_old_aliases() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: DispatchArgs,
+        }
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["dispatch", "--agent", "127.0.0.1:1"];
+            argv.extend_from_slice(flags);
+            <Cli as clap::Parser>::try_parse_from(argv)
+                .map(|c| c.args)
+                .map_err(|e| e.to_string())
+        };
+        let new = [
+            "--policy",
+            "migration",
+            "--migration-window",
+            "3",
+            "--restart-timeout",
+            "7s",
+        ];
+        let old = [
+            "--policy",
+            "handoff",
+            "--handoff-window",
+            "3",
+            "--handover-timeout",
+            "7s",
+        ];
+        for flags in [new, old] {
+            let a = parse(&flags).unwrap();
+            assert_eq!(a.policy, Some(Policy::Handoff));
+            assert_eq!(a.handoff_window, Some(3));
+            assert_eq!(
+                a.handover_timeout.map(|d| d.0),
+                Some(Duration::from_secs(7))
+            );
+        }
+        for toml in [
+            "policy = \"migration\"\nmigration-window = 3\nrestart-timeout = \"7s\"",
+            "policy = \"handoff\"\nhandoff-window = 3\nhandover-timeout = \"7s\"",
+        ] {
+            let a: DispatchArgs = toml::from_str(toml).unwrap();
+            assert_eq!(a.policy, Some(Policy::Handoff));
+            assert_eq!(a.handoff_window, Some(3));
+            assert_eq!(
+                a.handover_timeout.map(|d| d.0),
+                Some(Duration::from_secs(7))
+            );
+        }
+        // what --help and error messages call it
+        use clap::ValueEnum;
+        let name = Policy::Handoff.to_possible_value().unwrap();
+        assert_eq!(name.get_name(), "migration");
     }
 }

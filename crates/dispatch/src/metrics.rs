@@ -221,8 +221,8 @@ impl Metrics {
         )?;
         counters(
             e,
-            "baton_dispatch_handoffs",
-            "`handoff` connections offered for migration, by outcome: migrated to the home agent, \
+            "baton_dispatch_migrations",
+            "`migration` connections offered for migration, by outcome: migrated to the home agent, \
              declined (the handshake agent was home), aborted before extraction, or fell back to \
              the handshake agent (home agent refused, failed or timed out).",
             HANDOFF_OUTCOMES
@@ -243,8 +243,8 @@ impl Metrics {
         )?;
         counters(
             e,
-            "baton_dispatch_handover_connections",
-            "Live connections in a dispatcher handover, by outcome: passed to the successor, \
+            "baton_dispatch_restart_connections",
+            "Live connections in a dispatcher restart, by outcome: passed to the successor, \
              taken over from the predecessor, kept (re-attached here after the successor \
              failed), or lost (closed).",
             HANDOVER_OUTCOMES
@@ -363,7 +363,7 @@ mod tests {
             "baton_dispatch_agent_up{agent=\"0\"} 1",
             "baton_dispatch_agent_up{agent=\"1\"} 0",
             "baton_dispatch_hellos_total{outcome=\"too_large\"} 1",
-            "baton_dispatch_handoffs_total{outcome=\"migrated\"} 1",
+            "baton_dispatch_migrations_total{outcome=\"migrated\"} 1",
             "baton_dispatch_no_agent_total 0",
             "baton_dispatch_bytes_total{direction=\"to_client\"} 7",
         ] {

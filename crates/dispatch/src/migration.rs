@@ -1,14 +1,14 @@
-//! The tokio shell of a handed-off connection (`--policy handoff`, CSSL-SF): it pumps
-//! `baton_migrate::Relay` — the protocol's state machine, where every decision is made —
-//! between the client, the handshake agent's link stream and the home agent's, wakes it at
-//! the deadlines it keeps, and once the relay says where the stream belongs,
-//! splices the client to that agent. A migration is a stream move: the home agent's stream is
+//! The tokio shell of a migrated connection (`--policy migration`, CSSL-SF): through each move
+//! it pumps `baton_migrate::MoveDriver` (around the protocol's `Relay`; every decision is made
+//! there, the same driver the agent's in-memory harness runs) between the client, the
+//! handshake agent's link stream and the home agent's, wakes it at the deadlines it keeps, and
+//! once the driver says where the stream belongs, splices the client to that agent. A migration is a stream move: the home agent's stream is
 //! one more stream on a link that is already up.
 
 use std::net::SocketAddr;
 
 use baton_link::{LinkHandle, LinkStream, StreamMeta};
-use baton_migrate::{Action, Expired, Frame, MigrationError, MoveReason, Outcome, Relay, Target};
+use baton_migrate::{MigrationError, MoveDriver, MoveIo, MoveReason, Outcome, Relay, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -64,12 +64,10 @@ pub async fn relay(
     first: Vec<u8>,
     shared: &Context,
 ) -> std::io::Result<(usize, u64, u64)> {
-    let mut relay = Relay::new().with_timeouts(shared.config.migration_timeouts);
-    relay
-        .from_client(&first)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     // the first bytes are written already
-    while relay.poll_action().is_some() {}
+    let relay = MoveDriver::offered(shared.config.migration_timeouts, &first)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?
+        .into_relay();
     let handshaking = HandshakeGuard {
         shared,
         agent: ends.agent_idx,
@@ -305,9 +303,9 @@ fn binding(ends: &Ends) -> [u8; baton_migrate::BINDING_LEN] {
     b
 }
 
-/// Pumps the relay through one move until it says where the connection goes (`Some`), or the
-/// connection ends (`None`). After a Stay the relay serves again with no splice action: `Some`
-/// of the current agent.
+/// Pumps one move (`baton_migrate::MoveDriver`, around the connection's relay) until it says
+/// where the connection goes (`Some`), or the connection ends (`None`). After a Stay the relay
+/// serves again: `Some` of the current agent.
 async fn moving(
     client: &mut TcpStream,
     agent: &mut LinkStream,
@@ -315,110 +313,96 @@ async fn moving(
     conn: &mut Conn,
     handshaking: &mut Option<HandshakeGuard<'_>>,
 ) -> std::io::Result<Option<Target>> {
+    let mut driver = MoveDriver::new(std::mem::take(relay));
+    let r = pump(client, agent, &mut driver, conn, handshaking).await;
+    *relay = driver.into_relay();
+    r
+}
+
+async fn pump(
+    client: &mut TcpStream,
+    agent: &mut LinkStream,
+    driver: &mut MoveDriver,
+    conn: &mut Conn,
+    handshaking: &mut Option<HandshakeGuard<'_>>,
+) -> std::io::Result<Option<Target>> {
     // Read into spare capacity (`read_buf`): 36 KiB are not zeroed per move to be overwritten.
     let mut cbuf = Vec::with_capacity(16 * 1024);
     let mut abuf = Vec::with_capacity(16 * 1024);
     let mut hbuf = Vec::with_capacity(4 * 1024);
-    let mut client_eof = false;
-    let mut released = false;
     loop {
-        // Do what the relay asks, in order; a splice ends the protocol part.
-        let mut spliced = None;
-        while let Some(action) = relay.poll_action() {
-            match action {
-                Action::ToClient(b) => {
+        // Do what the driver asks, in order.
+        while let Some(io) = driver.poll_io() {
+            match io {
+                MoveIo::ToClient(b) => {
                     conn.down += b.len() as u64;
                     client.write_all(&b).await?;
                 }
-                // Done is told by releasing the agent's stream once the splice starts (a reset
-                // with NO_ERROR, `LinkStream::release`): one frame, and the agent owes no END.
-                Action::ToAgent(b) if b == Frame::Done.to_bytes() => released = true,
-                Action::ToAgent(b) => agent.write_all(&b).await?,
-                Action::ToHome(b) => {
+                MoveIo::ToAgent(b) => agent.write_all(&b).await?,
+                MoveIo::ToHome(b) => {
                     let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
                     if let Some(h) = home {
-                        if h.write_all(&b).await.is_err() && spliced.is_none() {
-                            relay.home_failed();
+                        if h.write_all(&b).await.is_err() {
+                            driver.home_write_failed();
                         }
                     }
                 }
-                Action::ConnectHome => {
-                    let deadline = relay
+                MoveIo::OpenHome => {
+                    let deadline = driver
                         .poll_timeout(Instant::now().into_std())
                         .map_or_else(Instant::now, Instant::from_std);
                     let opened = match conn.next.as_mut() {
                         Some(ends) => ends.open(deadline).await,
                         None => false,
                     };
-                    if opened {
-                        relay.home_connected();
-                    } else {
-                        relay.home_failed();
-                    }
+                    driver.home_opened(opened);
                 }
-                Action::CloseAgent if released => {}
-                Action::CloseAgent => {
+                MoveIo::ShutdownAgent => {
                     let _ = agent.shutdown().await;
                 }
-                // Reset: the home agent drops the keys it was never told to use.
-                Action::CloseHome => {
+                MoveIo::ResetHome => {
                     if let Some(h) = conn.next.as_mut().and_then(|e| e.stream.take()) {
                         h.abort();
                     }
                 }
-                Action::Splice(t) => spliced = Some(t),
-                // answered by `drive` before it comes here
-                Action::ChooseHome => relay.stay(),
+                MoveIo::HandshakeOver => {
+                    if let Some(h) = handshaking.as_mut() {
+                        h.finish();
+                    }
+                }
+                MoveIo::Splice(t) => return Ok(Some(t)),
+                MoveIo::Close => return Ok(None),
+                MoveIo::Broken(e) => {
+                    tracing::debug!(error = %e, "handoff protocol error");
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+                }
             }
         }
-        if let Some(t) = spliced {
-            return Ok(Some(t));
-        }
-        if relay.is_serving() {
-            // a Stay: the agent keeps it, nothing moved
-            return Ok(Some(Target::HandshakeAgent));
-        }
-        if !relay.is_relaying_handshake() {
-            if let Some(h) = handshaking.as_mut() {
-                h.finish();
-            }
-        }
-        let deadline = relay.poll_timeout(Instant::now().into_std());
-        let client_open = relay.wants_client_bytes() && !client_eof;
+        let deadline = driver.poll_timeout(Instant::now().into_std());
+        let client_open = driver.wants_client_bytes();
         let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
         cbuf.clear();
         abuf.clear();
         hbuf.clear();
-        let result = tokio::select! {
+        tokio::select! {
             r = client.read_buf(&mut cbuf), if client_open => match r {
-                // the client left before the move finished: nobody to serve
-                Ok(0) | Err(_) if !relay.awaiting_cut() => return Ok(None),
-                // held: its EOF waits with its held bytes, for whoever gets the stream
-                Ok(0) | Err(_) => { client_eof = true; Ok(()) }
-                Ok(n) => { conn.up += n as u64; relay.from_client(&cbuf[..n]) }
+                Ok(0) | Err(_) => driver.client_ended(),
+                Ok(n) => { conn.up += n as u64; driver.handle_client(&cbuf[..n]) }
             },
             r = agent.read_buf(&mut abuf) => match r {
-                Ok(0) | Err(_) => return Ok(None),
-                Ok(n) => relay.from_agent(&abuf[..n]),
+                Ok(0) | Err(_) => driver.agent_ended(),
+                Ok(n) => driver.handle_agent(&abuf[..n]),
             },
             r = read_opt(home, &mut hbuf) => match r {
                 Ok(0) | Err(_) => {
                     if let Some(e) = conn.next.as_mut() {
                         e.stream = None;
                     }
-                    relay.home_failed();
-                    Ok(())
+                    driver.home_ended();
                 }
-                Ok(n) => relay.from_home(&hbuf[..n]),
+                Ok(n) => driver.handle_home(&hbuf[..n]),
             },
-            () = sleep_until(deadline) => match relay.handle_timeout(Instant::now().into_std()) {
-                Expired::Close => return Ok(None),
-                Expired::FellBack | Expired::NotYet => Ok(()),
-            },
-        };
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "handoff protocol error");
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+            () = sleep_until(deadline) => driver.handle_timeout(Instant::now().into_std()),
         }
     }
 }

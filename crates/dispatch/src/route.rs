@@ -30,6 +30,9 @@ pub enum Policy {
     LeastConn,
     ClientIp,
     Session,
+    /// `migration` (`handoff`: its old name).
+    #[value(name = "migration", alias = "handoff")]
+    #[serde(rename = "migration", alias = "handoff")]
     Handoff,
 }
 

@@ -83,10 +83,16 @@
 //!
 //! - [`frame`]: the frames and the splitter that walks a stream mixing records and frames.
 //! - [`relay`]: the dispatcher's side as a state machine ([`Relay`]): bytes in, [`Action`]s out,
-//!   its deadlines kept on the caller's clock.
-//! - [`export`] and [`import`]: the handshake and home agents' sides ([`Exporter`],
-//!   [`Importer`]). Every deadline of the three comes from one setting ([`timeouts`]) and
-//!   is kept by the machine itself on the caller's clock (virtual time in tests).
+//!   its deadlines kept on the caller's clock; [`move_driver`]: one move around it
+//!   ([`MoveDriver`]), what the dispatcher's shell and the agent's harness both run.
+//! - [`export`] and [`import`]: the handshake and home agents' frames as state machines
+//!   ([`Exporter`], [`Importer`]). Every deadline of the three comes from one setting
+//!   ([`timeouts`]) and is kept by the machine itself on the caller's clock (virtual time in
+//!   tests).
+//! - [`export_driver`] and [`import_driver`]: each agent's whole side of a migration around
+//!   those machines ([`ExportDriver`], [`ImportDriver`]): bytes and time in, bytes to write and
+//!   steps to do out, the TLS work asked of the caller. The agents' tokio shells and the
+//!   agent's in-memory harness run these same drivers.
 //! - [`extract`]: the handshake agent's TLS work: decrypting up to the cut and turning a
 //!   finished rustls connection into a session object; [`secrets`]: TLS 1.3 traffic secrets
 //!   captured for KeyUpdate after the move; [`suite`]: the record layer that carries a
@@ -98,10 +104,13 @@
 #![forbid(unsafe_code)]
 
 pub mod export;
+pub mod export_driver;
 pub mod extract;
 pub mod frame;
 pub mod fuzzing;
 pub mod import;
+pub mod import_driver;
+pub mod move_driver;
 pub mod relay;
 pub mod restart;
 pub mod secrets;
@@ -109,11 +118,14 @@ pub mod suite;
 pub mod timeouts;
 
 pub use export::{ExportEvent, ExportInput, Exporter};
+pub use export_driver::{ExportDriver, ExportFailure, ExportStep, Extraction, Offered};
 pub use frame::{
     Frame, MigrationError, Passed, RefuseReason, Split, Splitter, BINDING_LEN, FRAME_MAGIC,
     FRAME_TYPE, IMPORT_KIND, MAX_FRAME_BODY, MAX_HELD,
 };
 pub use import::{ImportEvent, Importer};
+pub use import_driver::{ImportDriver, ImportFailure, ImportStep};
+pub use move_driver::{MoveDriver, MoveIo};
 pub use relay::{Action, Expired, MoveReason, Outcome, Position, Relay, Target};
 pub use secrets::{SecretLog, TrafficSecrets};
 pub use suite::{record_layer, record_suite};
@@ -121,6 +133,8 @@ pub use timeouts::Timeouts;
 
 #[cfg(test)]
 mod agent_test;
+#[cfg(test)]
+mod driver_test;
 #[cfg(test)]
 mod leave_test;
 #[cfg(test)]

@@ -20,14 +20,11 @@ use baton_wire::proxy_v2::ProxyHeader;
 use super::decide::{self, Waited};
 use super::early_serve;
 use super::early_tls::{self, Start};
-use super::engine::{Engine, RustlsStream};
 use super::http1::{self, Http1};
-use super::io::ConnIo;
 use super::legacy::refuse_legacy_client;
 use super::park::Parked;
 use super::prefixed::Prefixed;
 use super::serve_stream::serve_h2;
-use super::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
 use crate::metrics::{FailureReason, Metrics, Version};
@@ -35,7 +32,10 @@ use crate::migration::export::{self, Exported};
 use crate::migration::import;
 use crate::migration::metrics::Why;
 use crate::migration::offer::{first_frame, FirstFrame, Offer};
-use crate::migration::stream::MigratedStream;
+use crate::transport::agent_io::AgentIo;
+use crate::transport::conn_io::ConnIo;
+use crate::transport::engine::{Engine, RustlsStream};
+use crate::transport::migrated::MigratedStream;
 
 /// A client connection on the public port: TLS at once (after a PROXY v2 header, if
 /// configured). Handoff frames are never read here: one gets rustls' alert, never an import.

@@ -39,13 +39,13 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use zeroize::Zeroizing;
 
-use super::engine::RustlsStream;
-use super::io::ConnIo;
-use super::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
 use crate::early::{self, EarlyState, Refusal};
 use crate::metrics::{FailureReason, Metrics, Version};
+use crate::transport::agent_io::AgentIo;
+use crate::transport::conn_io::ConnIo;
+use crate::transport::engine::RustlsStream;
 
 /// How a connection's handshake goes on once its ClientHello has been read.
 // Returned once and consumed at once: boxing the accept future would cost an allocation per

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::decide::{self, Left, Next, Waited};
-use super::engine::Engine;
 use super::one_request;
 use super::pace::HeadPace;
 use super::park::{self, Parked, Parking};
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
 use crate::migration::export::{self, Exported};
+use crate::transport::engine::Engine;
 use baton_migrate::secrets::TrafficSecrets;
 
 /// Serves a connection's parked stretches until it ends: each one a small wait (`park`), then

@@ -1,6 +1,6 @@
 //! Clients below TLS 1.2, refused with the alert they understand, before rustls sees them.
 
-use super::transport::AgentIo;
+use crate::transport::agent_io::AgentIo;
 
 /// `protocol_version` alert, TLS 1.0 record framing (what a TLS 1.0/1.1 client reads).
 const PROTOCOL_VERSION_ALERT: [u8; 7] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46];

@@ -26,13 +26,13 @@ use tokio::time::Instant;
 use zeroize::Zeroizing;
 
 use super::decide::Waited;
-use super::engine::Engine;
-use super::io::ConnIo;
-use super::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
 use crate::metrics::Metrics;
-use crate::migration::stream::MigratedStream;
+use crate::transport::agent_io::AgentIo;
+use crate::transport::conn_io::ConnIo;
+use crate::transport::engine::Engine;
+use crate::transport::migrated::MigratedStream;
 use baton_migrate::extract;
 use baton_migrate::secrets::TrafficSecrets;
 

@@ -1,4 +1,4 @@
-//! The CPU cost of a migration's own work — what `baton_handoff_cpu_seconds_total` meters —
+//! The CPU cost of a migration's own work — what `baton_migration_cpu_seconds_total` meters —
 //! over many sessions, stage by stage, with the agent's real code and real rustls sessions in
 //! memory. A measurement, not a test: it asserts only that every session moved intact, and it
 //! is ignored by default. Run it on the release build:

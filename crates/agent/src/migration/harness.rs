@@ -1,15 +1,18 @@
-//! An in-memory harness for session migration, after quinn-proto's tests: a rustls client, the
-//! dispatcher's `Relay`, the handshake agent (rustls, `Exporter`, [`super::session`]) and the
-//! home agent (`Importer`, the session object, the record layer), wired by in-memory pipes on
-//! virtual time. Nothing opens a socket or sleeps: a migration with a fault in it runs in a
-//! millisecond or two, so a property test can try thousands of schedules.
+//! An in-memory harness for session migration, after quinn-proto's tests: a rustls client and
+//! the three actors of a migration, wired by in-memory pipes on virtual time. Nothing opens a
+//! socket or sleeps: a migration with a fault in it runs in a millisecond or two, so a property
+//! test can try thousands of schedules.
 //!
-//! Each actor does what its tokio shell does, step for step (`crates/dispatch/src/handoff.rs`,
-//! [`super::export`], [`super::import`]), with the same state machines and TLS functions, so what
-//! the harness finds about the protocol holds for the shells. Like the shells, the handshake
-//! agent lets rustls read the link stream in reads of up to 4 KiB while the handshake runs
-//! (tokio-rustls does), so the first bytes after the handshake may fall in the middle of a
-//! record. Not modelled: flow control (the data is small) and the link's h2 framing: a link
+//! The actors run the shipped drivers, not copies of them: the dispatcher pumps
+//! `baton_migrate::MoveDriver` as `crates/dispatch/src/migration.rs` does, the handshake agent
+//! `ExportDriver` as [`super::export`] does (with rustls and the same extraction functions),
+//! the home agent `ImportDriver` as [`super::import`] does (the session object, the record
+//! layer). What is left here is the plumbing a shell does: the pipes, the clock, the TLS
+//! engines, and the faults of a process (dead, stopped, late, crashed). Each actor keeps its
+//! own deadlines from one `Timeouts`, split between them as they ship. Like the shells, the
+//! handshake agent lets rustls read the link stream in reads of up to 4 KiB while the handshake
+//! runs (tokio-rustls does), so the first bytes after the handshake may fall in the middle of
+//! a record. Not modelled: flow control (the data is small) and the link's h2 framing: a link
 //! stream is a FIFO pipe, and its END, reset and release are messages in it.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -19,8 +22,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use baton_migrate::{
-    Action, Expired, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, RefuseReason,
-    Relay, Splitter, Target, Timeouts, BINDING_LEN,
+    ExportDriver, ExportStep, Extraction, Frame, ImportDriver, ImportStep, MoveDriver, MoveIo,
+    Offered, Outcome, RefuseReason, Relay, Splitter, Target, Timeouts, BINDING_LEN,
 };
 use baton_record::RecordLayer;
 use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
@@ -258,7 +261,7 @@ pub fn run(s: &Schedule) -> Report {
         }
         report.elapsed = at - t0;
     }
-    report.outcome = disp.relay.outcome();
+    report.outcome = disp.driver.as_ref().and_then(|d| d.relay().outcome());
     report.sent = client.sent;
     report.received = client.received;
     report.client_error = client.error;
@@ -470,15 +473,15 @@ impl Client {
 
 // --- the dispatcher ------------------------------------------------------------------------
 
-/// The dispatcher's shell (`crates/dispatch/src/handoff.rs`) around the `Relay`.
+/// The dispatcher's shell (`crates/dispatch/src/migration.rs`): the shipped `MoveDriver`
+/// pumped as `moving` pumps it, then the splice.
 struct Disp {
-    relay: Relay,
+    /// The move, once the client's first bytes came (with the Offer, to the agent).
+    driver: Option<MoveDriver>,
+    timeouts: Timeouts,
     fault: Fault,
-    started: bool,
     home_open: bool,
-    released: bool,
     spliced: Option<Target>,
-    client_eof: bool,
     ended: bool,
     errors: Vec<String>,
 }
@@ -494,13 +497,11 @@ fn binding() -> [u8; BINDING_LEN] {
 impl Disp {
     fn new(s: &Schedule) -> Self {
         Self {
-            relay: Relay::new().with_timeouts(s.timeouts),
+            driver: None,
+            timeouts: s.timeouts,
             fault: s.fault,
-            started: false,
             home_open: false,
-            released: false,
             spliced: None,
-            client_eof: false,
             ended: false,
             errors: Vec::new(),
         }
@@ -519,15 +520,12 @@ impl Disp {
         }
     }
 
-    fn check(&mut self, net: &mut Net, r: Result<(), baton_migrate::MigrationError>) {
-        match r {
-            Ok(()) => self.pump(net),
-            Err(e) => {
-                self.errors.push(format!("dispatcher: {e}"));
-                self.pump(net);
-                self.end(net);
-            }
+    /// Feeds the move under way, then does what it asks.
+    fn feed(&mut self, net: &mut Net, f: impl FnOnce(&mut MoveDriver)) {
+        if let Some(d) = self.driver.as_mut() {
+            f(d);
         }
+        self.pump(net);
     }
 
     fn on_client(&mut self, net: &mut Net, m: Msg) {
@@ -537,23 +535,24 @@ impl Disp {
         match (m, self.spliced) {
             (Msg::Data(d), Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Data(d)),
             (Msg::Data(d), Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Data(d)),
-            (Msg::Data(d), None) if !self.started => {
-                self.started = true;
+            (Msg::Data(d), None) if self.driver.is_none() => {
                 let mut first = Relay::offer(AGENT_H, binding());
                 first.extend_from_slice(&d);
                 net.send(Pipe::DispToA, Msg::Data(first));
-                let r = self.relay.from_client(&d);
-                while self.relay.poll_action().is_some() {}
-                self.check(net, r);
+                match MoveDriver::offered(self.timeouts, &d) {
+                    Ok(driver) => self.driver = Some(driver),
+                    Err(e) => {
+                        self.errors.push(format!("dispatcher: {e}"));
+                        return self.end(net);
+                    }
+                }
+                self.pump(net);
             }
-            (Msg::Data(d), None) => {
-                let r = self.relay.from_client(&d);
-                self.check(net, r);
-            }
+            (Msg::Data(d), None) => self.feed(net, |x| x.handle_client(&d)),
             (_, Some(Target::HandshakeAgent)) => net.send(Pipe::DispToA, Msg::Eof),
             (_, Some(Target::HomeAgent)) => net.send(Pipe::DispToHome, Msg::Eof),
-            (_, None) if self.relay.awaiting_cut() => self.client_eof = true,
-            (_, None) => self.end(net),
+            (_, None) if self.driver.is_none() => self.end(net),
+            (_, None) => self.feed(net, MoveDriver::client_ended),
         }
     }
 
@@ -563,12 +562,10 @@ impl Disp {
         }
         match (m, self.spliced) {
             (Msg::Data(d), Some(_)) => net.send(Pipe::DispToClient, Msg::Data(d)),
-            (Msg::Data(d), None) => {
-                let r = self.relay.from_agent(&d);
-                self.check(net, r);
-            }
+            (Msg::Data(d), None) => self.feed(net, |x| x.handle_agent(&d)),
             (Msg::Eof, Some(_)) => net.send(Pipe::DispToClient, Msg::Eof),
-            (_, _) => self.end(net),
+            (_, Some(_)) => self.end(net),
+            (_, None) => self.feed(net, MoveDriver::agent_ended),
         }
     }
 
@@ -578,16 +575,12 @@ impl Disp {
         }
         match (m, self.spliced) {
             (Msg::Data(d), Some(_)) => net.send(Pipe::DispToClient, Msg::Data(d)),
-            (Msg::Data(d), None) => {
-                let r = self.relay.from_home(&d);
-                self.check(net, r);
-            }
+            (Msg::Data(d), None) => self.feed(net, |x| x.handle_home(&d)),
             (Msg::Eof, Some(_)) => net.send(Pipe::DispToClient, Msg::Eof),
             (_, Some(_)) => self.end(net),
             (_, None) => {
                 self.home_open = false;
-                self.relay.home_failed();
-                self.pump(net);
+                self.feed(net, MoveDriver::home_ended);
             }
         }
     }
@@ -596,72 +589,74 @@ impl Disp {
         if self.ended || self.spliced.is_some() {
             return;
         }
-        match self.relay.handle_timeout(net.now) {
-            Expired::NotYet => {}
-            Expired::FellBack => self.pump(net),
-            Expired::Close => {
-                self.errors.push("dispatcher: the cut timed out".into());
-                self.end(net);
-            }
-        }
+        let now = net.now;
+        self.feed(net, |x| x.handle_timeout(now));
     }
 
     fn pump(&mut self, net: &mut Net) {
-        if self.ended {
+        if self.ended || self.spliced.is_some() {
             return;
         }
-        let done = Frame::Done.to_bytes();
-        while let Some(action) = self.relay.poll_action() {
-            match action {
-                Action::ToClient(b) => net.send(Pipe::DispToClient, Msg::Data(b)),
-                Action::ToAgent(b) if b == done => self.released = true,
-                Action::ToAgent(b) => net.send(Pipe::DispToA, Msg::Data(b)),
-                Action::ToHome(b) => {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        while let Some(io) = d.poll_io() {
+            match io {
+                MoveIo::ToClient(b) => net.send(Pipe::DispToClient, Msg::Data(b)),
+                MoveIo::ToAgent(b) => net.send(Pipe::DispToA, Msg::Data(b)),
+                MoveIo::ToHome(b) => {
                     if self.home_open {
                         net.send(Pipe::DispToHome, Msg::Data(b));
                     }
                 }
-                Action::ConnectHome => {
-                    if let Some(deadline) = self.relay.poll_timeout(net.now) {
+                MoveIo::OpenHome => {
+                    if let Some(deadline) = d.poll_timeout(net.now) {
                         net.timer(deadline, Who::Disp);
                     }
-                    if self.fault == Fault::HomeDead {
-                        self.relay.home_failed();
-                    } else {
-                        self.home_open = true;
-                        self.relay.home_connected();
-                    }
+                    let opened = self.fault != Fault::HomeDead;
+                    self.home_open = opened;
+                    d.home_opened(opened);
                 }
-                Action::CloseAgent if self.released => {}
-                Action::CloseAgent => net.send(Pipe::DispToA, Msg::Eof),
-                Action::CloseHome => {
+                MoveIo::ShutdownAgent => net.send(Pipe::DispToA, Msg::Eof),
+                MoveIo::ResetHome => {
                     if std::mem::take(&mut self.home_open) {
                         net.send(Pipe::DispToHome, Msg::Reset);
                     }
                 }
-                Action::Splice(t) => self.spliced = Some(t),
-                // no agent here leaves (drains) during a handshake's move
-                Action::ChooseHome => self.relay.stay(),
+                MoveIo::HandshakeOver => {}
+                MoveIo::Splice(t) => {
+                    self.spliced = Some(t);
+                    let client_eof = d.client_ended_held();
+                    match t {
+                        Target::HomeAgent if !self.home_open => self.end(net),
+                        // Done: the handshake agent's stream is released
+                        Target::HomeAgent => {
+                            net.send(Pipe::DispToA, Msg::Release);
+                            if client_eof {
+                                net.send(Pipe::DispToHome, Msg::Eof);
+                            }
+                        }
+                        Target::HandshakeAgent => {
+                            if client_eof {
+                                net.send(Pipe::DispToA, Msg::Eof);
+                            }
+                        }
+                    }
+                    return;
+                }
+                MoveIo::Close => {
+                    self.errors
+                        .push("dispatcher: the move ended the connection".into());
+                    return self.end(net);
+                }
+                MoveIo::Broken(e) => {
+                    self.errors.push(format!("dispatcher: {e}"));
+                    return self.end(net);
+                }
             }
         }
-        match self.spliced {
-            Some(Target::HomeAgent) if !self.home_open => self.end(net),
-            Some(Target::HomeAgent) => {
-                net.send(Pipe::DispToA, Msg::Release);
-                if self.client_eof {
-                    net.send(Pipe::DispToHome, Msg::Eof);
-                }
-            }
-            Some(Target::HandshakeAgent) => {
-                if self.client_eof {
-                    net.send(Pipe::DispToA, Msg::Eof);
-                }
-            }
-            None => {
-                if let Some(deadline) = self.relay.poll_timeout(net.now) {
-                    net.timer(deadline, Who::Disp);
-                }
-            }
+        if let Some(deadline) = d.poll_timeout(net.now) {
+            net.timer(deadline, Who::Disp);
         }
     }
 }
@@ -767,14 +762,31 @@ enum AState {
     /// Waiting for the Offer and the ClientHello.
     Hello(Vec<u8>),
     Handshake(Box<ServerConnection>),
-    /// Switch (or Kept) sent: waiting for the verdict, holding the object (for a Resume),
-    /// discarding the client's records after the cut.
-    Switched(Box<SessionObject>),
+    /// The handshake is done: the shipped driver decides, this actor runs the TLS work.
+    Exporting(Box<Export>),
     Serving(Serving),
     Closed,
 }
 
-/// The handshake agent: `export.rs` and the handshake part of `conn/accept.rs`.
+/// One export under way: the driver, and the TLS side its steps work on.
+struct Export {
+    driver: ExportDriver,
+    tls: ATls,
+    /// Client bytes that came after what the engine read, for whoever serves on if nothing
+    /// is taken out (on a socket they would still be unread).
+    unread: Vec<u8>,
+    /// Switch or Kept sent: what comes now is after the cut.
+    switched: bool,
+}
+
+enum ATls {
+    Engine(Box<ServerConnection>),
+    Extracted(Box<SessionObject>),
+    Gone,
+}
+
+/// The handshake agent: the handshake part of `conn/accept.rs`, then the shipped
+/// `ExportDriver` pumped as `export.rs` pumps it.
 struct HandshakeAgent {
     state: AState,
     log: Arc<SecretLog>,
@@ -786,7 +798,6 @@ struct HandshakeAgent {
     seal_fails: bool,
     expected: Option<Expected>,
     offer: Option<(u16, [u8; BINDING_LEN])>,
-    exporter: Option<Exporter>,
     /// Where the client's records stand in what rustls has read, how many bytes it read, and
     /// where the last whole record among them ends (`ConnIo::record_boundary`).
     read: Splitter,
@@ -814,7 +825,6 @@ impl HandshakeAgent {
             seal_fails: s.fault == Fault::SealFails,
             expected: None,
             offer: None,
-            exporter: None,
             read: Splitter::new(),
             followed: 0,
             boundary: 0,
@@ -835,23 +845,21 @@ impl HandshakeAgent {
     fn input(&mut self, net: &mut Net, m: Msg) {
         let data = match m {
             Msg::Data(d) => d,
+            Msg::Eof if matches!(self.state, AState::Serving(_)) => return,
             // The dispatcher's release is Done (`read_until` in export.rs), wherever the
             // stream stood.
-            Msg::Release if matches!(self.state, AState::Switched(_)) => {
-                let released = self.exporter.as_mut().map(|x| x.released());
-                if !matches!(released, Some(Ok(ExportEvent::Migrated))) {
-                    self.close(net, "released while kept");
-                }
-                // the keys are dropped with the object
-                self.state = AState::Closed;
-                return;
-            }
-            Msg::Eof if matches!(self.state, AState::Serving(_)) => return,
             Msg::Release | Msg::Eof | Msg::Reset => {
-                if !matches!(self.state, AState::Serving(_) | AState::Closed) {
-                    self.close(net, "stream ended mid-migration");
+                match std::mem::replace(&mut self.state, AState::Closed) {
+                    AState::Exporting(mut x) => {
+                        match m {
+                            Msg::Release => x.driver.released(),
+                            _ => x.driver.closed(),
+                        }
+                        self.pump(net, x);
+                    }
+                    AState::Serving(_) | AState::Closed => {}
+                    _ => self.close(net, "stream ended mid-migration"),
                 }
-                self.state = AState::Closed;
                 return;
             }
         };
@@ -861,7 +869,17 @@ impl HandshakeAgent {
                 self.hello(net, head);
             }
             AState::Handshake(conn) => self.handshake(net, conn, &data),
-            AState::Switched(obj) => self.verdict(net, obj, &data),
+            AState::Exporting(mut x) => {
+                if x.driver.poll_timeout().is_some() {
+                    x.driver.handle(net.now, &data);
+                    if x.switched && !x.driver.is_finished() {
+                        self.after_cut += data.len();
+                    }
+                } else {
+                    x.unread.extend_from_slice(&data);
+                }
+                self.pump(net, x);
+            }
             AState::Serving(mut s) => {
                 s.serve(net, Pipe::AToDisp, &mut self.served, &[], &data);
                 self.state = AState::Serving(s);
@@ -914,51 +932,126 @@ impl HandshakeAgent {
             self.state = AState::Handshake(conn);
             return;
         }
-        // hand_off: the cut is the end of the last whole record rustls read; the tickets are
-        // on the wire (drained above), ahead of the Switch
-        let cut = self.boundary as u32;
+        // hand_off: the tickets are on the wire (drained above), ahead of the driver's frames
         self.partial_at_cut = self.boundary < self.followed;
-        let mut x = Exporter::cut(self.cap, self.timeouts, net.now);
-        x.continue_from(std::mem::take(&mut self.read));
-        let n = match extract::decrypt(&mut conn, &[], &mut self.plain) {
-            Ok(n) => n,
-            Err(e) => {
-                net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut *conn)));
-                return self.close(net, &format!("decrypt: {e}"));
-            }
-        };
-        x.decrypted(n);
-        let over = !x.within_cap();
-        self.exporter = Some(x);
-        if over {
-            return self.abort(net, conn, rest);
-        }
-        self.switch(net, conn, cut, rest);
-    }
-
-    /// Nothing extracted: Abort, and carry on with rustls, acting first on what was already
-    /// decrypted, then on `tls` (what came after what rustls read).
-    fn abort(&mut self, net: &mut Net, conn: Box<ServerConnection>, tls: &[u8]) {
-        let Some(Ok(abort)) = self.exporter.as_mut().map(|x| x.abort()) else {
-            return self.close(net, "abort");
-        };
-        net.send(Pipe::AToDisp, Msg::Data(abort));
-        let mut s = Serving::Rustls(conn);
-        let plain = std::mem::take(&mut self.plain);
-        s.serve(net, Pipe::AToDisp, &mut self.served, &plain, tls);
-        self.state = AState::Serving(s);
-    }
-
-    /// At the cut: extract, seal, switch; `rest` (client bytes after what rustls read) is
-    /// after the cut, discarded until the verdict.
-    fn switch(&mut self, net: &mut Net, mut conn: Box<ServerConnection>, cut: u32, rest: &[u8]) {
-        if !extract::extractable(&mut conn) {
-            return self.abort(net, conn, rest);
-        }
-        let Some(x) = self.exporter.as_mut() else {
-            return self.close(net, "no exporter");
-        };
         let (home, binding) = self.offer.expect("offered");
+        let offered = Offered {
+            me: AGENT_A,
+            home,
+            binding,
+            usable: true,
+            read: Some(std::mem::take(&mut self.read)),
+            boundary: self.boundary as u64,
+        };
+        let driver = ExportDriver::handshake(offered, self.cap, self.timeouts, net.now);
+        let x = Export {
+            driver,
+            tls: ATls::Engine(conn),
+            unread: rest.to_vec(),
+            switched: false,
+        };
+        self.pump(net, Box::new(x));
+    }
+
+    /// Does what the driver asks, as `export.rs` does, until it waits for the dispatcher or
+    /// the connection's fate is known.
+    fn pump(&mut self, net: &mut Net, mut x: Box<Export>) {
+        while let Some(step) = x.driver.poll_step() {
+            match step {
+                ExportStep::Declined | ExportStep::Failed(_) => {}
+                // the tickets were drained with the handshake's last flight
+                ExportStep::FlushEngine => {}
+                ExportStep::Decrypt(tls) => {
+                    let ATls::Engine(conn) = &mut x.tls else {
+                        return self.close(net, "decrypt without the engine");
+                    };
+                    match extract::decrypt(conn, &tls, &mut self.plain) {
+                        Ok(n) => x.driver.decrypted(Ok(n)),
+                        Err(e) => {
+                            net.send(Pipe::AToDisp, Msg::Data(drain_tls(&mut **conn)));
+                            return self.close(net, &format!("decrypt: {e}"));
+                        }
+                    }
+                }
+                ExportStep::Extract { home, binding } => {
+                    let how = self.extract(&mut x, home, &binding);
+                    x.driver.extracted(how, net.now);
+                    x.switched = matches!(x.tls, ATls::Extracted(_));
+                    if x.switched && self.crash_after_switch {
+                        send_all(net, &mut x.driver);
+                        self.state = AState::Closed;
+                        net.send(Pipe::AToDisp, Msg::Reset);
+                        return;
+                    }
+                }
+                ExportStep::Keep { ciphertext, .. } => {
+                    send_all(net, &mut x.driver);
+                    let ATls::Engine(conn) = std::mem::replace(&mut x.tls, ATls::Gone) else {
+                        return self.close(net, "kept without the engine");
+                    };
+                    let mut tls = ciphertext.unwrap_or_default();
+                    tls.extend_from_slice(&x.unread);
+                    let mut s = Serving::Rustls(conn);
+                    let plain = std::mem::take(&mut self.plain);
+                    s.serve(net, Pipe::AToDisp, &mut self.served, &plain, &tls);
+                    self.state = AState::Serving(s);
+                    return;
+                }
+                ExportStep::ServeHere { ciphertext } => {
+                    let ATls::Extracted(obj) = std::mem::replace(&mut x.tls, ATls::Gone) else {
+                        return self.close(net, "serving here without the object");
+                    };
+                    let Some(layer) = baton_migrate::record_layer(&obj) else {
+                        return self.close(net, "record layer");
+                    };
+                    let mut s = Serving::Layer(Box::new(layer));
+                    s.serve(
+                        net,
+                        Pipe::AToDisp,
+                        &mut self.served,
+                        &obj.plaintext,
+                        &ciphertext,
+                    );
+                    self.state = AState::Serving(s);
+                    return;
+                }
+                // the keys are dropped with the object
+                ExportStep::Migrated => {
+                    self.state = AState::Closed;
+                    return;
+                }
+                ExportStep::Close => return self.close(net, "closed by the export"),
+            }
+        }
+        send_all(net, &mut x.driver);
+        if let Some(d) = x.driver.poll_timeout() {
+            net.timer(d, Who::A);
+        }
+        // Bytes after the engine's read, once the driver reads again (after its Switch: after
+        // the cut, discarded until the verdict).
+        if x.driver.poll_timeout().is_some() && !x.unread.is_empty() {
+            let data = std::mem::take(&mut x.unread);
+            x.driver.handle(net.now, &data);
+            if x.switched && !x.driver.is_finished() {
+                self.after_cut += data.len();
+            }
+            return self.pump(net, x);
+        }
+        self.state = AState::Exporting(x);
+    }
+
+    /// Takes the session out of rustls and seals it, as `export.rs` does.
+    fn extract(&mut self, x: &mut Export, home: u16, binding: &[u8]) -> Extraction {
+        let ATls::Engine(conn) = &mut x.tls else {
+            return Extraction::Failed;
+        };
+        if !extract::extractable(conn) {
+            return Extraction::NotExtractable;
+        }
+        let ATls::Engine(conn) = std::mem::replace(&mut x.tls, ATls::Gone) else {
+            return Extraction::Failed;
+        };
+        let tls13 = conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
         let info = conn_info();
         let extras = Extras {
             home,
@@ -967,81 +1060,48 @@ impl HandshakeAgent {
             plaintext: std::mem::take(&mut self.plain),
         };
         let Ok(obj) = extract::extract(*conn, extras) else {
-            return self.close(net, "extract");
+            return Extraction::Failed;
         };
         self.extracted = true;
+        let keyless = tls13 && (obj.tx.secret.is_none() || obj.rx.secret.is_none());
         let sealed = obj
-            .seal(&self.ring, AGENT_A, &binding)
+            .seal(&self.ring, AGENT_A, binding)
             .filter(|_| !self.seal_fails);
-        let frame = match sealed {
-            Some(sealed) => x.switch(cut, sealed, net.now),
-            None => x.kept(cut, net.now),
-        };
-        let Ok(frame) = frame else {
-            return self.close(net, "switch");
-        };
-        net.send(Pipe::AToDisp, Msg::Data(frame));
-        if self.crash_after_switch {
-            self.state = AState::Closed;
-            net.send(Pipe::AToDisp, Msg::Reset);
-            return;
-        }
-        if let Some(d) = x.deadline() {
-            net.timer(d, Who::A);
-        }
-        self.verdict(net, Box::new(obj), rest);
-    }
-
-    fn verdict(&mut self, net: &mut Net, obj: Box<SessionObject>, data: &[u8]) {
-        let Some(x) = self.exporter.as_mut() else {
-            return self.close(net, "no exporter");
-        };
-        match x.from_dispatcher(data).map(|i| i.event) {
-            Ok(None) => {
-                self.after_cut += data.len();
-                self.state = AState::Switched(obj)
-            }
-            // the keys are dropped with the object
-            Ok(Some(ExportEvent::Migrated)) => self.state = AState::Closed,
-            Ok(Some(ExportEvent::ServeHere { ciphertext })) => {
-                let Some(layer) = baton_migrate::record_layer(&obj) else {
-                    return self.close(net, "record layer");
-                };
-                let mut s = Serving::Layer(Box::new(layer));
-                s.serve(
-                    net,
-                    Pipe::AToDisp,
-                    &mut self.served,
-                    &obj.plaintext,
-                    &ciphertext,
-                );
-                self.state = AState::Serving(s);
-            }
-            Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
-            Err(e) => self.close(net, &e.to_string()),
-        }
+        x.tls = ATls::Extracted(Box::new(obj));
+        Extraction::Extracted { sealed, keyless }
     }
 
     fn timer(&mut self, net: &mut Net) {
-        let waiting = matches!(self.state, AState::Switched(_));
-        if waiting && self.exporter.as_ref().is_some_and(|x| x.timed_out(net.now)) {
-            // give up by closing, never by using the keys
-            self.close(net, "the dispatcher never answered");
+        if let AState::Exporting(x) = &mut self.state {
+            x.driver.handle_timeout(net.now);
+            let AState::Exporting(x) = std::mem::replace(&mut self.state, AState::Closed) else {
+                return;
+            };
+            // gives up by closing, never by using the keys
+            self.pump(net, x);
         }
+    }
+}
+
+/// Writes what the driver has for the dispatcher.
+fn send_all(net: &mut Net, d: &mut ExportDriver) {
+    while let Some(frame) = d.poll_transmit() {
+        net.send(Pipe::AToDisp, Msg::Data(frame));
     }
 }
 
 enum HState {
     Idle,
-    Importing(Importer),
+    /// The shipped driver, and what the home agent opened for it.
+    Importing(ImportDriver, Option<Box<(SessionObject, RecordLayer)>>),
     /// Opened; the answer is due at the instant (a late home agent).
-    Answering(Importer, Box<(SessionObject, RecordLayer)>, Instant),
-    Ready(Importer, Box<(SessionObject, RecordLayer)>),
+    Answering(ImportDriver, Box<(SessionObject, RecordLayer)>, Instant),
     Serving(Serving),
     Closed,
 }
 
-/// The home agent: `import.rs`.
+/// The home agent: the shipped `ImportDriver` pumped as `import.rs` pumps it, with the faults
+/// of a process (stopped, late, crashed).
 struct HomeAgent {
     state: HState,
     ring: KeyRing,
@@ -1104,135 +1164,134 @@ impl HomeAgent {
             Some(Some(at)) => net.now < at,
             None => false,
         };
+        self.backlog.push_back(m);
         if stopped || matches!(self.state, HState::Answering(..)) {
-            self.backlog.push_back(m);
             return;
         }
-        self.backlog.push_back(m);
         self.run_backlog(net);
     }
 
     fn process(&mut self, net: &mut Net, m: Msg) {
-        let data = match m {
-            Msg::Data(d) => d,
-            Msg::Eof if matches!(self.state, HState::Serving(_)) => return,
-            _ => {
-                // EOF or reset before Commit: drop the keys unused
-                self.state = HState::Closed;
-                return;
-            }
-        };
         match std::mem::replace(&mut self.state, HState::Closed) {
             HState::Idle => {
-                let importer = Importer::new(self.timeouts, net.now);
-                if let Some(d) = importer.deadline() {
-                    net.timer(d, Who::Home);
+                let driver = ImportDriver::new(self.timeouts, net.now);
+                self.state = HState::Importing(driver, None);
+                self.process(net, m);
+            }
+            HState::Importing(mut d, opened) => {
+                match m {
+                    Msg::Data(data) => d.handle(net.now, &data),
+                    _ => d.closed(),
                 }
-                self.importing(net, importer, &data);
+                self.pump(net, d, opened);
             }
-            HState::Importing(importer) => self.importing(net, importer, &data),
-            HState::Ready(importer, opened) => self.committing(net, importer, opened, &data),
-            HState::Serving(mut s) => {
-                s.serve(net, Pipe::HomeToDisp, &mut self.served, &[], &data);
-                self.state = HState::Serving(s);
-            }
+            HState::Serving(mut s) => match m {
+                Msg::Data(data) => {
+                    s.serve(net, Pipe::HomeToDisp, &mut self.served, &[], &data);
+                    self.state = HState::Serving(s);
+                }
+                Msg::Eof => self.state = HState::Serving(s),
+                _ => {}
+            },
             HState::Answering(..) => unreachable!("backlogged"),
             HState::Closed => {}
         }
     }
 
-    fn importing(&mut self, net: &mut Net, mut importer: Importer, data: &[u8]) {
-        match importer.from_dispatcher(data) {
-            Ok(None) => self.state = HState::Importing(importer),
-            Ok(Some(ImportEvent::Open(sealed))) => {
-                let opened = SessionObject::open(
-                    &sealed,
-                    &self.ring,
-                    AGENT_H,
-                    &binding(),
-                    SystemTime::now(),
-                    self.started,
-                    &mut self.guard,
-                )
-                .map_err(|e| super::import::refusal(e).1)
-                .and_then(|obj| match baton_migrate::record_layer(&obj) {
-                    Some(layer) => Ok((obj, layer)),
-                    None => Err(RefuseReason::Invalid),
-                });
-                let opened = match opened {
-                    Ok(o) => o,
-                    Err(reason) => {
-                        let Ok(refused) = importer.refuse(reason) else {
-                            return self.close(net, "refuse");
-                        };
-                        net.send(Pipe::HomeToDisp, Msg::Data(refused));
-                        return self.close(net, "refused the object");
+    /// Does what the driver asks, as `import.rs` does.
+    fn pump(
+        &mut self,
+        net: &mut Net,
+        mut d: ImportDriver,
+        mut opened: Option<Box<(SessionObject, RecordLayer)>>,
+    ) {
+        while let Some(step) = d.poll_step() {
+            match step {
+                ImportStep::Open(sealed) => {
+                    let result = SessionObject::open(
+                        &sealed,
+                        &self.ring,
+                        AGENT_H,
+                        &binding(),
+                        SystemTime::now(),
+                        self.started,
+                        &mut self.guard,
+                    )
+                    .map_err(|e| super::import::refusal(e).1)
+                    .and_then(|obj| match baton_migrate::record_layer(&obj) {
+                        Some(layer) => Ok((obj, layer)),
+                        None => Err(RefuseReason::Invalid),
+                    });
+                    match result {
+                        Ok(o) => {
+                            let due = match self.fault {
+                                Fault::HomeLate(late) => net.now + late,
+                                _ => net.now,
+                            };
+                            self.state = HState::Answering(d, Box::new(o), due);
+                            if due > net.now {
+                                net.timer(due, Who::Home);
+                            } else {
+                                self.answer(net);
+                            }
+                            return;
+                        }
+                        Err(reason) => d.opened(Err(reason), net.now),
                     }
-                };
-                let due = match self.fault {
-                    Fault::HomeLate(d) => net.now + d,
-                    _ => net.now,
-                };
-                self.state = HState::Answering(importer, Box::new(opened), due);
-                if due > net.now {
-                    net.timer(due, Who::Home);
-                } else {
-                    self.answer(net);
+                }
+                ImportStep::Failed(_) => {}
+                ImportStep::Commit { ciphertext } => {
+                    let Some(o) = opened.take() else {
+                        return self.close(net, "commit without an object");
+                    };
+                    let (obj, layer) = *o;
+                    let mut s = Serving::Layer(Box::new(layer));
+                    s.serve(
+                        net,
+                        Pipe::HomeToDisp,
+                        &mut self.served,
+                        &obj.plaintext,
+                        &ciphertext,
+                    );
+                    self.state = HState::Serving(s);
+                    return;
+                }
+                // the keys, if any, are dropped unused
+                ImportStep::Close => {
+                    while let Some(frame) = d.poll_transmit() {
+                        net.send(Pipe::HomeToDisp, Msg::Data(frame));
+                    }
+                    return self.close(net, "closed by the import");
                 }
             }
-            Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
-            Err(e) => self.close(net, &e.to_string()),
         }
+        while let Some(frame) = d.poll_transmit() {
+            net.send(Pipe::HomeToDisp, Msg::Data(frame));
+        }
+        if let Some(t) = d.poll_timeout() {
+            net.timer(t, Who::Home);
+        }
+        self.state = HState::Importing(d, opened);
     }
 
+    /// Ready, once the (possibly late) home agent answers.
     fn answer(&mut self, net: &mut Net) {
-        let HState::Answering(mut importer, opened, _) =
+        let HState::Answering(mut d, opened, _) =
             std::mem::replace(&mut self.state, HState::Closed)
         else {
             return;
         };
-        let Ok(ready) = importer.ready(net.now) else {
-            return self.close(net, "ready");
-        };
-        net.send(Pipe::HomeToDisp, Msg::Data(ready));
+        d.opened(Ok(()), net.now);
         if self.fault == Fault::HomeCrashAfterReady {
+            while let Some(frame) = d.poll_transmit() {
+                net.send(Pipe::HomeToDisp, Msg::Data(frame));
+            }
             self.dead = true;
             net.send(Pipe::HomeToDisp, Msg::Reset);
             return;
         }
-        if let Some(d) = importer.deadline() {
-            net.timer(d, Who::Home);
-        }
-        self.state = HState::Ready(importer, opened);
+        self.pump(net, d, Some(opened));
         self.run_backlog(net);
-    }
-
-    fn committing(
-        &mut self,
-        net: &mut Net,
-        mut importer: Importer,
-        opened: Box<(SessionObject, RecordLayer)>,
-        data: &[u8],
-    ) {
-        match importer.from_dispatcher(data) {
-            Ok(None) => self.state = HState::Ready(importer, opened),
-            Ok(Some(ImportEvent::Commit { ciphertext })) => {
-                let (obj, layer) = *opened;
-                let mut s = Serving::Layer(Box::new(layer));
-                s.serve(
-                    net,
-                    Pipe::HomeToDisp,
-                    &mut self.served,
-                    &obj.plaintext,
-                    &ciphertext,
-                );
-                self.state = HState::Serving(s);
-            }
-            // the keys are dropped unused
-            Ok(Some(ImportEvent::Aborted)) => self.close(net, "aborted"),
-            Ok(Some(e)) => self.close(net, &format!("unexpected {e:?}")),
-            Err(e) => self.close(net, &e.to_string()),
-        }
     }
 
     fn run_backlog(&mut self, net: &mut Net) {
@@ -1261,12 +1320,15 @@ impl HomeAgent {
             }
             return;
         }
-        let timed_out = match &self.state {
-            HState::Importing(i) | HState::Ready(i, _) => i.timed_out(net.now),
-            _ => false,
-        };
-        if timed_out {
-            self.close(net, "the dispatcher never decided");
+        if let HState::Importing(..) = self.state {
+            let HState::Importing(mut d, opened) =
+                std::mem::replace(&mut self.state, HState::Closed)
+            else {
+                return;
+            };
+            // gives up by closing, never by using the keys
+            d.handle_timeout(net.now);
+            self.pump(net, d, opened);
         }
     }
 }

@@ -10,16 +10,16 @@
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
-use baton_migrate::{ImportEvent, Importer, RefuseReason};
+use baton_migrate::{ImportDriver, ImportFailure, ImportStep, RefuseReason};
 use baton_session::migration::{ImportError, SessionObject};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
-use super::stream::MigratedStream;
-use crate::conn::io::ConnIo;
-use crate::conn::transport::AgentIo;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
+use crate::transport::agent_io::AgentIo;
+use crate::transport::conn_io::ConnIo;
+use crate::transport::migrated::MigratedStream;
 use baton_ops::process::thread_cpu;
 
 /// Opens a sealed object for this agent and `binding`, counting why it was refused.
@@ -60,8 +60,9 @@ pub fn refusal(e: ImportError) -> (HandoffFailure, RefuseReason) {
     }
 }
 
-/// Runs the home agent's side on a link stream whose first bytes are an Import frame; returns
-/// the migrated connection once the dispatcher has committed it here.
+/// Runs the home agent's side on a link stream whose first bytes are an Import frame: pumps
+/// `baton_migrate::ImportDriver` (every decision of the side), opening the object it is
+/// handed; returns the migrated connection once the dispatcher has committed it here.
 pub async fn import(
     mut io: ConnIo<AgentIo>,
     peer: SocketAddr,
@@ -70,71 +71,73 @@ pub async fn import(
     ctx: &Context,
 ) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
     let m = &ctx.metrics.handoff;
-    let mut machine = Importer::new(ctx.config.migration_timeouts, now());
+    let mut driver = ImportDriver::new(ctx.config.migration_timeouts, now());
     let mut buf = vec![0u8; 8 * 1024];
     let mut opened = None;
     loop {
-        let deadline = machine.deadline()?;
-        let n = match tokio::time::timeout_at(deadline.into(), io.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => n,
-            // EOF, a reset stream (the dispatcher went another way) or too late: drop it all
-            _ => {
-                if opened.is_some() {
-                    m.failure(HandoffFailure::Uncommitted);
-                }
-                return None;
-            }
-        };
-        let event = match machine.from_dispatcher(&buf[..n]) {
-            Ok(Some(e)) => e,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "import stream broke the protocol");
-                m.failure(HandoffFailure::Protocol);
-                return None;
-            }
-        };
-        match event {
-            ImportEvent::Open(sealed) => {
-                let t = thread_cpu();
-                let layer = open(&sealed, binding, ctx).and_then(|obj| {
-                    match baton_migrate::record_layer(&obj) {
-                        Some(layer) => Ok((obj, layer)),
-                        None => {
-                            m.failure(HandoffFailure::ImportInvalid);
-                            Err(RefuseReason::Invalid)
+        while let Some(step) = driver.poll_step() {
+            match step {
+                ImportStep::Open(sealed) => {
+                    let t = thread_cpu();
+                    let layer =
+                        open(&sealed, binding, ctx).and_then(
+                            |obj| match baton_migrate::record_layer(&obj) {
+                                Some(layer) => Ok((obj, layer)),
+                                None => {
+                                    m.failure(HandoffFailure::ImportInvalid);
+                                    Err(RefuseReason::Invalid)
+                                }
+                            },
+                        );
+                    m.cpu(Side::Import, thread_cpu().saturating_sub(t));
+                    let answer = match layer {
+                        Ok(x) => {
+                            opened = Some(x);
+                            Ok(())
                         }
+                        Err(reason) => {
+                            tracing::debug!(%peer, reason = reason.label(), "refused a migrated session");
+                            Err(reason)
+                        }
+                    };
+                    driver.opened(answer, now());
+                }
+                ImportStep::Failed(ImportFailure::Uncommitted) => {
+                    m.failure(HandoffFailure::Uncommitted)
+                }
+                ImportStep::Failed(ImportFailure::Protocol(e)) => {
+                    tracing::debug!(%peer, error = %e, "import stream broke the protocol");
+                    m.failure(HandoffFailure::Protocol);
+                }
+                ImportStep::Commit { ciphertext } => {
+                    let (obj, layer) = opened?;
+                    m.migrated_in(why);
+                    let info = ConnInfo::migrated(&obj, peer);
+                    let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
+                        .negotiated(obj.version, obj.suite);
+                    s.prefill_ciphertext(&ciphertext);
+                    return Some((s, info));
+                }
+                ImportStep::Close => {
+                    // a Refused goes out before the stream closes
+                    while let Some(frame) = driver.poll_transmit() {
+                        let _ = io.write_all(&frame).await;
                     }
-                });
-                m.cpu(Side::Import, thread_cpu().saturating_sub(t));
-                let answer = match layer {
-                    Ok(x) => {
-                        opened = Some(x);
-                        machine.ready(now())
-                    }
-                    Err(reason) => {
-                        tracing::debug!(%peer, reason = reason.label(), "refused a migrated session");
-                        machine.refuse(reason)
-                    }
-                };
-                let Ok(answer) = answer else { return None };
-                if io.write_all(&answer).await.is_err() || opened.is_none() {
                     return None;
                 }
             }
-            ImportEvent::Commit { ciphertext } => {
-                let (obj, layer) = opened?;
-                m.migrated_in(why);
-                let info = ConnInfo::migrated(&obj, peer);
-                let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
-                    .negotiated(obj.version, obj.suite);
-                s.prefill_ciphertext(&ciphertext);
-                return Some((s, info));
-            }
-            ImportEvent::Aborted => {
-                m.failure(HandoffFailure::Uncommitted);
+        }
+        while let Some(frame) = driver.poll_transmit() {
+            if io.write_all(&frame).await.is_err() {
                 return None;
             }
+        }
+        let deadline = driver.poll_timeout()?;
+        match tokio::time::timeout_at(deadline.into(), io.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => driver.handle(now(), &buf[..n]),
+            // EOF or a reset stream (the dispatcher went another way): drop it all
+            Ok(_) => driver.closed(),
+            Err(_) => driver.handle_timeout(now()),
         }
     }
 }

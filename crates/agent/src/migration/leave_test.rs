@@ -2,17 +2,18 @@
 //! that have exchanged requests (and, in TLS 1.3, KeyUpdates) long after their handshake; the
 //! agent drains and leaves, the dispatcher's relay (which followed every byte while it served)
 //! moves the connection to a second agent, which carries it on from the record layer; that one
-//! drains in turn and the session moves again, out of its record layer. The same state machines
-//! and TLS functions as the tokio shells, in the order they run them. The client must never see
-//! an error, and every request must be answered once, in order, by whoever held the keys.
+//! drains in turn and the session moves again, out of its record layer. The agents run the
+//! shipped drivers (`ExportDriver::leave`, `ImportDriver`) with the same TLS functions as the
+//! tokio shells. The client must never see an error, and every request must be answered once,
+//! in order, by whoever held the keys.
 
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use baton_migrate::{
-    Action, ExportEvent, Exporter, Frame, ImportEvent, Importer, Outcome, Relay, Splitter, Target,
-    BINDING_LEN,
+    Action, ExportDriver, ExportStep, Extraction, Frame, ImportDriver, ImportStep, Outcome, Relay,
+    Splitter, Target, BINDING_LEN,
 };
 use baton_record::RecordLayer;
 use baton_session::migration::{ReplayGuard, SessionObject, MAX_CARRIED_PLAINTEXT};
@@ -21,7 +22,7 @@ use rustls::{ClientConnection, ServerConnection};
 
 use super::harness::{client_config, cluster_ring, conn_info, pattern, server_config};
 use baton_migrate::extract::{self, Extras};
-use baton_migrate::secrets::{self, SecretLog};
+use baton_migrate::secrets::{self, SecretLog, TrafficSecrets};
 
 const T: baton_migrate::Timeouts = baton_migrate::Timeouts::new(Duration::from_millis(50));
 
@@ -128,9 +129,9 @@ fn import(
     ring: &baton_session::KeyRing,
 ) -> (RecordLayer, SessionObject, Vec<u8>) {
     let now = Instant::now();
-    let mut importer = Importer::new(T, now);
-    let stream = std::mem::take(&mut d.to_home);
-    let Some(ImportEvent::Open(sealed)) = importer.from_dispatcher(&stream).unwrap() else {
+    let mut importer = ImportDriver::new(T, now);
+    importer.handle(now, &std::mem::take(&mut d.to_home));
+    let Some(ImportStep::Open(sealed)) = importer.poll_step() else {
         panic!("an Import first");
     };
     let mut guard = ReplayGuard::new(16);
@@ -146,16 +147,90 @@ fn import(
         &mut guard,
     )
     .expect("the object opens at the agent it is bound to");
-    let ready = importer.ready(now).unwrap();
+    importer.opened(Ok(()), now);
+    let ready = importer.poll_transmit().expect("Ready");
     d.relay.from_home(&ready).unwrap();
     d.take();
-    let stream = std::mem::take(&mut d.to_home);
-    let Some(ImportEvent::Commit { ciphertext }) = importer.from_dispatcher(&stream).unwrap()
-    else {
+    importer.handle(now, &std::mem::take(&mut d.to_home));
+    let Some(ImportStep::Commit { ciphertext }) = importer.poll_step() else {
         panic!("Commit after Ready");
     };
     let layer = baton_migrate::record_layer(&obj).expect("a record layer for the session");
     (layer, obj, ciphertext)
+}
+
+/// The engine a leaving agent serves from.
+enum Tls {
+    Rustls(Box<ServerConnection>),
+    /// The record layer, and the session's (version, suite).
+    Layer(Box<RecordLayer>, (u16, u16)),
+}
+
+/// The leaving agent's side from the dispatcher's answer to its Switch, as `export.rs` pumps
+/// `ExportDriver`: `input` is what the dispatcher sent after the Leave (client records, then
+/// the Offer naming `home`). Returns the Switch frame and the object taken out.
+fn switch_out(
+    x: &mut ExportDriver,
+    tls: Tls,
+    input: &[u8],
+    (me, home): (u16, u16),
+    secrets: TrafficSecrets,
+    ring: &baton_session::KeyRing,
+) -> (Vec<u8>, SessionObject) {
+    let now = Instant::now();
+    x.handle(now, input);
+    let (mut tls, mut secrets) = (Some(tls), Some(secrets));
+    let (mut plain, mut obj) = (Vec::new(), None);
+    while let Some(step) = x.poll_step() {
+        match step {
+            ExportStep::Decrypt(bytes) => {
+                let n = match tls.as_mut() {
+                    Some(Tls::Rustls(s)) => extract::decrypt(s, &bytes, &mut plain).unwrap(),
+                    _ => {
+                        assert!(bytes.is_empty(), "nothing came before the Offer");
+                        0
+                    }
+                };
+                x.decrypted(Ok(n));
+            }
+            ExportStep::Extract {
+                home: to,
+                binding: b,
+            } => {
+                assert_eq!((to, b), (home, binding(home)), "the Offer is the cut");
+                let info = conn_info();
+                let extras = Extras {
+                    home,
+                    secrets: secrets.take().unwrap_or_default(),
+                    app: info.application(),
+                    plaintext: std::mem::take(&mut plain),
+                };
+                let o = match tls.take() {
+                    Some(Tls::Rustls(mut s)) => {
+                        assert!(extract::extractable(&mut s));
+                        extract::extract(*s, extras).unwrap()
+                    }
+                    Some(Tls::Layer(l, suite)) => {
+                        let keys = l.export().expect("the layer is at rest between requests");
+                        extract::from_layer(&keys, suite, extras).unwrap()
+                    }
+                    None => panic!("extracted twice"),
+                };
+                let sealed = o.seal(ring, me, &binding(home));
+                x.extracted(
+                    Extraction::Extracted {
+                        sealed,
+                        keyless: false,
+                    },
+                    now,
+                );
+                obj = Some(o);
+            }
+            other => panic!("the leaving agent was asked to {other:?}"),
+        }
+    }
+    let switch = x.poll_transmit().expect("a Switch");
+    (switch, obj.expect("extracted"))
 }
 
 /// The new agent starts serving: what was carried first, then the held records.
@@ -225,9 +300,9 @@ fn an_established_session_leaves_a_draining_agent_twice() {
         assert_eq!(read_all(&mut client), pattern(0, sent));
 
         // Agent 1 drains: Leave. The client's next request is on its way meanwhile.
-        let (mut x, leave) = Exporter::leave(MAX_CARRIED_PLAINTEXT, T, Instant::now());
-        x.continue_from(read);
-        agent_to_client(&mut d, &mut client, &leave);
+        let (mut x, leave) =
+            ExportDriver::leave(true, Some(read), MAX_CARRIED_PLAINTEXT, T, Instant::now());
+        agent_to_client(&mut d, &mut client, &leave.expect("a Leave"));
         d.take();
         assert_eq!(d.choose, 1);
         client.writer().write_all(&pattern(sent, 200)).unwrap();
@@ -237,42 +312,19 @@ fn an_established_session_leaves_a_draining_agent_twice() {
         d.relay.move_to(2, binding(2));
         d.take();
         let input = [racing, std::mem::take(&mut d.to_agent)].concat();
-        let got = x.from_dispatcher(&input).unwrap();
-        assert_eq!(
-            got.moved,
-            Some(ExportEvent::Move {
-                home: 2,
-                binding: binding(2)
-            })
-        );
-        assert_eq!(got.event, None, "the Offer is the cut");
-        let mut carried = Vec::new();
-        extract::decrypt(&mut server, &got.decrypt, &mut carried).unwrap();
-        x.decrypted(carried.len());
-        assert!(x.within_cap());
-        assert!(extract::extractable(&mut server));
-        let info = conn_info();
-        let extras = Extras {
-            home: 2,
-            secrets,
-            app: info.application(),
-            plaintext: carried,
-        };
-        let obj = extract::extract(server, extras).unwrap();
+        let server = Tls::Rustls(Box::new(server));
+        let (switch, obj) = switch_out(&mut x, server, &input, (1, 2), secrets, &ring);
         if tls13 {
             // generation 0 from the key log, followed through the KeyUpdates to rustls' keys
             assert!(obj.tx.secret.is_some() && obj.rx.secret.is_some());
         }
-        let switch = x.switch(0, obj.seal(&ring, 1, &binding(2)).unwrap(), Instant::now());
-        d.relay.from_agent(&switch.unwrap()).unwrap();
+        d.relay.from_agent(&switch).unwrap();
         d.take();
         let (mut layer, obj2, held) = import(&mut d, 2, &ring);
         assert_eq!(d.spliced.take(), Some(Target::HomeAgent));
         assert_eq!(d.relay.outcome(), Some(Outcome::Migrated));
-        assert_eq!(
-            x.from_dispatcher(&Frame::Done.to_bytes()).unwrap().event,
-            Some(ExportEvent::Migrated)
-        );
+        x.handle(Instant::now(), &Frame::Done.to_bytes());
+        assert_eq!(x.poll_step(), Some(ExportStep::Migrated));
         let (first, out) = first_served(&mut layer, &obj2, &held);
         served.extend(first);
         agent_to_client(&mut d, &mut client, &out);
@@ -290,27 +342,18 @@ fn an_established_session_leaves_a_draining_agent_twice() {
         // Agent 2 drains in turn: the session leaves its record layer for agent 3.
         let mut read = Splitter::new();
         read.track(layer.undecrypted()).unwrap();
-        let (mut x, leave) = Exporter::leave(MAX_CARRIED_PLAINTEXT, T, Instant::now());
-        x.continue_from(read);
-        agent_to_client(&mut d, &mut client, &leave);
+        let (mut x, leave) =
+            ExportDriver::leave(true, Some(read), MAX_CARRIED_PLAINTEXT, T, Instant::now());
+        agent_to_client(&mut d, &mut client, &leave.expect("a Leave"));
         d.take();
         assert_eq!(d.choose, 2);
         d.relay.move_to(3, binding(3));
         d.take();
-        let got = x.from_dispatcher(&std::mem::take(&mut d.to_agent)).unwrap();
-        assert!(got.moved.is_some() && got.event.is_none());
-        let keys = layer
-            .export()
-            .expect("the layer is at rest between requests");
-        let extras = Extras {
-            home: 3,
-            secrets: Default::default(),
-            app: info.application(),
-            plaintext: Vec::new(),
-        };
-        let obj = extract::from_layer(&keys, (obj2.version, obj2.suite), extras).unwrap();
-        let switch = x.switch(0, obj.seal(&ring, 2, &binding(3)).unwrap(), Instant::now());
-        d.relay.from_agent(&switch.unwrap()).unwrap();
+        let input = std::mem::take(&mut d.to_agent);
+        let suite = (obj2.version, obj2.suite);
+        let layer2 = Tls::Layer(Box::new(layer), suite);
+        let (switch, _) = switch_out(&mut x, layer2, &input, (2, 3), Default::default(), &ring);
+        d.relay.from_agent(&switch).unwrap();
         d.take();
         let (mut layer, obj3, held) = import(&mut d, 3, &ring);
         assert_eq!(d.spliced.take(), Some(Target::HomeAgent));

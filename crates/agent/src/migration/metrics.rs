@@ -204,13 +204,13 @@ impl HandoffMetrics {
         )?;
         counter(
             e,
-            "baton_handoff_declined",
+            "baton_migration_declined",
             "Connections offered for migration whose home agent was this agent.",
             load(&self.declined),
         )?;
         counters(
             e,
-            "baton_handoff_failures",
+            "baton_migration_failures",
             "Migrations that did not happen, by reason; the connection was served all the same.",
             HandoffFailure::ALL.iter().map(|&reason| {
                 (
@@ -221,7 +221,7 @@ impl HandoffMetrics {
         )?;
         counters(
             e,
-            "baton_handoff_cpu_seconds",
+            "baton_migration_cpu_seconds",
             "Thread CPU of the migration work itself (export: decrypting up to the cut, \
              extraction, sealing; import: opening, record layer set-up), not the I/O around it.",
             ["export", "import"]
@@ -232,7 +232,7 @@ impl HandoffMetrics {
         let cumulative: Vec<u64> = self.buckets.iter().map(load).collect();
         histogram(
             e,
-            "baton_handoff_seconds",
+            "baton_migration_seconds",
             "Time from the handshake agent's cut to the dispatcher's verdict, for \
              sessions migrated out.",
             &BUCKETS,
@@ -284,15 +284,15 @@ mod tests {
         m.failure(HandoffFailure::ImportReplay);
         let out = crate::metrics::tests::encoded(move |e| m.encode(e));
         assert!(
-            out.contains("baton_handoff_seconds_bucket{le=\"0.0005\"} 1\n"),
+            out.contains("baton_migration_seconds_bucket{le=\"0.0005\"} 1\n"),
             "{out}"
         );
-        assert!(out.contains("baton_handoff_seconds_bucket{le=\"0.025\"} 2\n"));
-        assert!(out.contains("baton_handoff_seconds_bucket{le=\"+Inf\"} 2\n"));
-        assert!(out.contains("baton_handoff_seconds_bucket{le=\"1.0\"} 2\n"));
-        assert!(out.contains("baton_handoff_seconds_count 2\n"));
+        assert!(out.contains("baton_migration_seconds_bucket{le=\"0.025\"} 2\n"));
+        assert!(out.contains("baton_migration_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(out.contains("baton_migration_seconds_bucket{le=\"1.0\"} 2\n"));
+        assert!(out.contains("baton_migration_seconds_count 2\n"));
         assert!(out.contains("baton_sessions_migrated_total{direction=\"out\"} 2\n"));
-        assert!(out.contains("baton_handoff_failures_total{reason=\"import_replay\"} 1\n"));
+        assert!(out.contains("baton_migration_failures_total{reason=\"import_replay\"} 1\n"));
         assert!(
             out.contains("baton_sessions_moved_total{direction=\"out\",reason=\"handshake\"} 1\n")
         );

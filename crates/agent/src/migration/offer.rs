@@ -3,7 +3,7 @@
 
 use baton_migrate::Frame;
 
-use crate::conn::transport::AgentIo;
+use crate::transport::agent_io::AgentIo;
 
 /// The dispatcher's Offer: where the session should go, and what its object is bound to.
 #[derive(Debug, Clone, Copy)]

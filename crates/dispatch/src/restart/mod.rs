@@ -10,7 +10,7 @@
 //! the client's socket with its record positions ([`baton_migrate::restart`]). The successor
 //! opens the re-attach stream on its own link to the same agent and serves on.
 //!
-//! Failures: a successor that does not get ready in `--handover-timeout` is killed and the old
+//! Failures: a successor that does not get ready in `--restart-timeout` is killed and the old
 //! process serves on. A successor that dies once ready: connections not passed yet are
 //! re-attached by the old process itself, which accepts again; those passed die with it.
 //! Connections that cannot be handed over (not TLS, agents over plain TCP, a client that has

@@ -18,7 +18,7 @@
 //! The load is the soak's (`soak/load.rs`): open loop at a fixed rate like `baton bench
 //! --rate`, but it records each request's start, end and outcome, which is what tells a
 //! request in flight at the kill from one started after it (the bench's report only counts).
-//! `--policy handoff` (full handshakes by load, sessions moved to the client's home agent,
+//! `--policy migration` (full handshakes by load, sessions moved to the client's home agent,
 //! resumptions straight home), three agents, not capped.
 
 use std::net::{IpAddr, SocketAddr};

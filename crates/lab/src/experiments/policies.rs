@@ -25,7 +25,7 @@ pub struct Config {
     pub paper_tps: Option<f64>,
     /// True for the 1-server reference row.
     pub single: bool,
-    /// True for a `baton dispatch --policy handoff` row (its migrations are checked).
+    /// True for a `baton dispatch --policy migration` row (its migrations are checked).
     pub handoff: bool,
     /// Where its processes talk: `loopback`, or `veth` (hosts of their own, `--hosts`).
     pub net: &'static str,

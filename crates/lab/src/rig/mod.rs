@@ -367,7 +367,7 @@ pub struct ServerCounts {
     /// Sessions this agent handed off (`out`) and imported (`in`) (CSSL-SF).
     pub migrated_out: u64,
     pub migrated_in: u64,
-    /// Migrations that did not happen (`baton_handoff_failures_total`, every reason).
+    /// Migrations that did not happen (`baton_migration_failures_total`, every reason).
     pub handoff_failures: u64,
     pub cpu_s: Option<f64>,
     pub throttled: Option<u64>,
@@ -845,7 +845,7 @@ fn agent_counts(addr: SocketAddr) -> anyhow::Result<ServerCounts> {
         requests: sum("baton_http_requests_total", &[]),
         migrated_out: sum("baton_sessions_migrated_total", &[("direction", "out")]),
         migrated_in: sum("baton_sessions_migrated_total", &[("direction", "in")]),
-        handoff_failures: sum("baton_handoff_failures_total", &[]),
+        handoff_failures: sum("baton_migration_failures_total", &[]),
         ..Default::default()
     })
 }

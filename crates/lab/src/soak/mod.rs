@@ -1,7 +1,7 @@
 //! `baton lab soak`: the chaos soak. Two systems under load at once, while a fault
 //! injector works through a seeded schedule:
 //!
-//! - side A: `baton up --agents 3 --policy handoff --store redis` (the lab's [`Cluster`]) with a
+//! - side A: `baton up --agents 3 --policy migration --store redis` (the lab's [`Cluster`]) with a
 //!   real `redis-server`, its dispatcher with an admin endpoint (`--admin`, a token);
 //! - side B: three agents with `--store peers` (also a [`Cluster`], whose own dispatcher is
 //!   stopped at once) behind HAProxy `mode tcp` (`balance roundrobin`, TCP health checks every
@@ -455,10 +455,10 @@ struct Counters {
 /// attackers' connections, how the dispatcher routed around dead agents, Redis fallbacks.
 const WATCHED: &[&str] = &[
     "baton_handshake_failures_total",
-    "baton_handoff_failures_total",
+    "baton_migration_failures_total",
     "baton_session_store_events_total",
     "baton_dispatch_connect_failures_total",
-    "baton_dispatch_handoffs_total",
+    "baton_dispatch_migrations_total",
     "baton_dispatch_hellos_total",
     "baton_dispatch_no_agent_total",
     "baton_dispatch_rejected_total",

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// The two systems under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum Side {
-    /// `baton up --agents 3 --policy handoff --store redis`: dispatcher, agents, Redis.
+    /// `baton up --agents 3 --policy migration --store redis`: dispatcher, agents, Redis.
     A,
     /// HAProxy `mode tcp` in front of three agents with `--store peers`.
     B,

@@ -21,7 +21,7 @@ use tokio::time::{Instant, Sleep};
 
 use baton_migrate::{MigrationError, Splitter};
 
-use super::transport::AgentIo;
+use super::agent_io::AgentIo;
 use crate::metrics::Metrics;
 
 pub struct ConnIo<T> {

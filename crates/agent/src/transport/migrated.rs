@@ -13,8 +13,8 @@ use std::task::{ready, Context, Poll};
 use baton_migrate::{MigrationError, Splitter};
 use baton_record::RecordLayer;
 
-use crate::conn::io::ConnIo;
-use crate::conn::transport::AgentIo;
+use super::agent_io::AgentIo;
+use super::conn_io::ConnIo;
 use crate::metering::{CryptoOp, METER};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use zeroize::Zeroizing;
