@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+mod acme;
 mod body;
 mod certs;
 mod challenges;
