@@ -83,7 +83,7 @@ impl Pebble {
             return None;
         };
         let dir = TempDir::new("pebble");
-        let (acme, management, dns, dns_management) =
+        let (acme, management, dns_port, dns_management) =
             (free_port(), free_port(), free_port(), free_port());
         let config = serde_json::json!({
             "pebble": {
@@ -107,7 +107,7 @@ impl Pebble {
         let dns = Command::new(&i.challtestsrv)
             .args([
                 "-dnsserver",
-                &format!("127.0.0.1:{dns}"),
+                &format!("127.0.0.1:{dns_port}"),
                 "-management",
                 &format!("127.0.0.1:{dns_management}"),
                 "-defaultIPv4",
@@ -144,7 +144,7 @@ impl Pebble {
         p.pebble = Some(
             Command::new(&i.pebble)
                 .args(["-config", config_path.to_str().unwrap()])
-                .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+                .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
                 .env("PEBBLE_VA_NOSLEEP", "1")
                 .env("PEBBLE_WFE_NONCEREJECT", "0")
                 // every order validated anew (renewals too), none on an earlier authorization
