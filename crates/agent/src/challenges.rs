@@ -8,8 +8,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use rustls::sign::CertifiedKey;
 
-/// Where to look for answers another agent of the cluster set (the one that orders).
-type Shared<T> = OnceLock<Box<dyn Fn(&str) -> Option<T> + Send + Sync>>;
+/// Where to look for an answer another agent of the cluster set (the one that orders).
+pub type Lookup<T> = Box<dyn Fn(&str) -> Option<T> + Send + Sync>;
+type Shared<T> = OnceLock<Lookup<T>>;
 
 #[derive(Default)]
 pub struct Challenges {
@@ -34,14 +35,11 @@ impl Challenges {
     }
 
     /// Answers set by another agent (the cluster's store), asked when none is set here.
-    pub fn set_shared_http01(&self, lookup: Box<dyn Fn(&str) -> Option<String> + Send + Sync>) {
+    pub fn set_shared_http01(&self, lookup: Lookup<String>) {
         let _ = self.shared_http01.set(lookup);
     }
 
-    pub fn set_shared_tls_alpn01(
-        &self,
-        lookup: Box<dyn Fn(&str) -> Option<Arc<CertifiedKey>> + Send + Sync>,
-    ) {
+    pub fn set_shared_tls_alpn01(&self, lookup: Lookup<Arc<CertifiedKey>>) {
         let _ = self.shared_tls_alpn01.set(lookup);
     }
 

@@ -89,7 +89,7 @@ impl Collector for AcmeMetrics {
             Ok(m) => m.clone(),
             Err(_) => return Ok(()),
         };
-        let mut enc = e.encode_descriptor(
+        let mut renewals = e.encode_descriptor(
             "baton_certificate_renewals",
             "ACME orders of a certificate by this agent, by outcome",
             None,
@@ -98,10 +98,10 @@ impl Collector for AcmeMetrics {
         for (name, per) in &map {
             for o in Outcome::ALL {
                 let labels = [("name", name.as_str()), ("outcome", o.label())];
-                ConstCounter::new(per.counts[o as usize]).encode(enc.encode_family(&labels)?)?;
+                ConstCounter::new(per.counts[o as usize])
+                    .encode(renewals.encode_family(&labels)?)?;
             }
         }
-        drop(enc);
         let mut enc = e.encode_descriptor(
             "baton_certificate_renewal_failing_since_timestamp_seconds",
             "Unix time of the first failure of the current run of failed ACME attempts (0: the last succeeded)",
