@@ -26,14 +26,14 @@ fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A cluster of three agents (`--store peers`) ordering `NAMES` from `pebble`, its dispatcher
-/// on `port` (where Pebble validates).
-fn cluster(pebble: &Pebble, port: u16, extra: &[&str]) -> Up {
+/// A cluster of three agents sharing `store` (peers, redis=URL) ordering `NAMES` from
+/// `pebble`, its dispatcher on `port` (where Pebble validates).
+fn cluster(pebble: &Pebble, port: u16, store: &str) -> Up {
     let mut args: Vec<String> = vec![
         "--agents".into(),
         "3".into(),
         "--store".into(),
-        "peers".into(),
+        store.into(),
         format!("--agent-arg=--acme-directory={}", pebble.directory),
         format!("--agent-arg=--acme-directory-ca={}", pebble.https_ca),
         "--agent-arg=--acme-email=ops@baton.test".into(),
@@ -41,7 +41,6 @@ fn cluster(pebble: &Pebble, port: u16, extra: &[&str]) -> Up {
     for n in NAMES {
         args.push(format!("--agent-arg=--acme-domain={n}"));
     }
-    args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Up::start_on(([127, 0, 0, 1], port).into(), &args)
 }
@@ -88,11 +87,28 @@ fn served_by_all(up: &Up, root: &str, name: &str) -> Vec<Option<String>> {
 
 #[test]
 fn one_order_per_name_for_the_cluster_and_every_agent_serves_it() {
+    one_order_for_the_cluster(|| Some(("peers".to_string(), None)));
+}
+
+#[test]
+fn one_order_per_name_for_a_cluster_sharing_redis() {
+    one_order_for_the_cluster(|| {
+        let redis = Redis::start()?;
+        Some((format!("redis={}", redis.url()), Some(redis)))
+    });
+}
+
+/// Both names issued once for the cluster sharing the store `store` gives (and keeps up while
+/// the test runs), and served by every agent.
+fn one_order_for_the_cluster(store: impl FnOnce() -> Option<(String, Option<Redis>)>) {
     let port = free_port();
     let Some(pebble) = Pebble::start(3600, port, free_port()) else {
         return;
     };
-    let up = cluster(&pebble, port, &[]);
+    let Some((store, _redis)) = store() else {
+        return;
+    };
+    let up = cluster(&pebble, port, &store);
     until("both certificates issued", Duration::from_secs(120), || {
         NAMES.iter().all(|n| issued(&up, n) >= 1.0)
     });
@@ -134,7 +150,7 @@ fn renews_under_load_without_a_failed_request_and_keeps_it_while_the_ca_is_down(
     let Some(mut pebble) = Pebble::start(45, port, free_port()) else {
         return;
     };
-    let up = cluster(&pebble, port, &[]);
+    let up = cluster(&pebble, port, "peers");
     until("first certificates", Duration::from_secs(120), || {
         NAMES.iter().all(|n| issued(&up, n) >= 1.0)
     });
