@@ -56,8 +56,12 @@ fn issued(up: &Up, name: &str) -> f64 {
 /// The serial of the certificate the cluster serves for `name` on one connection, checked by
 /// `openssl s_client` against Pebble's root; `None` when it does not verify.
 fn served_serial(up: &Up, root: &str, name: &str) -> Option<String> {
+    served_serial_at(&up.addr().to_string(), root, name)
+}
+
+fn served_serial_at(addr: &str, root: &str, name: &str) -> Option<String> {
     let out = Command::new("openssl")
-        .args(["s_client", "-connect", &up.addr().to_string()])
+        .args(["s_client", "-connect", addr])
         .args(["-servername", name, "-verify_hostname", name])
         .args(["-CAfile", root, "-verify_return_error"])
         .stdin(Stdio::null())
@@ -268,25 +272,8 @@ fn dns_01_through_the_hook_with_dual_certificates() {
         return;
     };
     let dir = TempDir::new("acme-dns");
-    // The hook sets and clears the TXT record in Pebble's DNS (its management API), and
-    // notes each call.
-    let hook = dir.path("hook.sh");
+    let hook = dns_hook(&dir, pebble.dns_management);
     let calls = dir.path("calls");
-    std::fs::write(
-        &hook,
-        format!(
-            "#!/bin/sh\nset -e\necho \"$1 $2\" >> {calls}\ncase \"$1\" in\n\
-             present) body=\"{{\\\"host\\\":\\\"$2.\\\",\\\"value\\\":\\\"$3\\\"}}\"; path=set-txt ;;\n\
-             cleanup) body=\"{{\\\"host\\\":\\\"$2.\\\"}}\"; path=clear-txt ;;\n\
-             *) exit 2 ;;\nesac\n\
-             curl -sS --fail --max-time 10 -X POST -d \"$body\" http://127.0.0.1:{port}/$path\n",
-            calls = calls.display(),
-            port = pebble.dns_management,
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let name = "dns.baton.test";
     // ACME alone: no file certificate
     let agent = Agent::start(&[
@@ -294,7 +281,7 @@ fn dns_01_through_the_hook_with_dual_certificates() {
         &format!("--acme-directory-ca={}", pebble.https_ca),
         &format!("--acme-domain={name}"),
         "--acme-challenge=dns-01",
-        &format!("--acme-dns-hook={}", hook.display()),
+        &format!("--acme-dns-hook={hook}"),
         "--acme-key=ecdsa-p256",
         "--acme-key=rsa-2048",
     ]);
@@ -319,4 +306,82 @@ fn dns_01_through_the_hook_with_dual_certificates() {
         2,
         "{calls}"
     );
+}
+
+#[test]
+fn an_agent_that_starts_while_the_store_holds_a_valid_certificate_never_orders() {
+    let Some(pebble) = Pebble::start(3600, free_port(), free_port()) else {
+        return;
+    };
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let dir = TempDir::new("acme-restart");
+    let line = baton_session::generate_key_line().unwrap();
+    let key = cluster_key_file(&dir, "cluster.key", &[&line]);
+    let name = "solo.baton.test";
+    let store = format!("--store=redis={}", redis.url());
+    let args = [
+        format!("--acme-directory={}", pebble.directory),
+        format!("--acme-directory-ca={}", pebble.https_ca),
+        format!("--acme-domain={name}"),
+        "--acme-challenge=dns-01".to_string(),
+        format!("--acme-dns-hook={}", dns_hook(&dir, pebble.dns_management)),
+        store,
+        format!("--cluster-key-file={key}"),
+        "--agent-id=0".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ok = format!("baton_certificate_renewals_total{{name=\"{name}\",outcome=\"ok\"}}");
+    let root;
+    let first = {
+        let agent = Agent::start(&args);
+        until("issued", Duration::from_secs(120), || {
+            agent.metric(&ok) >= 1.0
+        });
+        root = pebble.root_file();
+        served_key_serial(agent.addr, &root, name).expect("served")
+    };
+    // Long after the last agent stopped posting: only what the store keeps is left.
+    std::thread::sleep(Duration::from_secs(12));
+    let agent = Agent::start(&args);
+    until(
+        "the kept certificate served",
+        Duration::from_secs(30),
+        || served_key_serial(agent.addr, &root, name).as_deref() == Some(first.as_str()),
+    );
+    // settled, and the lowest (only) agent: it orders nothing, the certificate being valid
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(agent.metric(&ok), 0.0, "no order");
+    assert_eq!(
+        served_key_serial(agent.addr, &root, name).as_deref(),
+        Some(first.as_str())
+    );
+}
+
+/// The serial of what `addr` serves for `name`, verified against `root`.
+fn served_key_serial(addr: std::net::SocketAddr, root: &str, name: &str) -> Option<String> {
+    served_serial_at(&addr.to_string(), root, name)
+}
+
+/// A `--acme-dns-hook` that sets and clears the TXT record in Pebble's DNS (its management API
+/// on `port`), and notes each call in `calls` in `dir`; its path.
+fn dns_hook(dir: &TempDir, port: u16) -> String {
+    let hook = dir.path("hook.sh");
+    let calls = dir.path("calls");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\nset -e\necho \"$1 $2\" >> {calls}\ncase \"$1\" in\n\
+             present) body=\"{{\\\"host\\\":\\\"$2.\\\",\\\"value\\\":\\\"$3\\\"}}\"; path=set-txt ;;\n\
+             cleanup) body=\"{{\\\"host\\\":\\\"$2.\\\"}}\"; path=clear-txt ;;\n\
+             *) exit 2 ;;\nesac\n\
+             curl -sS --fail --max-time 10 -X POST -d \"$body\" http://127.0.0.1:{port}/$path\n",
+            calls = calls.display(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    hook.display().to_string()
 }

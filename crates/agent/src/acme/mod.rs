@@ -130,7 +130,7 @@ struct Slot {
 
 impl Slot {
     fn topic(&self) -> String {
-        format!("cert/{}/{}", kind_label(self.kind), self.name)
+        format!("{CERT}{}/{}", kind_label(self.kind), self.name)
     }
 }
 
@@ -229,6 +229,8 @@ impl Responder {
 
 /// The account's topic: kept without a bucket (it never changes once made).
 const ACCOUNT: &str = "account/";
+/// The certificates' topic.
+const CERT: &str = "cert/";
 
 /// Posts the heartbeat, and when this agent orders (`orderer`) what it holds.
 fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
@@ -238,10 +240,14 @@ fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
         return;
     }
     for (topic, value) in posts.all() {
-        match topic.starts_with(ACCOUNT) {
-            true => b.keep(&topic, &value),
-            false => b.post(&topic, &value, now),
-        };
+        // The account, and the latest certificates for an agent that starts when no agent
+        // posts (the whole cluster restarted, with a store that outlived it: Redis).
+        if topic.starts_with(ACCOUNT) || topic.starts_with(CERT) {
+            b.keep(&topic, &value);
+        }
+        if !topic.starts_with(ACCOUNT) {
+            b.post(&topic, &value, now);
+        }
     }
 }
 
@@ -338,9 +344,18 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
         if let Some(b) = &bulletin {
             for (slot, state) in &mut slots {
                 let (b2, topic) = (b.clone(), slot.topic());
-                let found = tokio::task::spawn_blocking(move || b2.read(&topic, now))
-                    .await
-                    .unwrap_or_default();
+                // without a certificate yet, also the one kept (a store's local copy of a
+                // kept key could be stale later, never before this agent has read it)
+                let first = state.held.is_none();
+                let found = tokio::task::spawn_blocking(move || {
+                    let mut found = b2.read(&topic, now);
+                    if first {
+                        found.extend(b2.kept(&topic));
+                    }
+                    found
+                })
+                .await
+                .unwrap_or_default();
                 for blob in found {
                     let origin = format!("acme {} {}", slot.name, kind_label(slot.kind));
                     let Ok(held) = material::open_bundle(&blob, origin) else {
