@@ -118,7 +118,7 @@ fn kind_name(kind: KeyKind) -> &'static str {
     }
 }
 
-fn entry(
+pub(crate) fn entry(
     chain: Vec<CertificateDer<'static>>,
     signing: Arc<dyn SigningKey>,
     origin: String,

@@ -3,23 +3,44 @@
 //! `/.well-known/acme-challenge/`), and TLS-ALPN-01 certificates by name (chosen by the
 //! resolver for a ClientHello that offers only `acme-tls/1`). Filled by whoever orders.
 
-#![allow(dead_code)] // until the ACME order and the plain-HTTP listener use it
-
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use rustls::sign::CertifiedKey;
 
-#[derive(Debug, Default)]
+/// Where to look for an answer another agent of the cluster set (the one that orders).
+pub type Lookup<T> = Box<dyn Fn(&str) -> Option<T> + Send + Sync>;
+type Shared<T> = OnceLock<Lookup<T>>;
+
+#[derive(Default)]
 pub struct Challenges {
     http01: RwLock<HashMap<String, String>>,
     tls_alpn01: RwLock<HashMap<String, Arc<CertifiedKey>>>,
+    shared_http01: Shared<String>,
+    shared_tls_alpn01: Shared<Arc<CertifiedKey>>,
+}
+
+impl std::fmt::Debug for Challenges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Challenges").finish_non_exhaustive()
+    }
 }
 
 impl Challenges {
     /// The key authorization to answer `GET /.well-known/acme-challenge/{token}` with.
+    #[allow(dead_code)] // read by the plain-HTTP listener (`--http-listen`)
     pub fn http01(&self, token: &str) -> Option<String> {
-        self.http01.read().ok()?.get(token).cloned()
+        let local = self.http01.read().ok()?.get(token).cloned();
+        local.or_else(|| self.shared_http01.get().and_then(|f| f(token)))
+    }
+
+    /// Answers set by another agent (the cluster's store), asked when none is set here.
+    pub fn set_shared_http01(&self, lookup: Lookup<String>) {
+        let _ = self.shared_http01.set(lookup);
+    }
+
+    pub fn set_shared_tls_alpn01(&self, lookup: Lookup<Arc<CertifiedKey>>) {
+        let _ = self.shared_tls_alpn01.set(lookup);
     }
 
     pub fn set_http01(&self, token: String, key_authorization: String) {
@@ -36,7 +57,8 @@ impl Challenges {
 
     /// The RFC 8737 validation certificate for `name`, if an order is waiting on it.
     pub fn tls_alpn01(&self, name: &str) -> Option<Arc<CertifiedKey>> {
-        self.tls_alpn01.read().ok()?.get(name).cloned()
+        let local = self.tls_alpn01.read().ok()?.get(name).cloned();
+        local.or_else(|| self.shared_tls_alpn01.get().and_then(|f| f(name)))
     }
 
     pub fn set_tls_alpn01(&self, name: String, cert: Arc<CertifiedKey>) {

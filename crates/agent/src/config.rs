@@ -354,6 +354,59 @@ pub struct AgentArgs {
     /// Most HTTP request header fields. Default 100.
     #[arg(long, value_name = "N")]
     pub max_headers: Option<usize>,
+
+    /// ACME (RFC 8555) directory to order certificates from for --acme-domain, e.g.
+    /// https://acme-v02.api.letsencrypt.org/directory. Agents sharing a store (peers, redis)
+    /// order each name once for the cluster and share the certificate.
+    #[arg(long, value_name = "URL")]
+    pub acme_directory: Option<String>,
+
+    /// A name to get a certificate for from --acme-directory (repeatable; one certificate
+    /// per name). Served as soon as it is issued, beside any --cert.
+    #[arg(long, value_name = "NAME")]
+    pub acme_domain: Vec<String>,
+
+    /// CA certificate (PEM) to trust for the --acme-directory's HTTPS (a private CA's, e.g.
+    /// Pebble's). Default: the system's roots.
+    #[arg(long, value_name = "PEM")]
+    pub acme_directory_ca: Option<PathBuf>,
+
+    /// Contact address given to the CA when the ACME account is created.
+    #[arg(long, value_name = "EMAIL")]
+    pub acme_email: Option<String>,
+
+    /// How the CA checks control of a name: tls-alpn-01 (answered on the TLS port: the
+    /// CA must reach port 443 of the name here), http-01 (the plain-HTTP listener, port 80) or
+    /// dns-01 (a TXT record set by --acme-dns-hook). Default tls-alpn-01.
+    #[arg(long, value_name = "TYPE")]
+    pub acme_challenge: Option<AcmeChallenge>,
+
+    /// Command that sets the TXT record of a dns-01 challenge: run (no shell) as `CMD present
+    /// _acme-challenge.NAME VALUE` before the CA is told to look, and `CMD cleanup
+    /// _acme-challenge.NAME VALUE` after; it must exit 0 within 2 minutes, once the record is
+    /// visible to the CA.
+    #[arg(long, value_name = "CMD")]
+    pub acme_dns_hook: Option<PathBuf>,
+
+    /// Key kinds of the ACME certificates (repeatable: dual certificates, e.g. ecdsa-p256 and
+    /// rsa-2048, one of each per name). Default ecdsa-p256.
+    #[arg(long, value_name = "KIND")]
+    pub acme_key: Vec<KeyKind>,
+}
+
+/// How the ACME CA checks control of a name.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AcmeChallenge {
+    #[value(name = "tls-alpn-01")]
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
+    #[value(name = "http-01")]
+    #[serde(rename = "http-01")]
+    Http01,
+    #[value(name = "dns-01")]
+    #[serde(rename = "dns-01")]
+    Dns01,
 }
 
 /// Largest `--early-data` accepted: rustls holds early data in memory until it is read.
@@ -544,6 +597,8 @@ fn store_kind(
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub listen: Vec<SocketAddr>,
+    /// `--acme-*`: the names whose certificates are ordered from an ACME CA.
+    pub acme: Option<crate::acme::AcmeConfig>,
     pub handoff: bool,
     pub migration_timeouts: baton_migrate::Timeouts,
     pub link_listen: Option<SocketAddr>,
@@ -642,7 +697,9 @@ impl AgentArgs {
             };
         }
         pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, link_allow, upstream,
-            proxy_protocol_from, early_data_methods, ocsp_stapling_except;
+            proxy_protocol_from, early_data_methods, ocsp_stapling_except,
+            acme_domain, acme_key;
+            acme_directory, acme_directory_ca, acme_email, acme_challenge, acme_dns_hook,
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
             self_signed_out, client_ca, client_auth, session_cache_size, session_lifetime,
@@ -717,11 +774,16 @@ impl AgentArgs {
         if self.client_auth.is_some() && self.client_ca.is_none() {
             bail!("--client-auth needs --client-ca (the CAs client certificates must chain to)");
         }
+        let acme = crate::acme::AcmeConfig::resolve(&self)?;
         let self_signed = if self.cert.is_empty()
             && self.self_signed.is_empty()
             && self.cert_dir.is_none()
+            && acme.is_none()
         {
-            bail!("no certificate: give --cert/--key pairs, --cert-dir DIR or --self-signed KIND");
+            bail!(
+                "no certificate: give --cert/--key pairs, --cert-dir DIR, --self-signed KIND or \
+                 --acme-domain"
+            );
         } else {
             self.self_signed
         };
@@ -751,6 +813,7 @@ impl AgentArgs {
             bail!("--link-allow only applies with --link-listen");
         }
         let config = AgentConfig {
+            acme,
             handoff,
             link_listen: self.link_listen,
             link_allow: self.link_allow,

@@ -30,8 +30,7 @@ pub struct Context {
     /// the agent goes on serving, but its idle connections move to other agents. Cleared when
     /// it is enabled again.
     pub shedding: watch::Sender<bool>,
-    /// ACME challenge answers, while an order waits on them.
-    #[allow(dead_code)] // until the ACME order and the plain-HTTP listener use it
+    /// ACME challenge answers, while an order waits on them (shared with the resolver).
     pub challenges: Arc<Challenges>,
 }
 
@@ -46,14 +45,14 @@ impl Context {
     ) -> Self {
         Context {
             config,
-            tls,
             metrics,
             importer: Default::default(),
             http,
             draining,
             link_stats: Default::default(),
             shedding: watch::Sender::new(false),
-            challenges: Default::default(),
+            challenges: tls.challenges().clone(),
+            tls,
         }
     }
 }

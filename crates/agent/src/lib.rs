@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod acme;
 mod body;
 mod certdir;
 mod certs;

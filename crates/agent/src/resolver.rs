@@ -177,11 +177,22 @@ fn usable(e: &CertEntry, hello: &Hello<'_>, enabled: &[SupportedCipherSuite]) ->
     })
 }
 
+/// The ALPN protocol of TLS-ALPN-01 validation handshakes (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Whether a ClientHello is an ACME CA's TLS-ALPN-01 validation: it offers `acme-tls/1` and
+/// nothing else (RFC 8737 section 3), and names the server.
+pub fn is_acme_validation<'a>(mut alpn: impl Iterator<Item = &'a [u8]>) -> bool {
+    alpn.next() == Some(ACME_TLS_ALPN) && alpn.next().is_none()
+}
+
 /// rustls' view of the store; the store is replaced whole on reload.
 #[derive(Debug)]
 pub struct Resolver {
     store: ArcSwap<CertStore>,
     enabled: Vec<SupportedCipherSuite>,
+    /// TLS-ALPN-01 validation certificates, by name, while an order waits on them.
+    challenges: Arc<crate::challenges::Challenges>,
 }
 
 impl Resolver {
@@ -189,7 +200,12 @@ impl Resolver {
         Self {
             store: ArcSwap::from_pointee(store),
             enabled,
+            challenges: Default::default(),
         }
+    }
+
+    pub fn challenges(&self) -> &Arc<crate::challenges::Challenges> {
+        &self.challenges
     }
 
     /// Swaps in `store`. A certificate also in the running store keeps its OCSP staple, so a
@@ -214,6 +230,11 @@ impl Resolver {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A CA validating a name: its validation certificate or nothing, never a real one.
+        if client_hello.alpn().is_some_and(is_acme_validation) {
+            let name = client_hello.server_name()?.to_ascii_lowercase();
+            return self.challenges.tls_alpn01(&name);
+        }
         let hello = Hello {
             server_name: client_hello.server_name(),
             signature_schemes: client_hello.signature_schemes(),
@@ -322,6 +343,15 @@ mod tests {
             .map(|e| e.certified.ocsp.clone())
             .collect();
         assert_eq!(ocsp, vec![Some(vec![7]), None]);
+    }
+
+    #[test]
+    fn only_a_hello_offering_acme_tls_alone_is_a_validation() {
+        let v = |protos: &[&[u8]]| is_acme_validation(protos.iter().copied());
+        assert!(v(&[b"acme-tls/1"]));
+        assert!(!v(&[b"acme-tls/1", b"http/1.1"]));
+        assert!(!v(&[b"h2", b"acme-tls/1"]));
+        assert!(!v(&[]));
     }
 
     #[test]

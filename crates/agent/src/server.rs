@@ -104,6 +104,11 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         ctx.tls.resolver().clone(),
         ctx.config.ocsp_stapling.clone(),
     ));
+    let acme_metrics = ctx.config.acme.as_ref().map(|acme| {
+        let m = Arc::new(crate::acme::metrics::AcmeMetrics::new(&acme.domains));
+        tokio::spawn(crate::acme::run(ctx.clone(), acme.clone(), m.clone()));
+        m
+    });
     if let Some(l) = metrics_listener {
         let counters = baton_ops::control::Counters::new("metrics");
         let mut registry = crate::metrics::Collected {
@@ -116,6 +121,9 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         registry.register_collector(Box::new(baton_ops::control::Collected(vec![
             counters.clone()
         ])));
+        if let Some(m) = acme_metrics {
+            registry.register_collector(Box::new(crate::acme::metrics::Collected(m)));
+        }
         tokio::spawn(baton_ops::serve_metrics(
             l,
             Arc::new(registry),

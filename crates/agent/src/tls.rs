@@ -45,6 +45,8 @@ struct Parts {
     policy: Policy,
     resolver: Arc<Resolver>,
     self_signed: Vec<CertEntry>,
+    /// The ACME certificates held ([`Tls::set_acme`]), served after the others.
+    acme: std::sync::Mutex<Vec<CertEntry>>,
     /// The key signer (`--key-signer`), asked again on reload.
     signer: Option<crate::keysigner::Handle>,
     store: Option<Arc<dyn SessionStore>>,
@@ -116,6 +118,7 @@ impl Tls {
             policy,
             resolver,
             self_signed,
+            acme: Default::default(),
             signer,
             store,
             sealer,
@@ -124,6 +127,28 @@ impl Tls {
         };
         let configs = ArcSwap::from_pointee(parts.configs(cfg)?);
         Ok((Self { configs, parts }, pems))
+    }
+
+    /// ACME challenge answers; the resolver gives TLS-ALPN-01 validations theirs.
+    pub fn challenges(&self) -> &Arc<crate::challenges::Challenges> {
+        self.parts.resolver.challenges()
+    }
+
+    /// Serves `entries` (the ACME certificates held) beside the files' and self-signed ones,
+    /// in place of the ACME certificates served so far; kept across reloads.
+    pub fn set_acme(&self, entries: Vec<CertEntry>) {
+        let mut acme = self.parts.acme.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.parts.resolver.store();
+        let is_old = |e: &CertEntry| acme.iter().any(|a| Arc::ptr_eq(&a.certified, &e.certified));
+        let mut all: Vec<CertEntry> = current
+            .entries()
+            .iter()
+            .filter(|e| !is_old(e))
+            .cloned()
+            .collect();
+        all.extend(entries.iter().cloned());
+        self.parts.resolver.replace(CertStore::new(all));
+        *acme = entries;
     }
 
     /// (origin, names) of each certificate served, for the start-up log.
@@ -185,7 +210,15 @@ impl Tls {
     /// config for new connections. On any error the running config stays as it was.
     pub fn reload(&self, cfg: &AgentConfig) -> anyhow::Result<()> {
         let parts = &self.parts;
-        let store = cert_store(cfg, &parts.self_signed, parts.signer.as_ref())?;
+        let mut store = cert_store(cfg, &parts.self_signed, parts.signer.as_ref())?;
+        {
+            let acme = parts.acme.lock().unwrap_or_else(|p| p.into_inner());
+            if !acme.is_empty() {
+                let mut all = store.entries().to_vec();
+                all.extend(acme.iter().cloned());
+                store = CertStore::new(all);
+            }
+        }
         let ring = match (&cfg.ticket_key_file, &parts.sealer) {
             (Some(path), Some(_)) => Some(read_ring(path)?),
             _ => None,
@@ -252,6 +285,17 @@ impl Parts {
         };
         let mut config = builder.with_cert_resolver(self.resolver.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Chosen only by a client that offers nothing else: a CA's TLS-ALPN-01 validation,
+        // answered with its validation certificate and closed after the handshake.
+        if cfg
+            .acme
+            .as_ref()
+            .is_some_and(|a| a.challenge == crate::config::AcmeChallenge::TlsAlpn01)
+        {
+            config
+                .alpn_protocols
+                .push(crate::resolver::ACME_TLS_ALPN.to_vec());
+        }
         // With an explicit --suites list the operator's order wins, as nginx's
         // ssl_prefer_server_ciphers; otherwise the client's (it knows if it has AES hardware).
         config.ignore_client_order = !cfg.suites.is_empty();

@@ -57,7 +57,7 @@ pub const HANDOVER_OUTCOMES: [&str; 4] = ["passed", "taken", "kept", "lost"];
 #[derive(Debug)]
 pub struct Metrics {
     /// [agent][reason]
-    routed: Vec<[AtomicU64; 6]>,
+    routed: Vec<[AtomicU64; Reason::ALL.len()]>,
     /// [migrated, declined, aborted, fell_back]
     handoffs: [AtomicU64; 4],
     /// [migrated, stayed, aborted, fell_back]

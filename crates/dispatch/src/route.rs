@@ -13,6 +13,10 @@
 //!   resumption, cheap, goes straight home; a full handshake goes to the least-loaded agent
 //!   (the home agent first when it is among them), which then hands the session to the home
 //!   agent ([`Router::home_of`], `baton_migrate`).
+//!
+//! Whatever the policy, an ACME CA's TLS-ALPN-01 validation (a hello offering `acme-tls/1`
+//! alone) goes to the least-loaded live agent: any agent can answer it, and affinity (a
+//! client's home, a ticket's issuer) means nothing for it.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -53,16 +57,19 @@ pub enum Reason {
     Handshake,
     /// `handoff`: a resumption, straight to the client's home agent.
     Home,
+    /// An ACME TLS-ALPN-01 validation: any live agent.
+    Acme,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Policy,
         Reason::Ticket,
         Reason::SessionId,
         Reason::Fallback,
         Reason::Handshake,
         Reason::Home,
+        Reason::Acme,
     ];
 
     pub fn label(self) -> &'static str {
@@ -73,6 +80,7 @@ impl Reason {
             Reason::Fallback => "fallback",
             Reason::Handshake => "handshake",
             Reason::Home => "home",
+            Reason::Acme => "acme",
         }
     }
 }
@@ -214,6 +222,11 @@ impl Router {
         hello: Option<&ClientHello>,
         client: IpAddr,
     ) -> Option<(usize, Reason)> {
+        if hello.is_some_and(is_acme_validation) {
+            let choice = self.least_conn().map(|a| (a, Reason::Acme))?;
+            self.agents[choice.0].active += 1;
+            return Some(choice);
+        }
         let choice = match self.policy {
             Policy::RoundRobin => self.round_robin().map(|a| (a, Reason::Policy)),
             Policy::LeastConn => self.least_conn().map(|a| (a, Reason::Policy)),
@@ -431,6 +444,12 @@ impl Router {
         }
         None
     }
+}
+
+/// Whether a hello is an ACME CA's TLS-ALPN-01 validation (RFC 8737): `acme-tls/1` and no
+/// other protocol offered.
+pub fn is_acme_validation(hello: &ClientHello) -> bool {
+    matches!(hello.alpn_protocols(), Some([only]) if only == b"acme-tls/1")
 }
 
 /// Whether a hello tries to resume: a PSK (TLS 1.3 ticket), a TLS 1.2 ticket, or a TLS 1.2
@@ -978,5 +997,60 @@ mod tests {
         assert_eq!(r.table_len(), 3);
         assert_eq!(r.slots().count(), 2);
         assert!(r.route(None, ip("10.0.0.2")).is_some());
+    }
+
+    fn with_alpn(protocols: &[&[u8]]) -> ClientHello {
+        let mut h = hello();
+        h.extensions.push(ClientExtension::Alpn(
+            protocols.iter().map(|p| p.to_vec()).collect(),
+        ));
+        h
+    }
+
+    #[test]
+    fn acme_validations_are_only_acme_tls_alone() {
+        assert!(is_acme_validation(&with_alpn(&[b"acme-tls/1"])));
+        assert!(!is_acme_validation(&with_alpn(&[b"h2", b"acme-tls/1"])));
+        assert!(!is_acme_validation(&with_alpn(&[b"http/1.1"])));
+        assert!(!is_acme_validation(&hello()));
+    }
+
+    proptest::proptest! {
+        /// Whatever the policy, the agents' health and the client (a home, a ticket's
+        /// issuer): a validation goes to a live agent, never to a dead one, and to none only
+        /// when all are down.
+        #[test]
+        fn acme_validations_go_to_a_live_agent(
+            policy in proptest::sample::select(vec![
+                Policy::RoundRobin, Policy::LeastConn, Policy::ClientIp, Policy::Session, Policy::Handoff,
+            ]),
+            health in proptest::collection::vec(proptest::bool::ANY, 1..6),
+            client in proptest::num::u32::ANY,
+            issuer in 0u16..6,
+            load in proptest::collection::vec(0usize..4, 0..6),
+        ) {
+            let mut r = Router::new(policy, health.len());
+            let client = IpAddr::from(client.to_be_bytes());
+            // some open connections, so that least-loaded and homes differ
+            for (i, n) in load.iter().enumerate() {
+                for _ in 0..*n {
+                    if i < health.len() { r.adopted(i); }
+                }
+            }
+            for (a, up) in health.iter().enumerate() {
+                r.set_health(a, *up);
+            }
+            let mut h = with_alpn(&[b"acme-tls/1"]);
+            // a ticket naming an agent (maybe a dead one) must not pin it
+            h.extensions.push(ClientExtension::SessionTicket(ticket_from(issuer)));
+            let chosen = r.route(Some(&h), client);
+            match chosen {
+                Some((a, reason)) => {
+                    proptest::prop_assert!(health[a], "routed to dead agent {}", a);
+                    proptest::prop_assert_eq!(reason, Reason::Acme);
+                }
+                None => proptest::prop_assert!(health.iter().all(|up| !up)),
+            }
+        }
     }
 }

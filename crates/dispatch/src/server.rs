@@ -24,7 +24,7 @@ use crate::config::DispatchConfig;
 use crate::context::Context;
 use crate::metrics::{HelloOutcome, Metrics};
 use crate::roster::Roster;
-use crate::route::{Policy, Router};
+use crate::route::{Policy, Reason, Router};
 
 /// The dispatcher's families, read at scrape time (counters and the router's agent state).
 struct Collected(Arc<Context>);
@@ -400,7 +400,11 @@ async fn handle(
         };
         match connect(idx, source, destination, shared).await {
             Some(AgentStream::Link(mut s)) => {
-                let (plan, mut head) = plan_for(idx, source, destination, shared);
+                // a CA's validation is answered where it lands: nothing moves home
+                let (plan, mut head) = match reason {
+                    Reason::Acme => (Plan::Relay, Vec::new()),
+                    _ => plan_for(idx, source, destination, shared),
+                };
                 head.extend_from_slice(&first.bytes);
                 if confirm(&mut s, &head, first.hello.is_some(), shared).await {
                     shared.metrics.routed(idx, reason);

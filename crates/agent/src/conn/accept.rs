@@ -206,6 +206,12 @@ async fn serve(
     };
 
     let info = handshake_done(&stream, peer, metrics);
+    // A TLS-ALPN-01 validation is over once the handshake is (RFC 8737): no HTTP on it.
+    if info.alpn.as_deref() == Some("acme-tls/1") {
+        let _ = tokio::time::timeout_at(deadline, tokio::io::AsyncWriteExt::shutdown(&mut stream))
+            .await;
+        return None;
+    }
     let h2 = info.alpn.as_deref() == Some("h2");
     let mut ahead = bytes::Bytes::new();
     // Taken now: the log keeps them only during handshakes, the connection for its life.

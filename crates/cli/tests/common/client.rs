@@ -183,7 +183,7 @@ pub fn virtual_clients(
     })
 }
 
-struct Addr(SocketAddr);
+pub struct Addr(pub SocketAddr);
 
 impl Endpoint for Addr {
     fn tls_addr(&self) -> SocketAddr {

@@ -13,6 +13,7 @@ mod fs;
 mod json;
 mod metrics;
 mod net;
+mod pebble;
 mod pki;
 mod process;
 pub mod recorder;
@@ -25,5 +26,5 @@ mod up;
 #[allow(unused_imports)]
 pub use {
     baton_cluster::cluster::peer_args, browser::*, client::*, cpu::*, flood::*, fs::*, json::*,
-    metrics::*, net::*, pki::*, process::*, redis::*, relay::*, skip::*, up::*,
+    metrics::*, net::*, pebble::*, pki::*, process::*, redis::*, relay::*, skip::*, up::*,
 };

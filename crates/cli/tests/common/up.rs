@@ -37,8 +37,17 @@ impl Up {
         Self::start(&args)
     }
 
+    /// `baton up` whose dispatcher listens on `listen` (a port known beforehand).
+    pub fn start_on(listen: SocketAddr, args: &[&str]) -> Up {
+        Self::start_at(BATON, &listen.to_string(), args)
+    }
+
     /// `baton up` from binary `bin` (its agents and dispatcher are the same binary).
     pub fn start_with(bin: &str, args: &[&str]) -> Up {
+        Self::start_at(bin, "127.0.0.1:0", args)
+    }
+
+    fn start_at(bin: &str, listen: &str, args: &[&str]) -> Up {
         let dir = TempDir::new("up");
         let state = dir.path("state.json");
         let (child, _) = spawn_ready_with(
@@ -46,7 +55,7 @@ impl Up {
             "up",
             &[
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 "--state",
                 state.to_str().unwrap(),
                 "--dir",

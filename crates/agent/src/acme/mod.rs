@@ -1,0 +1,610 @@
+//! Certificates from an ACME CA (RFC 8555), ordered once for the cluster.
+//!
+//! Each agent runs [`run`]: it tells the others it is alive, reads the certificates they hold
+//! and serves the newest (swapped into the resolver, no restart), and posts again what it holds
+//! (see [`bulletin`]). The lowest live agent id orders what is due ([`plan`]): a name without
+//! a certificate, or one past two thirds of its lifetime; failures back off, the old
+//! certificate served meanwhile. Without a shared store each agent orders for itself.
+
+mod bulletin;
+mod material;
+pub mod metrics;
+mod order;
+pub mod plan;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::bail;
+use zeroize::Zeroizing;
+
+use crate::challenges::Challenges;
+use crate::config::{AcmeChallenge, AgentArgs, KeyKind};
+use crate::context::Context;
+use bulletin::Bulletin;
+use metrics::{AcmeMetrics, Outcome};
+
+/// `--acme-*`, resolved.
+#[derive(Debug, Clone)]
+pub struct AcmeConfig {
+    pub directory: String,
+    pub domains: Vec<String>,
+    pub directory_ca: Option<PathBuf>,
+    pub email: Option<String>,
+    pub challenge: AcmeChallenge,
+    pub dns_hook: Option<PathBuf>,
+    pub keys: Vec<KeyKind>,
+}
+
+/// An agent that just started waits this long before it may order: it has heard its peers'
+/// heartbeats and read the certificates they post by then.
+const SETTLING: Duration = Duration::from_secs(7);
+/// The longest one attempt (account, order, validation, issuance) may take.
+const ATTEMPT_DEADLINE: Duration = Duration::from_secs(240);
+
+impl AcmeConfig {
+    pub fn resolve(args: &AgentArgs) -> anyhow::Result<Option<AcmeConfig>> {
+        let Some(directory) = &args.acme_directory else {
+            if !args.acme_domain.is_empty()
+                || args.acme_directory_ca.is_some()
+                || args.acme_email.is_some()
+                || args.acme_challenge.is_some()
+                || args.acme_dns_hook.is_some()
+                || !args.acme_key.is_empty()
+            {
+                bail!("--acme-* settings need --acme-directory URL");
+            }
+            return Ok(None);
+        };
+        if !directory.starts_with("https://") {
+            bail!("--acme-directory `{directory}`: must be an https:// URL");
+        }
+        if args.acme_domain.is_empty() {
+            bail!("--acme-directory needs --acme-domain NAME (the names to order)");
+        }
+        let mut domains = Vec::new();
+        for d in &args.acme_domain {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            let ok = !d.is_empty()
+                && d.len() <= 253
+                && d.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            if !ok {
+                bail!("--acme-domain `{d}`: not a DNS name (no wildcards: one name each)");
+            }
+            if !domains.contains(&d) {
+                domains.push(d);
+            }
+        }
+        let challenge = args.acme_challenge.unwrap_or(AcmeChallenge::TlsAlpn01);
+        if challenge == AcmeChallenge::Dns01 && args.acme_dns_hook.is_none() {
+            bail!("--acme-challenge dns-01 needs --acme-dns-hook CMD");
+        }
+        if challenge != AcmeChallenge::Dns01 && args.acme_dns_hook.is_some() {
+            bail!("--acme-dns-hook only applies to --acme-challenge dns-01");
+        }
+        let mut keys = args.acme_key.clone();
+        keys.dedup();
+        if keys.is_empty() {
+            keys.push(KeyKind::EcdsaP256);
+        }
+        Ok(Some(AcmeConfig {
+            directory: directory.clone(),
+            domains,
+            directory_ca: args.acme_directory_ca.clone(),
+            email: args.acme_email.clone(),
+            challenge,
+            dns_hook: args.acme_dns_hook.clone(),
+            keys,
+        }))
+    }
+}
+
+fn kind_label(kind: KeyKind) -> &'static str {
+    match kind {
+        KeyKind::EcdsaP256 => "ecdsa-p256",
+        KeyKind::EcdsaP384 => "ecdsa-p384",
+        KeyKind::Rsa2048 => "rsa-2048",
+        KeyKind::Rsa3072 => "rsa-3072",
+        KeyKind::Rsa4096 => "rsa-4096",
+        KeyKind::Ed25519 => "ed25519",
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One certificate: a name and a key kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Slot {
+    name: String,
+    kind: KeyKind,
+}
+
+impl Slot {
+    fn topic(&self) -> String {
+        format!("{CERT}{}/{}", kind_label(self.kind), self.name)
+    }
+}
+
+#[derive(Default)]
+struct SlotState {
+    held: Option<material::Held>,
+    /// What is posted for the others: the bundle (chain and key), secret.
+    bundle: Option<Arc<Zeroizing<Vec<u8>>>>,
+    failures: u32,
+    retry_not_before: Option<SystemTime>,
+    jitter: f64,
+}
+
+/// What this agent posts in every period: heartbeat, held certificates, the account, and the
+/// challenge answers of an order in progress.
+#[derive(Default)]
+struct Posts {
+    items: Mutex<HashMap<String, Arc<Zeroizing<Vec<u8>>>>>,
+}
+
+impl Posts {
+    fn set(&self, topic: String, value: Arc<Zeroizing<Vec<u8>>>) {
+        if let Ok(mut m) = self.items.lock() {
+            m.insert(topic, value);
+        }
+    }
+    fn remove(&self, topic: &str) {
+        if let Ok(mut m) = self.items.lock() {
+            m.remove(topic);
+        }
+    }
+    fn all(&self) -> Vec<(String, Arc<Zeroizing<Vec<u8>>>)> {
+        self.items
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Answers challenges here, and (through the bulletin) on every agent of the cluster.
+struct Responder {
+    challenges: Arc<Challenges>,
+    posts: Arc<Posts>,
+    bulletin: Option<Bulletin>,
+}
+
+impl order::Responder for Responder {
+    fn tls_alpn01(&self, name: &str, digest: &[u8]) -> anyhow::Result<()> {
+        self.challenges
+            .set_tls_alpn01(name.to_string(), material::alpn_validation(name, digest)?);
+        self.posts.set(
+            format!("alpn/{name}"),
+            Arc::new(Zeroizing::new(digest.to_vec())),
+        );
+        self.post_now();
+        Ok(())
+    }
+
+    fn http01(&self, token: &str, key_authorization: &str) {
+        self.challenges
+            .set_http01(token.to_string(), key_authorization.to_string());
+        self.posts.set(
+            format!("http01/{token}"),
+            Arc::new(Zeroizing::new(key_authorization.as_bytes().to_vec())),
+        );
+        self.post_now();
+    }
+
+    fn clear(&self, name: &str, token: &str) {
+        if !name.is_empty() {
+            self.challenges.clear_tls_alpn01(name);
+            self.posts.remove(&format!("alpn/{name}"));
+        }
+        if !token.is_empty() {
+            self.challenges.clear_http01(token);
+            self.posts.remove(&format!("http01/{token}"));
+        }
+    }
+
+    fn settle(&self) -> Duration {
+        match self.bulletin {
+            // replication to peers, or the queued SET to Redis
+            Some(_) => Duration::from_secs(1),
+            None => Duration::ZERO,
+        }
+    }
+}
+
+impl Responder {
+    fn post_now(&self) {
+        if let Some(b) = &self.bulletin {
+            post_all(b, &self.posts, true);
+        }
+    }
+}
+
+/// The account's topic: kept without a bucket (it never changes once made).
+const ACCOUNT: &str = "account/";
+/// The certificates' topic.
+const CERT: &str = "cert/";
+
+/// Posts the heartbeat, and when this agent orders (`orderer`) what it holds.
+fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
+    let now = SystemTime::now();
+    b.post(&format!("alive/{}", b.me()), &unix(now).to_be_bytes(), now);
+    if !orderer {
+        return;
+    }
+    for (topic, value) in posts.all() {
+        // The account, and the latest certificates for an agent that starts when no agent
+        // posts (the whole cluster restarted, with a store that outlived it: Redis).
+        if topic.starts_with(ACCOUNT) || topic.starts_with(CERT) {
+            b.keep(&topic, &value);
+        }
+        if !topic.starts_with(ACCOUNT) {
+            b.post(&topic, &value, now);
+        }
+    }
+}
+
+/// The bulletin's lookups for challenges another agent of the cluster is answering.
+fn shared_challenges(challenges: &Challenges, bulletin: Bulletin) {
+    let b = bulletin.clone();
+    challenges.set_shared_tls_alpn01(Box::new(move |name: &str| {
+        let digest = b.read(&format!("alpn/{name}"), SystemTime::now()).pop()?;
+        material::alpn_validation(name, &digest).ok()
+    }));
+    challenges.set_shared_http01(Box::new(move |token: &str| {
+        let ka = bulletin
+            .read(&format!("http01/{token}"), SystemTime::now())
+            .pop()?;
+        String::from_utf8(ka).ok()
+    }));
+}
+
+/// Runs until the agent drains: keeps the ACME certificates of `cfg` issued, current and
+/// served.
+pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) {
+    let me = ctx.config.agent_id;
+    let bulletin = match (ctx.tls.store(), ctx.tls.cluster_ring(), &ctx.config.store) {
+        (Some(store), Some(ring), crate::config::StoreKind::Peers { .. })
+        | (Some(store), Some(ring), crate::config::StoreKind::Redis { .. }) => {
+            Some(Bulletin::new(store.clone(), ring.clone(), me))
+        }
+        _ => None,
+    };
+    match &bulletin {
+        Some(_) => {
+            tracing::info!(names = ?cfg.domains, "ACME: ordered once for the cluster, through the shared store")
+        }
+        None => {
+            tracing::info!(names = ?cfg.domains, "ACME: no shared store, this agent orders for itself")
+        }
+    }
+    if let Some(b) = &bulletin {
+        shared_challenges(&ctx.challenges, b.clone());
+    }
+    let posts = Arc::new(Posts::default());
+    let ordering = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(b) = bulletin.clone() {
+        let (posts, ordering) = (posts.clone(), ordering.clone());
+        let draining = ctx.draining.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(bulletin::PERIOD);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = draining.cancelled() => return,
+                }
+                let (b, posts) = (b.clone(), posts.clone());
+                let orderer = ordering.load(std::sync::atomic::Ordering::Relaxed);
+                let _ = tokio::task::spawn_blocking(move || post_all(&b, &posts, orderer)).await;
+            }
+        });
+    }
+    let responder = Responder {
+        challenges: ctx.challenges.clone(),
+        posts: posts.clone(),
+        bulletin: bulletin.clone(),
+    };
+    let account_topic = format!("{ACCOUNT}{}", short_hash(&cfg.directory));
+    let mut account: Option<instant_acme::Account> = None;
+    let mut slots: Vec<(Slot, SlotState)> = cfg
+        .domains
+        .iter()
+        .flat_map(|name| {
+            cfg.keys.iter().map(|kind| {
+                (
+                    Slot {
+                        name: name.clone(),
+                        kind: *kind,
+                    },
+                    SlotState {
+                        jitter: jitter(),
+                        ..Default::default()
+                    },
+                )
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(bulletin::PERIOD);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = ctx.draining.cancelled() => return,
+        }
+        let now = SystemTime::now();
+        // What the others hold: adopt what is newer.
+        let mut changed = false;
+        if let Some(b) = &bulletin {
+            for (slot, state) in &mut slots {
+                let (b2, topic) = (b.clone(), slot.topic());
+                // without a certificate yet, also the one kept (a store's local copy of a
+                // kept key could be stale later, never before this agent has read it)
+                let first = state.held.is_none();
+                let found = tokio::task::spawn_blocking(move || {
+                    let mut found = b2.read(&topic, now);
+                    if first {
+                        found.extend(b2.kept(&topic));
+                    }
+                    found
+                })
+                .await
+                .unwrap_or_default();
+                for blob in found {
+                    let origin = format!("acme {} {}", slot.name, kind_label(slot.kind));
+                    let Ok(held) = material::open_bundle(&blob, origin) else {
+                        continue;
+                    };
+                    let mine = state.held.as_ref().map(|h| h.not_after);
+                    if plan::adopt(mine, held.not_after, now)
+                        && held.entry.names.contains(&slot.name)
+                    {
+                        tracing::info!(name = %slot.name, key = kind_label(slot.kind), "ACME: certificate from the cluster");
+                        let blob = Arc::new(Zeroizing::new(blob));
+                        posts.set(slot.topic(), blob.clone());
+                        state.bundle = Some(blob);
+                        state.held = Some(held);
+                        state.failures = 0;
+                        state.retry_not_before = None;
+                        metrics.renewed_elsewhere(&slot.name);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            serve(&ctx, &slots);
+        }
+        // Whose turn it is to order.
+        let mine = match &bulletin {
+            None => true,
+            Some(b) => {
+                let b2 = b.clone();
+                let beats = tokio::task::spawn_blocking(move || heartbeats_below(&b2, now))
+                    .await
+                    .unwrap_or_default();
+                let mut alive = plan::alive(&beats, now);
+                alive.push(me);
+                plan::orders(me, &alive, started.elapsed(), SETTLING)
+            }
+        };
+        ordering.store(mine, std::sync::atomic::Ordering::Relaxed);
+        if !mine {
+            continue;
+        }
+        for i in 0..slots.len() {
+            let (slot, state) = &slots[i];
+            let validity = state.held.as_ref().map(|h| (h.not_before, h.not_after));
+            if plan::due(validity, state.retry_not_before, state.jitter, now) != plan::Due::Now {
+                continue;
+            }
+            let slot = slot.clone();
+            tracing::info!(name = %slot.name, key = kind_label(slot.kind), renewal = validity.is_some(), "ACME: ordering");
+            let attempt = tokio::time::timeout(ATTEMPT_DEADLINE, async {
+                if account.is_none() {
+                    account =
+                        Some(get_account(&cfg, bulletin.as_ref(), &account_topic, &posts).await?);
+                }
+                let acct = account.as_ref().expect("set above");
+                order::order(acct, &cfg, &slot.name, slot.kind, &responder)
+                    .await
+                    .map_err(order::Failure::from)
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(order::Failure::Other(anyhow::anyhow!(
+                    "no certificate within {}s",
+                    ATTEMPT_DEADLINE.as_secs()
+                )))
+            });
+            let at = SystemTime::now();
+            let state = &mut slots[i].1;
+            let origin = format!("acme {} {}", slot.name, kind_label(slot.kind));
+            match attempt.and_then(|bundle| {
+                let held = material::open_bundle(bundle.as_bytes(), origin)
+                    .map_err(order::Failure::Other)?;
+                Ok((bundle, held))
+            }) {
+                Ok((bundle, held)) => {
+                    tracing::info!(name = %slot.name, key = kind_label(slot.kind), not_after = unix(held.not_after), "ACME: certificate issued");
+                    metrics.attempt(&slot.name, Outcome::Ok, unix(at));
+                    let blob = Arc::new(Zeroizing::new(bundle.as_bytes().to_vec()));
+                    posts.set(slot.topic(), blob.clone());
+                    state.bundle = Some(blob);
+                    state.held = Some(held);
+                    state.failures = 0;
+                    state.retry_not_before = None;
+                    state.jitter = jitter();
+                    if let Some(b) = bulletin.clone() {
+                        let posts = posts.clone();
+                        let _ =
+                            tokio::task::spawn_blocking(move || post_all(&b, &posts, true)).await;
+                    }
+                    serve(&ctx, &slots);
+                }
+                Err(failure) => {
+                    state.failures += 1;
+                    let (outcome, retry_after) = match &failure {
+                        order::Failure::RateLimited(_) => {
+                            (Outcome::RateLimited, Some(RATE_LIMITED_WAIT))
+                        }
+                        order::Failure::Other(_) => (Outcome::Failed, None),
+                    };
+                    let wait = plan::backoff(state.failures, retry_after);
+                    state.retry_not_before = Some(at + wait);
+                    metrics.attempt(&slot.name, outcome, unix(at));
+                    // an account the CA no longer knows is made again on the next attempt
+                    account = None;
+                    tracing::warn!(name = %slot.name, key = kind_label(slot.kind), failures = state.failures, retry_in = ?wait, error = %failure, "ACME: order failed; the certificate served (if any) stays");
+                }
+            }
+        }
+    }
+}
+
+/// How long after a rate-limit error the order is tried again, at least: instant-acme does
+/// not hand on the Retry-After of an error response, and the CAs' windows are hours long.
+const RATE_LIMITED_WAIT: Duration = Duration::from_secs(3600);
+
+/// The heartbeats of agents with a lower id than this one's (the only ones that matter to
+/// [`plan::orders`]).
+fn heartbeats_below(b: &Bulletin, now: SystemTime) -> Vec<(u16, SystemTime)> {
+    (0..b.me())
+        .filter_map(|id| {
+            let newest = b
+                .read(&format!("alive/{id}"), now)
+                .into_iter()
+                .filter_map(|v| Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?)))
+                .max()?;
+            Some((id, SystemTime::UNIX_EPOCH + Duration::from_secs(newest)))
+        })
+        .collect()
+}
+
+async fn get_account(
+    cfg: &AcmeConfig,
+    bulletin: Option<&Bulletin>,
+    topic: &str,
+    posts: &Posts,
+) -> anyhow::Result<instant_acme::Account> {
+    if let Some(b) = bulletin {
+        let (b, t) = (b.clone(), topic.to_string());
+        let stored = tokio::task::spawn_blocking(move || b.kept(&t))
+            .await
+            .unwrap_or_default();
+        if let Some(creds) = stored {
+            match order::restore(cfg, &creds).await {
+                Ok(account) => {
+                    posts.set(topic.to_string(), Arc::new(Zeroizing::new(creds)));
+                    return Ok(account);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "ACME: stored account unusable")
+                }
+            }
+        }
+    }
+    let (account, creds) = order::create(cfg).await?;
+    tracing::info!(id = account.id(), "ACME: account created");
+    posts.set(topic.to_string(), Arc::new(creds));
+    Ok(account)
+}
+
+/// Serves the certificates held, beside the files'.
+fn serve(ctx: &Context, slots: &[(Slot, SlotState)]) {
+    let entries = slots
+        .iter()
+        .filter_map(|(_, s)| s.held.as_ref().map(|h| h.entry.clone()))
+        .collect();
+    ctx.tls.set_acme(entries);
+}
+
+/// A stable short name for the directory URL (the store's keys are bounded).
+fn short_hash(s: &str) -> String {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, s.as_bytes());
+    d.as_ref()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A number in [0, 1) for the renewal jitter.
+fn jitter() -> f64 {
+    let mut b = [0u8; 4];
+    let _ = aws_lc_rs::rand::fill(&mut b);
+    f64::from(u32::from_be_bytes(b)) / (f64::from(u32::MAX) + 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: AgentArgs,
+    }
+
+    fn resolve(flags: &[&str]) -> anyhow::Result<Option<AcmeConfig>> {
+        let args = Cli::try_parse_from(std::iter::once("agent").chain(flags.iter().copied()))?.args;
+        AcmeConfig::resolve(&args)
+    }
+
+    const DIR: &str = "--acme-directory=https://ca.test/dir";
+
+    #[test]
+    fn defaults_and_checks() {
+        assert!(resolve(&[]).unwrap().is_none());
+        let c = resolve(&[DIR, "--acme-domain", "A.Test.", "--acme-domain", "a.test"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.domains, vec!["a.test"]);
+        assert_eq!(c.challenge, AcmeChallenge::TlsAlpn01);
+        assert_eq!(c.keys, vec![KeyKind::EcdsaP256]);
+        let c = resolve(&[
+            DIR,
+            "--acme-domain=a.test",
+            "--acme-key=ecdsa-p256",
+            "--acme-key=rsa-2048",
+            "--acme-challenge=dns-01",
+            "--acme-dns-hook=/bin/true",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.keys, vec![KeyKind::EcdsaP256, KeyKind::Rsa2048]);
+        for bad in [
+            &["--acme-domain=a.test"][..],
+            &[DIR],
+            &[
+                "--acme-directory=http://ca.test/dir",
+                "--acme-domain=a.test",
+            ],
+            &[DIR, "--acme-domain=*.a.test"],
+            &[DIR, "--acme-domain=a..test"],
+            &[DIR, "--acme-domain=a.test", "--acme-challenge=dns-01"],
+            &[DIR, "--acme-domain=a.test", "--acme-dns-hook=/bin/true"],
+        ] {
+            assert!(resolve(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_toml_keys_are_the_flags() {
+        let args: AgentArgs = toml::from_str(
+            "acme-directory = \"https://ca.test/dir\"\nacme-domain = [\"a.test\"]\n\
+             acme-challenge = \"http-01\"\nacme-key = [\"rsa-2048\"]\nacme-email = \"o@a.test\"",
+        )
+        .unwrap();
+        let c = AcmeConfig::resolve(&args).unwrap().unwrap();
+        assert_eq!(c.challenge, AcmeChallenge::Http01);
+        assert_eq!(c.keys, vec![KeyKind::Rsa2048]);
+        assert_eq!(c.email.as_deref(), Some("o@a.test"));
+    }
+}

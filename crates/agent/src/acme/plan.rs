@@ -1,0 +1,192 @@
+//! The ACME decisions, as plain functions of what an agent knows: who orders a name, when a
+//! certificate is renewed, and how long to wait after a failed attempt. No clock, no store,
+//! no network: the caller passes times in, so every rule is tested here.
+
+use std::time::{Duration, SystemTime};
+
+/// How long without a sign of life before an agent counts as gone (for the order rule).
+pub const ALIVE_FOR: Duration = Duration::from_secs(10);
+
+/// The first wait after a failure, doubled by each further failure up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// Whether agent `me` is the one that orders: the lowest agent id among those alive. Every
+/// agent computes the same answer from the same heartbeats, so one orders at a time; an agent
+/// that just started (within `settling` of its start) orders nothing: it has not heard its
+/// peers yet, nor read a certificate another may already have issued.
+pub fn orders(me: u16, alive: &[u16], since_start: Duration, settling: Duration) -> bool {
+    since_start >= settling && alive.iter().all(|&other| other >= me)
+}
+
+/// The agents alive at `now`: those whose last heartbeat (agent id, unix time it was sent) is
+/// newer than [`ALIVE_FOR`]. A heartbeat from the future (clocks apart) counts as alive.
+pub fn alive(heartbeats: &[(u16, SystemTime)], now: SystemTime) -> Vec<u16> {
+    heartbeats
+        .iter()
+        .filter(|(_, at)| now.duration_since(*at).map_or(true, |age| age < ALIVE_FOR))
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// When a certificate valid from `not_before` to `not_after` is renewed: at two thirds of its
+/// lifetime, earlier by up to a twentieth of the lifetime (`jitter` in [0, 1)), so that
+/// certificates issued together are not all renewed in the same second.
+pub fn renew_at(not_before: SystemTime, not_after: SystemTime, jitter: f64) -> SystemTime {
+    let lifetime = not_after
+        .duration_since(not_before)
+        .unwrap_or(Duration::ZERO);
+    let jitter = jitter.clamp(0.0, 1.0);
+    let early = lifetime.mul_f64(jitter / 20.0);
+    not_before + lifetime * 2 / 3 - early
+}
+
+/// What to do about a name now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// Order (or renew) now.
+    Now,
+    /// Nothing until then.
+    At(SystemTime),
+}
+
+/// Whether the certificate held (its validity, if any) is due for renewal at `now`, given the
+/// earliest time a retry is allowed (after a failure).
+pub fn due(
+    held: Option<(SystemTime, SystemTime)>,
+    retry_not_before: Option<SystemTime>,
+    jitter: f64,
+    now: SystemTime,
+) -> Due {
+    let renew = match held {
+        Some((nb, na)) => renew_at(nb, na, jitter),
+        None => now,
+    };
+    let when = match retry_not_before {
+        Some(r) => renew.max(r),
+        None => renew,
+    };
+    if when <= now {
+        Due::Now
+    } else {
+        Due::At(when)
+    }
+}
+
+/// The wait after the `failures`-th failure in a row (1 for the first): exponential from
+/// [`FIRST_BACKOFF`], capped at [`MAX_BACKOFF`], and never shorter than what the CA asked
+/// for (`retry_after`, from a rate-limit error's Retry-After).
+pub fn backoff(failures: u32, retry_after: Option<Duration>) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    let wait = FIRST_BACKOFF.saturating_mul(1u32 << exp).min(MAX_BACKOFF);
+    match retry_after {
+        Some(r) => wait.max(r),
+        None => wait,
+    }
+}
+
+/// Whether a certificate (valid until `not_after`) read from the store replaces the one held:
+/// only a newer one does, so agents never go back to an older certificate whatever order
+/// the copies arrive in.
+pub fn adopt(held: Option<SystemTime>, offered: SystemTime, now: SystemTime) -> bool {
+    offered > now && held.is_none_or(|h| offered > h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SETTLED: Duration = Duration::from_secs(60);
+    const SETTLING: Duration = Duration::from_secs(6);
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn the_lowest_live_agent_orders_once_settled() {
+        assert!(orders(0, &[0, 1, 2], SETTLED, SETTLING));
+        assert!(!orders(1, &[0, 1, 2], SETTLED, SETTLING));
+        assert!(orders(1, &[1, 2], SETTLED, SETTLING));
+        assert!(orders(3, &[], SETTLED, SETTLING));
+        // not before it has heard its peers
+        assert!(!orders(0, &[0], Duration::from_secs(1), SETTLING));
+    }
+
+    #[test]
+    fn silent_agents_are_not_alive() {
+        let now = t(1000);
+        let beats = [(0, t(980)), (1, t(995)), (2, t(1001))];
+        assert_eq!(alive(&beats, now), vec![1, 2]);
+    }
+
+    #[test]
+    fn renewal_at_two_thirds_with_a_bounded_jitter() {
+        assert_eq!(renew_at(t(0), t(90), 0.0), t(60));
+        let early = renew_at(t(0), t(100), 0.999);
+        assert!(early < t(67) && early >= t(61));
+        // a certificate that ended before it began is due at once
+        assert_eq!(renew_at(t(50), t(10), 0.0), t(50));
+    }
+
+    #[test]
+    fn due_now_without_a_certificate_unless_backing_off() {
+        assert_eq!(due(None, None, 0.5, t(10)), Due::Now);
+        assert_eq!(due(None, Some(t(20)), 0.5, t(10)), Due::At(t(20)));
+        assert_eq!(due(Some((t(0), t(90))), None, 0.0, t(10)), Due::At(t(60)));
+        assert_eq!(due(Some((t(0), t(90))), None, 0.0, t(61)), Due::Now);
+        // a failed renewal waits its backoff, the old certificate still held
+        assert_eq!(
+            due(Some((t(0), t(90))), Some(t(70)), 0.0, t(65)),
+            Due::At(t(70))
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_honours_retry_after() {
+        assert_eq!(backoff(1, None), Duration::from_secs(2));
+        assert_eq!(backoff(2, None), Duration::from_secs(4));
+        assert_eq!(backoff(5, None), Duration::from_secs(32));
+        assert_eq!(backoff(40, None), MAX_BACKOFF);
+        assert_eq!(
+            backoff(1, Some(Duration::from_secs(300))),
+            Duration::from_secs(300)
+        );
+        assert_eq!(backoff(5, Some(Duration::from_secs(1))), backoff(5, None));
+    }
+
+    #[test]
+    fn only_a_newer_valid_certificate_is_adopted() {
+        assert!(adopt(None, t(100), t(10)));
+        assert!(adopt(Some(t(50)), t(100), t(10)));
+        assert!(!adopt(Some(t(100)), t(50), t(10)));
+        assert!(!adopt(Some(t(100)), t(100), t(10)));
+        assert!(!adopt(None, t(5), t(10)));
+    }
+
+    proptest! {
+        #[test]
+        fn at_most_one_orderer(ids in proptest::collection::btree_set(0u16..64, 0..10)) {
+            let alive: Vec<u16> = ids.iter().copied().collect();
+            let n = alive.iter().filter(|&&me| orders(me, &alive, SETTLED, SETTLING)).count();
+            prop_assert_eq!(n, usize::from(!alive.is_empty()));
+        }
+
+        #[test]
+        fn backoff_is_monotonic_and_capped(n in 1u32..100) {
+            prop_assert!(backoff(n, None) <= backoff(n + 1, None));
+            prop_assert!(backoff(n, None) <= MAX_BACKOFF);
+            prop_assert!(backoff(n, None) >= FIRST_BACKOFF);
+        }
+
+        #[test]
+        fn renewal_falls_in_the_second_half_before_expiry(
+            start in 0u64..1_000_000, life in 60u64..10_000_000, jitter in 0.0f64..1.0
+        ) {
+            let at = renew_at(t(start), t(start + life), jitter);
+            prop_assert!(at > t(start + life / 2));
+            prop_assert!(at < t(start + life));
+        }
+    }
+}
