@@ -813,6 +813,75 @@ mod tests {
     }
 
     #[test]
+    fn n_counts_requests_and_m_needs_h2() {
+        let c = BenchArgs {
+            requests: Some(120),
+            requests_per_conn: Some(4),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!((c.connections, c.streams), (Some(30), 1));
+        let c = BenchArgs {
+            connections: Some(120),
+            requests_per_conn: Some(4),
+            max_concurrent_streams: Some(4),
+            alpn: Some("h2".into()),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!((c.connections, c.streams), (Some(120), 4));
+        // from a config file, and a flag of the other kind overrides the file's
+        let file: BenchArgs = toml::from_str(
+            "url = \"https://h:2/\"\nrequests = 10\nthreshold = [\"p99<1s\"]\n",
+        )
+        .unwrap();
+        let flags = BenchArgs {
+            connections: Some(3),
+            ..Default::default()
+        };
+        let c = flags.over(file).resolve().unwrap();
+        assert_eq!(c.connections, Some(3));
+        assert_eq!(c.thresholds[0].to_string(), "request.p99<1000ms");
+        assert!(toml::from_str::<BenchArgs>("threshold = [\"p99<1\"]").is_err());
+        for bad in [
+            BenchArgs {
+                requests: Some(10),
+                requests_per_conn: Some(4),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                requests: Some(0),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                requests: Some(4),
+                connections: Some(4),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                max_concurrent_streams: Some(4),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                max_concurrent_streams: Some(0),
+                alpn: Some("h2".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                max_concurrent_streams: Some(2),
+                alpn: Some("h2".into()),
+                requests_per_conn: Some(2),
+                think_time: Some("1s".into()),
+                ..args("https://a:1/")
+            },
+        ] {
+            assert!(bad.clone().resolve().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn scenarios_set_requests_per_conn() {
         let dir = std::env::temp_dir().join(format!("baton-scen-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
