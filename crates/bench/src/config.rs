@@ -833,10 +833,9 @@ mod tests {
         .unwrap();
         assert_eq!((c.connections, c.streams), (Some(120), 4));
         // from a config file, and a flag of the other kind overrides the file's
-        let file: BenchArgs = toml::from_str(
-            "url = \"https://h:2/\"\nrequests = 10\nthreshold = [\"p99<1s\"]\n",
-        )
-        .unwrap();
+        let file: BenchArgs =
+            toml::from_str("url = \"https://h:2/\"\nrequests = 10\nthreshold = [\"p99<1s\"]\n")
+                .unwrap();
         let flags = BenchArgs {
             connections: Some(3),
             ..Default::default()

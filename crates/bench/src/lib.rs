@@ -53,9 +53,9 @@ pub use cli::{BenchCli, BenchCommand, MergeArgs};
 pub use config::{parse_duration, BenchArgs, BenchConfig};
 pub use find_max::FindMaxArgs;
 pub use report::Report;
-pub use threshold::{Threshold, Verdict};
 pub use scenario::{main as scenario_main, ScenarioCli};
 pub use scrape::parse as parse_metrics;
+pub use threshold::{Threshold, Verdict};
 
 /// `baton bench ...`: a run, or one of its subcommands.
 pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {

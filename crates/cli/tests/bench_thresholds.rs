@@ -76,7 +76,11 @@ fn thresholds_that_pass_exit_0_and_one_crossed_exits_1_naming_it() {
     }
     assert_eq!(verdicts[0]["threshold"], "request.p99<60000ms");
     assert_eq!(verdicts[2]["measured"].as_f64(), Some(0.0));
-    assert!(stdout(&out).contains("passed   failed<1%"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("passed   failed<1%"),
+        "{}",
+        stdout(&out)
+    );
 
     // a request never takes under a microsecond: crossed, whatever the machine's speed
     let (out, j) = bench(
@@ -99,7 +103,12 @@ fn thresholds_that_pass_exit_0_and_one_crossed_exits_1_naming_it() {
 
     // a merge of runs is judged the same way
     let merged = Command::new(BATON)
-        .args(["bench", "merge", &dir.arg("pass.json"), &dir.arg("crossed.json")])
+        .args([
+            "bench",
+            "merge",
+            &dir.arg("pass.json"),
+            &dir.arg("crossed.json"),
+        ])
         .args(["--threshold", "failed<=0", "--threshold", "tps>1e12"])
         .output()
         .unwrap();
@@ -118,12 +127,21 @@ fn a_bad_threshold_is_a_usage_error_naming_its_bad_part() {
         ("failed<150%", "more than 100%"),
     ] {
         let out = Command::new(BATON)
-            .args(["bench", "https://127.0.0.1:9/", "--insecure", "--threshold", expr])
+            .args([
+                "bench",
+                "https://127.0.0.1:9/",
+                "--insecure",
+                "--threshold",
+                expr,
+            ])
             .output()
             .unwrap();
         assert_eq!(code(&out), 2, "{expr}: {}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.contains(says) && err.contains("--threshold"), "{expr}: {err}");
+        assert!(
+            err.contains(says) && err.contains("--threshold"),
+            "{expr}: {err}"
+        );
     }
     // the same in a config file
     let file = dir.path("bench.toml");
@@ -148,7 +166,16 @@ fn n_counts_requests_as_h2load_does() {
     let url = agent.url("/");
     let before = agent.metric("baton_connections_total");
     let (out, j) = bench(
-        &[&url, "--insecure", "-n", "40", "-c", "2", "--requests-per-conn", "4"],
+        &[
+            &url,
+            "--insecure",
+            "-n",
+            "40",
+            "-c",
+            "2",
+            "--requests-per-conn",
+            "4",
+        ],
         &dir,
         "n.json",
     );
@@ -157,7 +184,11 @@ fn n_counts_requests_as_h2load_does() {
     assert_eq!(n(&j, "connections"), 10, "{j}");
     assert_eq!(agent.metric("baton_connections_total") - before, 10.0);
     // what -n meant before, where it differs, is said
-    assert!(stderr(&out).contains("-n 40 counts requests"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("-n 40 counts requests"),
+        "{}",
+        stderr(&out)
+    );
     // not a whole number of connections: refused, not rounded
     let (out, _) = bench(
         &[&url, "--insecure", "-n", "10", "--requests-per-conn", "4"],
@@ -198,7 +229,13 @@ impl Gate {
     }
 }
 
-fn serve_gated(mut c: TcpStream, now: &AtomicUsize, peak: &AtomicUsize, want: usize, hold: Duration) {
+fn serve_gated(
+    mut c: TcpStream,
+    now: &AtomicUsize,
+    peak: &AtomicUsize,
+    want: usize,
+    hold: Duration,
+) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -219,8 +256,7 @@ fn serve_gated(mut c: TcpStream, now: &AtomicUsize, peak: &AtomicUsize, want: us
             std::thread::sleep(Duration::from_millis(5));
         }
         now.fetch_sub(1, Ordering::SeqCst);
-        if c
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             .is_err()
         {
             return;
@@ -240,8 +276,18 @@ fn m_sends_a_connections_requests_as_concurrent_http2_streams() {
     let requests = agent.metric("baton_http_requests_total{code=\"2xx\"}");
     let (out, j) = bench(
         &[
-            &url, "--insecure", "--alpn", "h2", "-m", "4", "-c", "1", "-n", "16",
-            "--requests-per-conn", "8",
+            &url,
+            "--insecure",
+            "--alpn",
+            "h2",
+            "-m",
+            "4",
+            "-c",
+            "1",
+            "-n",
+            "16",
+            "--requests-per-conn",
+            "8",
         ],
         &dir,
         "m.json",
@@ -255,7 +301,11 @@ fn m_sends_a_connections_requests_as_concurrent_http2_streams() {
         agent.metric("baton_http_requests_total{code=\"2xx\"}") - requests,
         16.0
     );
-    assert_eq!(gate.peak(), 4, "streams in flight at once, as the upstream saw them");
+    assert_eq!(
+        gate.peak(),
+        4,
+        "streams in flight at once, as the upstream saw them"
+    );
     // -m is HTTP/2's
     let (out, _) = bench(&[&url, "--insecure", "-m", "4"], &dir, "h1.json");
     assert_eq!(code(&out), 2, "{}", stderr(&out));
@@ -268,7 +318,16 @@ fn metrics_scraped_during_a_run_show_rising_counters() {
     let agent = Agent::serving(&pki, &[]);
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut child = Command::new(BATON)
-        .args(["bench", &agent.url("/"), "--insecure", "-d", "6s", "-c", "2", "--quiet"])
+        .args([
+            "bench",
+            &agent.url("/"),
+            "--insecure",
+            "-d",
+            "6s",
+            "-c",
+            "2",
+            "--quiet",
+        ])
         .args(["--metrics", &addr.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -308,9 +367,17 @@ fn metrics_scraped_during_a_run_show_rising_counters() {
     }
     assert!(series_value(&later, "baton_bench_handshakes_total{kind=\"failed\"}") == 0.0);
     // each virtual client holds at most one connection
-    assert!(series_value(&later, "baton_bench_connections_open") <= 2.0, "{later}");
+    assert!(
+        series_value(&later, "baton_bench_connections_open") <= 2.0,
+        "{later}"
+    );
     let status = child.wait().unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(status.success(), "{err}");
 }
