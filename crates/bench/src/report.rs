@@ -215,11 +215,16 @@ pub fn human(r: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "baton bench {}  {} connections, {} clients, {} req/conn, {}, resume {}, 1 full every {}{}",
+        "baton bench {}  {} connections, {} clients, {} req/conn{}, {}, resume {}, 1 full every {}{}",
         r.url,
         r.connections,
         c.clients,
         req_per_conn(c),
+        if c.streams > 1 {
+            format!(" ({} streams at once)", c.streams)
+        } else {
+            String::new()
+        },
         version,
         serde_json::to_value(c.resume)
             .ok()
