@@ -41,4 +41,8 @@ pub struct MergeArgs {
     /// No summary on standard output.
     #[arg(long)]
     pub quiet: bool,
+    /// Pass/fail criterion on the merged run, as `baton bench --threshold` (repeatable); exit
+    /// 1 when one is crossed.
+    #[arg(long, value_name = "EXPR", value_parser = crate::threshold::parse)]
+    pub threshold: Vec<crate::threshold::Threshold>,
 }

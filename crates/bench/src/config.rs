@@ -1,7 +1,7 @@
 //! `baton bench` settings: flags, the same keys in a TOML file (the SSL benchmark tool paper's text configuration),
 //! and the resolved configuration.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::{file_and_weight, Mix, Scenario, Think};
 use crate::sweep::Sweep;
+use crate::threshold::Threshold;
 
 /// `baton bench URL`: TLS transactions per second with exact handshake accounting.
 #[derive(clap::Args, Debug, Default, Clone, Deserialize)]
@@ -23,8 +24,18 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Connections (transactions) in total. Default 1000 unless -d is given.
-    #[arg(short = 'n', long = "connections", value_name = "N")]
+    /// Requests in total, as h2load's -n counts them: -n / --requests-per-conn connections
+    /// (give a multiple of it). Default 1000 connections unless -d is given.
+    #[arg(
+        short = 'n',
+        long = "requests",
+        value_name = "N",
+        conflicts_with = "connections"
+    )]
+    pub requests: Option<u64>,
+    /// Connections (transactions) in total, each making --requests-per-conn requests (what
+    /// -n counted before it counted requests; the same with one request per connection).
+    #[arg(long = "connections", value_name = "N")]
     pub connections: Option<u64>,
     /// Run for this long instead (e.g. 10s, 2m).
     #[arg(short = 'd', long = "duration", value_name = "DURATION")]
@@ -82,6 +93,10 @@ pub struct BenchArgs {
     /// ALPN protocol: http/1.1 (default) or h2.
     #[arg(long, value_name = "PROTO")]
     pub alpn: Option<String>,
+    /// HTTP/2 streams in flight per connection, as h2load's -m: a connection's
+    /// --requests-per-conn requests go up to N at a time. Needs --alpn h2. Default 1.
+    #[arg(short = 'm', long, value_name = "N")]
+    pub max_concurrent_streams: Option<u32>,
     /// CA certificates (PEM) to verify the server with. Default: the system's.
     #[arg(long, value_name = "PEM")]
     pub ca: Option<PathBuf>,
@@ -130,6 +145,15 @@ pub struct BenchArgs {
     /// A Baton agent's metrics URL (http://HOST:PORT/metrics), scraped before and after.
     #[arg(long, value_name = "URL")]
     pub server_metrics: Vec<String>,
+    /// Pass/fail criterion (repeatable): METRIC OP VALUE, e.g. 'p99<200ms',
+    /// 'handshake.p50<=10ms', 'failed<1%', 'failed<=5', 'handshakes_per_sec>500'. Exit 1 when
+    /// one is crossed. See below.
+    #[arg(long, value_name = "EXPR", value_parser = crate::threshold::parse)]
+    pub threshold: Vec<Threshold>,
+    /// Serve live figures during the run at http://ADDR/metrics (Prometheus): requests,
+    /// failures, handshakes by kind, request latency, connections open.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
     /// Runtime worker threads. Default: one per CPU.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -166,8 +190,20 @@ completed and failed per 100 ms). --report FILE.html: the same as one self-conta
 Subcommands: `baton bench merge RUN.json...` (several machines' runs as one, exactly) and
 `baton bench find-max URL` (the highest rate at zero loss in a steady state); see their --help.
 
-Exit status: 0 when at least one request succeeded, 1 when none did (a dead or refusing
-target), 2 on a bad flag, config file or URL.";
+--threshold METRIC OP VALUE (repeatable; `threshold = [...]` in --config), OP one of < <= > >=:
+  p50 p90 p99 p99.9 max mean   latency of each request (VALUE 200ms, 1.5s, 800us); prefix a
+                               phase for another: connect. handshake. ttfb. total.
+  failed                       failed requests: VALUE N% of the requests, or N requests
+  tps rps handshakes_per_sec   per second (VALUE 500 or 500/s)
+Each is reported after the run (and in --json `thresholds`) as passed or CROSSED with the
+measured figure; one that the run did not measure (no latency recorded) is crossed.
+
+-n counts requests as h2load's -n does (connections = N / --requests-per-conn); --connections N
+counts connections. -m N (with --alpn h2): N streams in flight per connection.
+
+Exit status: 0 when at least one request succeeded and every --threshold passed, 1 when none
+succeeded (a dead or refusing target) or a threshold was crossed, 2 on a bad flag, threshold,
+config file or URL.";
 
 /// How the client resumes sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +267,15 @@ pub struct BenchConfig {
     pub early_data: bool,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
+    /// `-m`: HTTP/2 streams in flight per connection (1 in results of older versions).
+    #[serde(default = "one")]
+    pub streams: u32,
+    /// `--threshold`, canonically written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<Threshold>,
+    /// `--metrics`: where live figures are served.
+    #[serde(skip)]
+    pub metrics: Option<SocketAddr>,
     pub full_every: u64,
     pub resume: Resume,
     pub rate: Option<f64>,
@@ -244,6 +289,10 @@ pub struct BenchConfig {
     pub workers: usize,
     #[serde(skip)]
     pub quiet: bool,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// A scenario file of a run, as the JSON result names it.
@@ -331,8 +380,11 @@ impl BenchArgs {
         if full_every == 0 {
             bail!("--full-every must be at least 1");
         }
-        if a.connections.is_some() && a.duration.is_some() {
-            bail!("give -n or -d, not both");
+        if (a.connections.is_some() || a.requests.is_some()) && a.duration.is_some() {
+            bail!("give -n (or --connections) or -d, not both");
+        }
+        if a.connections.is_some() && a.requests.is_some() {
+            bail!("give -n (requests) or --connections, not both");
         }
         let duration_s = a
             .duration
@@ -341,7 +393,7 @@ impl BenchArgs {
             .transpose()?
             .map(|d| d.as_secs_f64());
         let connections = match (a.connections, duration_s) {
-            (Some(0), _) => bail!("-n must be at least 1"),
+            (Some(0), _) => bail!("--connections must be at least 1"),
             (Some(n), _) => Some(n),
             (None, Some(_)) => None,
             (None, None) => Some(1000),
@@ -369,6 +421,32 @@ impl BenchArgs {
         };
         if requests_per_conn == 0 && scenarios.is_empty() {
             bail!("--requests-per-conn must be at least 1");
+        }
+        let connections = match a.requests {
+            None => connections,
+            Some(0) => bail!("-n must be at least 1"),
+            Some(_) if requests_per_conn == 0 => bail!(
+                "-n counts requests, and these scenarios differ in length: give --connections"
+            ),
+            Some(n) if n % u64::from(requests_per_conn) != 0 => bail!(
+                "-n {n} requests at {requests_per_conn} per connection: -n counts requests (as \
+                 h2load's), give a multiple of {requests_per_conn}, or --connections"
+            ),
+            Some(n) => {
+                let c = n / u64::from(requests_per_conn);
+                if requests_per_conn > 1 {
+                    // what -n meant before, where it differs: said once per run
+                    tracing::warn!(
+                        "-n {n} counts requests, as h2load's -n: {c} connections of \
+                         {requests_per_conn} requests (--connections counts connections)"
+                    );
+                }
+                Some(c)
+            }
+        };
+        let streams = a.max_concurrent_streams.unwrap_or(1);
+        if streams == 0 {
+            bail!("-m must be at least 1");
         }
         let think_time_s = match a.think_time.as_deref().map(parse_duration).transpose()? {
             None => 0.0,
@@ -422,6 +500,12 @@ impl BenchArgs {
         if a.early_data && engine == Engine::Openssl {
             bail!("--early-data needs --engine rustls");
         }
+        if streams > 1 && alpn != "h2" {
+            bail!("-m {streams}: streams in flight are HTTP/2's; add --alpn h2");
+        }
+        if streams > 1 && (!scenarios.is_empty() || think_time_s > 0.0) {
+            bail!("-m {streams} sends a connection's requests at once: not with --scenario or --think-time, which pace them");
+        }
         if a.early_data && alpn == "h2" {
             bail!(
                 "--early-data sends the first HTTP/1.1 request as early data: not with --alpn h2"
@@ -459,6 +543,9 @@ impl BenchArgs {
             early_data: a.early_data,
             cert: a.cert,
             key: a.key,
+            streams,
+            thresholds: a.threshold,
+            metrics: a.metrics,
             full_every,
             resume,
             rate: a.rate,
@@ -486,7 +573,20 @@ impl BenchArgs {
         Self {
             config: self.config,
             url: self.url.or(f.url),
-            connections: self.connections.or(f.connections),
+            // -n and --connections are one setting: a flag overrides the file's either
+            requests: self.requests.or(if self.connections.is_some() {
+                None
+            } else {
+                f.requests
+            }),
+            connections: self.connections.or(if self.requests.is_some() {
+                None
+            } else {
+                f.connections
+            }),
+            max_concurrent_streams: self.max_concurrent_streams.or(f.max_concurrent_streams),
+            threshold: list(self.threshold, f.threshold),
+            metrics: self.metrics.or(f.metrics),
             duration: self.duration.or(f.duration),
             clients: self.clients.or(f.clients),
             requests_per_conn: self.requests_per_conn.or(f.requests_per_conn),
@@ -699,6 +799,74 @@ mod tests {
             BenchArgs::default(),
         ] {
             assert!(bad.resolve().is_err());
+        }
+    }
+
+    #[test]
+    fn n_counts_requests_and_m_needs_h2() {
+        let c = BenchArgs {
+            requests: Some(120),
+            requests_per_conn: Some(4),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!((c.connections, c.streams), (Some(30), 1));
+        let c = BenchArgs {
+            connections: Some(120),
+            requests_per_conn: Some(4),
+            max_concurrent_streams: Some(4),
+            alpn: Some("h2".into()),
+            ..args("https://a:1/")
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!((c.connections, c.streams), (Some(120), 4));
+        // from a config file, and a flag of the other kind overrides the file's
+        let file: BenchArgs =
+            toml::from_str("url = \"https://h:2/\"\nrequests = 10\nthreshold = [\"p99<1s\"]\n")
+                .unwrap();
+        let flags = BenchArgs {
+            connections: Some(3),
+            ..Default::default()
+        };
+        let c = flags.over(file).resolve().unwrap();
+        assert_eq!(c.connections, Some(3));
+        assert_eq!(c.thresholds[0].to_string(), "request.p99<1000ms");
+        assert!(toml::from_str::<BenchArgs>("threshold = [\"p99<1\"]").is_err());
+        for bad in [
+            BenchArgs {
+                requests: Some(10),
+                requests_per_conn: Some(4),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                requests: Some(0),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                requests: Some(4),
+                connections: Some(4),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                max_concurrent_streams: Some(4),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                max_concurrent_streams: Some(0),
+                alpn: Some("h2".into()),
+                ..args("https://a:1/")
+            },
+            BenchArgs {
+                max_concurrent_streams: Some(2),
+                alpn: Some("h2".into()),
+                requests_per_conn: Some(2),
+                think_time: Some("1s".into()),
+                ..args("https://a:1/")
+            },
+        ] {
+            assert!(bad.clone().resolve().is_err(), "{bad:?}");
         }
     }
 

@@ -119,8 +119,15 @@ fn percent(s: &str, what: &str) -> anyhow::Result<f64> {
 
 /// The run's settings from its flags; an error is a usage error.
 fn settings(a: &FindMaxArgs) -> anyhow::Result<(std::time::Duration, Criteria, Limits)> {
-    if a.bench.rate.is_some() || a.bench.connections.is_some() || a.bench.duration.is_some() {
-        bail!("find-max chooses the rate and holds each step for --steady: no --rate, -n or -d");
+    if a.bench.rate.is_some()
+        || a.bench.connections.is_some()
+        || a.bench.requests.is_some()
+        || a.bench.duration.is_some()
+    {
+        bail!("find-max chooses the rate and holds each step for --steady: no --rate, -n, --connections or -d");
+    }
+    if !a.bench.threshold.is_empty() || a.bench.metrics.is_some() {
+        bail!("--threshold and --metrics are for a run; find-max's criteria are --max-loss and --max-p99");
     }
     if !a.bench.sweep().is_empty() {
         bail!("find-max measures one setting: run it once per size, suite or key");
@@ -212,7 +219,7 @@ pub fn find_max(mut a: FindMaxArgs) -> anyhow::Result<ExitCode> {
         let mut cfg = base.clone();
         cfg.rate = Some(rate);
         let cfg = Arc::new(cfg);
-        let outcome = runtime.block_on(runner::run(cfg.clone(), false))?;
+        let outcome = runtime.block_on(runner::run(cfg.clone(), false, None))?;
         let r = report::build(
             &cfg,
             &outcome.stats,

@@ -26,6 +26,7 @@ mod find_max;
 pub mod fuzzing;
 mod html;
 mod http1;
+mod live;
 mod merge;
 mod openssl_engine;
 pub mod redact;
@@ -37,6 +38,7 @@ mod search;
 mod stats;
 pub mod svg;
 mod sweep;
+mod threshold;
 mod tls;
 mod transaction;
 
@@ -53,6 +55,7 @@ pub use find_max::FindMaxArgs;
 pub use report::Report;
 pub use scenario::{main as scenario_main, ScenarioCli};
 pub use scrape::parse as parse_metrics;
+pub use threshold::{Threshold, Verdict};
 
 /// `baton bench ...`: a run, or one of its subcommands.
 pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {
@@ -76,12 +79,17 @@ pub fn merge_files(a: MergeArgs) -> anyhow::Result<ExitCode> {
             .map_err(baton_ops::exit::invalid)?;
         runs.push(r);
     }
-    let merged = merge::merge(&runs)?;
+    let mut merged = merge::merge(&runs)?;
+    merged.thresholds = threshold::evaluate(&a.threshold, &merged);
     if !a.quiet {
         print!("{}", report::human(&merged));
     }
     write_outputs(&merged, a.out.as_deref(), a.report.as_deref())?;
-    Ok(ExitCode::SUCCESS)
+    Ok(if threshold::all_passed(&merged.thresholds) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(baton_ops::exit::FAILED)
+    })
 }
 
 /// Writes the JSON and the HTML report, each when asked for.
@@ -110,17 +118,37 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         return run_sweep(args, &sweep);
     }
     let cfg = Arc::new(args.resolve().map_err(baton_ops::exit::invalid)?);
-    let report = execute(cfg.clone())?;
+    let live = serve_live(&cfg)?;
+    let mut report = execute_live(cfg.clone(), live)?;
+    report.thresholds = threshold::evaluate(&cfg.thresholds, &report);
     // the summary first: a run is not lost to an unwritable --json path
     if !cfg.quiet {
         print!("{}", report::human(&report));
     }
     write_outputs(&report, cfg.json.as_deref(), cfg.report.as_deref())?;
-    Ok(if report.requests.ok == 0 {
-        ExitCode::from(1)
+    Ok(exit_code(&report))
+}
+
+/// 1 when no request succeeded (a dead target) or a `--threshold` was crossed.
+fn exit_code(r: &Report) -> ExitCode {
+    if r.requests.ok == 0 || !threshold::all_passed(&r.thresholds) {
+        ExitCode::from(baton_ops::exit::FAILED)
     } else {
         ExitCode::SUCCESS
-    })
+    }
+}
+
+/// `--metrics ADDR`: the live counters, served from now until the process ends.
+fn serve_live(cfg: &BenchConfig) -> anyhow::Result<Option<Arc<live::Live>>> {
+    let Some(addr) = cfg.metrics else {
+        return Ok(None);
+    };
+    let (live, registry) = live::Live::new();
+    let bound = live::serve(addr, registry).map_err(baton_ops::exit::invalid)?;
+    if !cfg.quiet {
+        eprintln!("live metrics at http://{bound}/metrics");
+    }
+    Ok(Some(live))
 }
 
 /// A matrix of runs (`--body-size`, `[sweep]`): one after the other, one table at the end;
@@ -134,16 +162,29 @@ fn run_sweep(args: BenchArgs, sweep: &sweep::Sweep) -> anyhow::Result<ExitCode> 
         return Err(baton_ops::exit::invalid(e));
     }
     let mut results = Vec::new();
+    let mut live = None;
     for (i, cell) in cells.iter().enumerate() {
         let mut cfg = sweep::apply(&args, cell)
             .and_then(|a| a.resolve())
             .map_err(baton_ops::exit::invalid)?;
         cfg.quiet = true;
+        if i == 0 {
+            // one endpoint for the whole sweep: its counters add the runs up
+            live = serve_live(&BenchConfig {
+                quiet,
+                ..cfg.clone()
+            })?;
+        }
         let what: Vec<String> = cell.iter().map(|(k, v)| format!("{k} {v}")).collect();
         if !quiet {
             eprintln!("run {}/{}: {}", i + 1, cells.len(), what.join(", "));
         }
-        results.push((cell.clone(), execute(Arc::new(cfg))?));
+        let mut r = execute_live(Arc::new(cfg.clone()), live.clone())?;
+        r.thresholds = threshold::evaluate(&cfg.thresholds, &r);
+        if !quiet && !threshold::all_passed(&r.thresholds) {
+            eprint!("{}", threshold::lines(&r.thresholds));
+        }
+        results.push((cell.clone(), r));
     }
     if !quiet {
         print!("{}", sweep::table(&results));
@@ -163,15 +204,25 @@ fn run_sweep(args: BenchArgs, sweep: &sweep::Sweep) -> anyhow::Result<ExitCode> 
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(if results.iter().all(|(_, r)| r.requests.ok > 0) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if results
+            .iter()
+            .all(|(_, r)| exit_code(r) == ExitCode::SUCCESS)
+        {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(baton_ops::exit::FAILED)
+        },
+    )
 }
 
 /// Runs a benchmark and returns its report (for `baton demo` and the lab).
 pub fn execute(cfg: Arc<BenchConfig>) -> anyhow::Result<Report> {
+    execute_live(cfg, None)
+}
+
+/// [`execute`], updating `live` (`--metrics`) as it goes.
+fn execute_live(cfg: Arc<BenchConfig>, live: Option<Arc<live::Live>>) -> anyhow::Result<Report> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.workers)
         .enable_all()
@@ -183,7 +234,7 @@ pub fn execute(cfg: Arc<BenchConfig>) -> anyhow::Result<Report> {
         }
         let cpu0 = cpu_seconds();
         let progress = !cfg.quiet && std::io::stderr().is_terminal();
-        let outcome = runner::run(cfg.clone(), progress).await?;
+        let outcome = runner::run(cfg.clone(), progress, live).await?;
         let cpu = cpu_seconds() - cpu0;
         let mut server = BTreeMap::new();
         for (url, b) in &before {

@@ -147,6 +147,8 @@ pub fn merge(runs: &[Report]) -> anyhow::Result<Report> {
         runs: runs_before,
         urls,
     });
+    // the runs' own verdicts are not the merged run's (`bench merge --threshold` makes those)
+    m.thresholds = Vec::new();
     Ok(m)
 }
 

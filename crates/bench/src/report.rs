@@ -9,6 +9,7 @@ use crate::accounting::Kind;
 use crate::config::BenchConfig;
 use crate::scrape::Sample;
 use crate::stats::{raw, summary, ErrorClass, RawHistogram, Stats, Summary, PHASES, TIMELINE_MS};
+use crate::threshold::Verdict;
 
 /// One run's result, or several runs merged (`bench merge` reads it back, so it round-trips).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,6 +48,10 @@ pub struct Report {
     /// Set when this is several runs merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged: Option<Merged>,
+    /// `--threshold`: each one as written canonically, the measured figure, passed or crossed
+    /// (absent without thresholds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<Verdict>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -173,6 +178,7 @@ pub fn build(
             rejected: s.early_rejected,
         },
         merged: None,
+        thresholds: Vec::new(),
     }
 }
 
@@ -209,11 +215,16 @@ pub fn human(r: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "baton bench {}  {} connections, {} clients, {} req/conn, {}, resume {}, 1 full every {}{}",
+        "baton bench {}  {} connections, {} clients, {} req/conn{}, {}, resume {}, 1 full every {}{}",
         r.url,
         r.connections,
         c.clients,
         req_per_conn(c),
+        if c.streams > 1 {
+            format!(" ({} streams at once)", c.streams)
+        } else {
+            String::new()
+        },
         version,
         serde_json::to_value(c.resume)
             .ok()
@@ -330,6 +341,10 @@ pub fn human(r: &Report) -> String {
             .map(|(_, v)| v)
             .sum();
         let _ = writeln!(o, "  server       {url}: full {full:.0}  resumed {resumed:.0}  CPU {cpu:.3} s  crypto {crypto:.3} s ({:.0}% of CPU)", if cpu > 0.0 { crypto / cpu * 100.0 } else { 0.0 });
+    }
+    if !r.thresholds.is_empty() {
+        o.push('\n');
+        o.push_str(&crate::threshold::lines(&r.thresholds));
     }
     o
 }

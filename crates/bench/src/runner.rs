@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::accounting::{global_index, share};
 use crate::config::BenchConfig;
 use crate::engine::TlsEngine;
+use crate::live::Live;
 use crate::stats::Stats;
 use crate::transaction::{request_bytes, Client, READ_BUF};
 
@@ -22,7 +23,12 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcome> {
+/// `live`: the `--metrics` counters, updated as transactions end.
+pub async fn run(
+    cfg: Arc<BenchConfig>,
+    progress: bool,
+    live: Option<Arc<Live>>,
+) -> anyhow::Result<Outcome> {
     // what the TLS engine refuses is in the flags (suites, groups, CA files)
     let tls = TlsEngine::new(&cfg).map_err(baton_ops::exit::invalid)?;
     let addr = tokio::net::lookup_host((cfg.host.as_str(), cfg.port))
@@ -62,6 +68,7 @@ pub async fn run(cfg: Arc<BenchConfig>, progress: bool) -> anyhow::Result<Outcom
             start,
             script: None,
             thought: Duration::ZERO,
+            live: live.clone(),
         };
         let my_share = cfg
             .connections

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
 use rustls::HandshakeKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -22,6 +23,7 @@ use crate::accounting::{classify, End, Negotiated};
 use crate::config::BenchConfig;
 use crate::engine::{ClientTls, TlsIo};
 use crate::http1::{parse_head, Chunked, Framing};
+use crate::live::{Live, Tally};
 use crate::scenario::Step;
 use crate::stats::{ErrorClass, Stats};
 
@@ -46,6 +48,8 @@ pub struct Client {
     pub script: Option<Arc<[Step]>>,
     /// Think time slept in this transaction (not latency).
     pub thought: Duration,
+    /// `--metrics`: the live counters.
+    pub live: Option<Arc<Live>>,
 }
 
 impl Client {
@@ -54,6 +58,7 @@ impl Client {
     pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
         let mut end = End::default();
         self.thought = Duration::ZERO;
+        let before = Tally::of(stats);
         let result = self.run(stats, &mut end).await;
         let now = Instant::now();
         stats.ended(now - self.start, result.is_ok());
@@ -64,6 +69,12 @@ impl Client {
             stats.latency(3, (now - due).saturating_sub(self.thought));
         }
         stats.finish(&end, self.requests());
+        if let Some(live) = &self.live {
+            if end.handshake_started {
+                live.closed();
+            }
+            live.add(before, Tally::of(stats), end.error);
+        }
     }
 
     /// Requests in this transaction.
@@ -93,6 +104,9 @@ impl Client {
             Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TCP connect")),
         };
         let connected = Instant::now();
+        if let Some(live) = &self.live {
+            live.connected();
+        }
         stats.latency(0, connected - started);
         end.handshake_started = true;
         match &self.tls {
@@ -380,12 +394,13 @@ impl Client {
                     stats.bytes += n as u64;
                 },
             }
-            if let Some(since) = begun
-                .into_std()
-                .checked_duration_since(self.start.into_std())
-            {
-                stats.request_latency(since, Instant::now() - begun);
-            }
+            answered(
+                self.live.as_deref(),
+                self.start,
+                stats,
+                begun,
+                Instant::now(),
+            );
             if head.close && i + 1 < k {
                 // the server ended keep-alive early: the remaining requests are not sent
                 end.unsent = k - i - 1;
@@ -444,6 +459,13 @@ impl Client {
         let default_body = Bytes::from(self.cfg.body.clone().unwrap_or_default());
         let script = self.script.clone();
         let k = self.requests();
+        if self.cfg.streams > 1 && script.is_none() {
+            self.streams(&sender, stats, started, end, k, &default_uri, &default_body)
+                .await?;
+            drop(sender);
+            let _ = timeout(t, driver).await;
+            return Ok(());
+        }
         for i in 0..k {
             let think = match &script {
                 Some(s) => s[i as usize].think,
@@ -510,18 +532,129 @@ impl Client {
                     Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
                 }
             }
-            if let Some(since) = begun
-                .into_std()
-                .checked_duration_since(self.start.into_std())
-            {
-                stats.request_latency(since, Instant::now() - begun);
-            }
+            answered(
+                self.live.as_deref(),
+                self.start,
+                stats,
+                begun,
+                Instant::now(),
+            );
         }
         // dropping the sender lets the connection task send GOAWAY and close_notify
         drop(sender);
         let _ = timeout(t, driver).await;
         Ok(())
     }
+}
+
+/// One request answered at `done`; `begun` is when it started (the run at `start`).
+fn answered(live: Option<&Live>, start: Instant, stats: &mut Stats, begun: Instant, done: Instant) {
+    let latency = done - begun;
+    if let Some(since) = begun.into_std().checked_duration_since(start.into_std()) {
+        stats.request_latency(since, latency);
+    }
+    if let Some(live) = live {
+        live.request(latency);
+    }
+}
+
+impl Client {
+    /// `-m`: the connection's `k` requests, up to `--max-concurrent-streams` in flight at once
+    /// (a stream that ends makes room for the next, as h2load does). The first request counts
+    /// from the transaction's start, the others from when each was sent.
+    #[allow(clippy::too_many_arguments)]
+    async fn streams(
+        &self,
+        sender: &SendRequest<Full<Bytes>>,
+        stats: &mut Stats,
+        handshaken: Instant,
+        end: &mut End,
+        k: u32,
+        uri: &http::Uri,
+        body: &Bytes,
+    ) -> Result<(), Failure> {
+        let t = self.cfg.timeout();
+        // dropped on an error: the streams still in flight are cancelled with it
+        let mut flight = tokio::task::JoinSet::new();
+        let mut sent = 0u32;
+        loop {
+            while sent < k && flight.len() < self.cfg.streams as usize {
+                let mut req = http::Request::builder()
+                    .method(self.cfg.method.as_str())
+                    .uri(uri.clone());
+                for (name, v) in &self.cfg.headers {
+                    req = req.header(name, v);
+                }
+                let req = req
+                    .body(Full::new(body.clone()))
+                    .map_err(|e| Failure::new(ErrorClass::Http, &e))?;
+                let begun = match (sent, end.began) {
+                    (0, Some(d)) => Instant::from_std(d),
+                    _ => Instant::now(),
+                };
+                let mut sender = sender.clone();
+                flight.spawn(async move { stream(&mut sender, req, t).await.map(|a| (begun, a)) });
+                sent += 1;
+            }
+            let (begun, a) = match flight.join_next().await {
+                None => return Ok(()),
+                Some(Ok(r)) => r?,
+                Some(Err(e)) => return Err(Failure::new(ErrorClass::Io, &e)),
+            };
+            if !end.first_byte {
+                end.first_byte = true;
+                stats.latency(2, a.head - handshaken);
+                end.ttfb = end
+                    .began
+                    .map(|b| a.head.into_std().saturating_duration_since(b));
+            }
+            stats.status(a.status);
+            end.responses += 1;
+            stats.bytes += a.bytes;
+            answered(self.live.as_deref(), self.start, stats, begun, a.done);
+        }
+    }
+}
+
+/// One HTTP/2 stream's answer.
+struct Answer {
+    status: u16,
+    /// When its response head arrived.
+    head: Instant,
+    bytes: u64,
+    /// When its last byte arrived.
+    done: Instant,
+}
+
+/// Sends one request on its own stream and reads the whole response, each phase under `t`.
+async fn stream(
+    sender: &mut SendRequest<Full<Bytes>>,
+    req: http::Request<Full<Bytes>>,
+    t: Duration,
+) -> Result<Answer, Failure> {
+    let resp = match timeout(t, sender.send_request(req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(Failure::of(&e)),
+        Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response")),
+    };
+    let head = Instant::now();
+    let status = resp.status().as_u16();
+    let mut bytes = 0;
+    let mut body = resp.into_body();
+    loop {
+        match timeout(t, body.frame()).await {
+            Ok(Some(Ok(f))) => bytes += f.data_ref().map_or(0, |d| d.len() as u64),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(Failure::of(&e)),
+            Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
+        }
+    }
+    Ok(Answer {
+        status,
+        head,
+        bytes,
+        done: Instant::now(),
+    })
 }
 
 /// How a think time on an idle keep-alive connection went.

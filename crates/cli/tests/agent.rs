@@ -579,7 +579,7 @@ fn reverse_proxy_keeps_http1_connections_alive_for_every_request() {
             &agent.url("/"),
             "--ca",
             &pki.arg("ca.pem"),
-            "-n",
+            "--connections",
             "120",
             "-c",
             "1",

@@ -106,7 +106,7 @@ fn behind_haproxy_round_robin_shared_sessions_need_only_the_clients_full_handsha
             &format!("https://127.0.0.1:{front}/"),
             &pki.arg("ca.pem"),
             &[
-                "-n",
+                "--connections",
                 "3000",
                 "-c",
                 "30",

@@ -274,6 +274,7 @@ fn merge_reports(dir: &Path, reports: &[Report]) -> anyhow::Result<Report> {
         out: Some(out.clone()),
         report: None,
         quiet: true,
+        threshold: Vec::new(),
     })?;
     let merged = serde_json::from_slice(&std::fs::read(&out)?)
         .context("reading the client hosts' merged report")?;
