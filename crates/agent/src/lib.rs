@@ -6,13 +6,15 @@
 //! `resolver` (which certificate for which hello), `sessions` (rustls' session seams over
 //! `baton-session`), `metering` (crypto CPU-seconds), `early` (0-RTT decisions), `tls` (the
 //! `ServerConfig`), `body` + `conn_info` + `http` + `proxy` (what is served), `h2frames` +
-//! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `metrics`, `context` (what
+//! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `forwarded` (the forwarding
+//! headers), `access_log`, `http_listen` (the plain-HTTP redirect), `metrics`, `context` (what
 //! every connection shares), `migration` (session migration: export, import, the migrated
 //! stream), `conn` (the connection path: accept, engine, park, pace, early data, idle I/O,
 //! transport), `server` (listeners, signals).
 
 #![forbid(unsafe_code)]
 
+mod access_log;
 mod body;
 mod certs;
 mod challenges;
@@ -21,10 +23,12 @@ mod conn;
 mod conn_info;
 mod context;
 mod early;
+mod forwarded;
 mod h2bounds;
 mod h2frames;
 mod h2watch;
 mod http;
+mod http_listen;
 mod keysigner;
 pub mod metering;
 pub mod metrics;

@@ -5,8 +5,9 @@
 //! after refusing connections, is decided in `upstream.rs`; this file does the I/O.
 //!
 //! The agent is the TLS edge, so it is the first hop that knows the client: it *replaces*
-//! `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Client-Cert-Subject` rather than appending to
-//! what the client sent, which would let any client claim any address or identity.
+//! `X-Client-Cert-Subject`, and the forwarding headers unless the client is a trusted proxy
+//! (`forwarded`), rather than appending to what the client sent, which would let any client
+//! claim any address or identity.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,21 +16,18 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::uri::Scheme;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Body as _;
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::body::{text, Body};
+use crate::body::{text, Body, BoxError};
 use crate::config::UpstreamBalance;
 use crate::conn_info::ConnInfo;
+use crate::forwarded::{Forwarding, Hop};
 use crate::served::Served;
 use crate::upstream::{Backends, Outcome};
 
 pub const CLIENT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
-const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 /// Longest wait for a backend's connection: a backend that does not answer a SYN in this
 /// time counts as down, and a request without a body goes to the next one.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -51,6 +49,8 @@ pub struct Proxy {
     client: Client<HttpConnector, Body>,
     /// Longest wait for the backend's response head.
     timeout: Duration,
+    /// The forwarding headers added to each request.
+    forwarding: Forwarding,
 }
 
 impl Proxy {
@@ -70,7 +70,14 @@ impl Proxy {
             backends,
             client,
             timeout,
+            forwarding: Forwarding::default(),
         })
+    }
+
+    /// Whose forwarding headers are kept, and whether `Via` is added.
+    pub fn with_forwarding(mut self, forwarding: Forwarding) -> Self {
+        self.forwarding = forwarding;
+        self
     }
 
     /// The backends and their health, for the metrics endpoint.
@@ -78,13 +85,17 @@ impl Proxy {
         self.backends.clone()
     }
 
-    pub async fn forward(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
+    pub async fn forward<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
         // A request without a body can be sent again as it is: if its backend refuses the
         // connection (which never saw the request, so even a POST is safe), the next one
         // gets it. One with a body has only the one try: its body is consumed on the way.
         let resendable = req.body().is_end_stream();
         let (mut head, body) = req.into_parts();
-        let path = match rewrite(&mut head, conn) {
+        let path = match rewrite(&mut head, conn, &self.forwarding) {
             Ok(p) => p,
             Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
         };
@@ -144,7 +155,11 @@ impl Proxy {
 
 /// Rewrites a client's request head for a backend, and returns the path and query to ask it
 /// for (the backend's address goes into the URI per attempt).
-fn rewrite(head: &mut http::request::Parts, conn: &ConnInfo) -> Result<String, &'static str> {
+fn rewrite(
+    head: &mut http::request::Parts,
+    conn: &ConnInfo,
+    forwarding: &Forwarding,
+) -> Result<String, &'static str> {
     // HTTP/2 carries the host in :authority; the backend speaks HTTP/1.1 and wants Host.
     let host = head
         .uri
@@ -161,17 +176,19 @@ fn rewrite(head: &mut http::request::Parts, conn: &ConnInfo) -> Result<String, &
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    head.version = Version::HTTP_11;
+    let version = std::mem::replace(&mut head.version, Version::HTTP_11);
     let h = &mut head.headers;
     strip_hop_by_hop(h);
-    if let Some(host) = host.and_then(|s| HeaderValue::from_str(&s).ok()) {
-        h.insert(header::HOST, host);
+    let host = host.filter(|s| HeaderValue::from_str(s).is_ok());
+    if let Some(v) = host.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+        h.insert(header::HOST, v);
     }
-    h.insert(
-        FORWARDED_FOR,
-        HeaderValue::from_str(&conn.peer.ip().to_string()).map_err(|_| "bad peer\n")?,
-    );
-    h.insert(FORWARDED_PROTO, HeaderValue::from_static("https"));
+    let hop = Hop {
+        client: conn.peer,
+        host: host.as_deref(),
+        version,
+    };
+    forwarding.apply(h, hop);
     h.remove(&CLIENT_SUBJECT);
     if let Some(subject) = &conn.client_subject {
         // A subject with bytes not allowed in a header is sent escaped rather than dropped.

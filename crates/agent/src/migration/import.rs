@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
 use super::stream::MigratedStream;
+use crate::access_log::Migrated;
 use crate::conn::io::ConnIo;
 use crate::conn::transport::AgentIo;
 use crate::conn_info::ConnInfo;
@@ -73,6 +74,8 @@ pub async fn import(
     let mut machine = Importer::new(ctx.config.migration_timeouts, now());
     let mut buf = vec![0u8; 8 * 1024];
     let mut opened = None;
+    // The agent that sealed the session (its clear header, authenticated once it opens).
+    let mut issuer = None;
     loop {
         let deadline = machine.deadline()?;
         let n = match tokio::time::timeout_at(deadline.into(), io.read(&mut buf)).await {
@@ -96,6 +99,7 @@ pub async fn import(
         };
         match event {
             ImportEvent::Open(sealed) => {
+                issuer = baton_session::TicketHeader::parse(&sealed).map(|h| h.issuer);
                 let t = thread_cpu();
                 let layer = open(&sealed, binding, ctx).and_then(|obj| {
                     match baton_migrate::record_layer(&obj) {
@@ -125,7 +129,11 @@ pub async fn import(
             ImportEvent::Commit { ciphertext } => {
                 let (obj, layer) = opened?;
                 m.migrated_in(why);
-                let info = ConnInfo::migrated(&obj, peer);
+                let mut info = ConnInfo::migrated(&obj, peer);
+                if let Some(log) = &ctx.http.access_log {
+                    let from = issuer.map_or(Migrated::Unknown, Migrated::From);
+                    info.log = Some(log.connection(&info, from));
+                }
                 let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
                     .negotiated(obj.version, obj.suite);
                 s.prefill_ciphertext(&ciphertext);
