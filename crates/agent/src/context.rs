@@ -74,6 +74,7 @@ pub(crate) async fn for_test(config: AgentConfig) -> (Arc<Context>, String) {
         max_bytes: config.max_bytes,
         draining: draining.clone(),
         access_log: None,
+        drain_timeout: config.drain_timeout,
     });
     let context = Context::new(config, tls, metrics, http, draining);
     (Arc::new(context), pem)

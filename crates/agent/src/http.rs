@@ -28,6 +28,8 @@ pub struct HttpService {
     pub draining: tokio_util::sync::CancellationToken,
     /// `--access-log`: each connection takes its part (`ConnInfo::log`) at its handshake's end.
     pub access_log: Option<crate::access_log::AccessLog>,
+    /// `--drain-timeout`: how long a WebSocket lasts once the agent drains.
+    pub drain_timeout: std::time::Duration,
 }
 
 /// RFC 8470 section 5.1: set on requests received in early data.
@@ -95,6 +97,16 @@ impl HttpService {
             }
             req.headers_mut()
                 .insert(EARLY_DATA, header::HeaderValue::from_static("1"));
+        }
+        if crate::websocket::is_extended_connect(&req) {
+            let Some(proxy) = &self.proxy else {
+                return crate::websocket::not_here();
+            };
+            let drain = crate::websocket::Drain {
+                draining: self.draining.clone(),
+                within: self.drain_timeout,
+            };
+            return Box::pin(crate::websocket::over_h2(proxy, req, conn, drain)).await;
         }
         // hyper keeps the box holding this future for the connection's life, so it must stay
         // small: the proxy's (large) future gets a box of its own, freed with the request.

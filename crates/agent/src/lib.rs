@@ -7,7 +7,8 @@
 //! `baton-session`), `metering` (crypto CPU-seconds), `early` (0-RTT decisions), `tls` (the
 //! `ServerConfig`), `body` + `conn_info` + `http` + `proxy` (what is served), `h2frames` +
 //! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `forwarded` (the forwarding
-//! headers), `access_log`, `http_listen` (the plain-HTTP redirect), `metrics`, `context` (what
+//! headers), `websocket`, `access_log`, `http_listen` (the plain-HTTP redirect), `metrics`,
+//! `context` (what
 //! every connection shares), `migration` (session migration: export, import, the migrated
 //! stream), `conn` (the connection path: accept, engine, park, pace, early data, idle I/O,
 //! transport), `server` (listeners, signals).
@@ -42,6 +43,7 @@ mod sessions;
 mod store;
 mod tls;
 mod upstream;
+mod websocket;
 
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -121,7 +121,12 @@ impl Proxy {
             let sent = self.client.request(Request::from_parts(head, body));
             let (outcome, mut response) = match tokio::time::timeout(self.timeout, sent).await {
                 Ok(Ok(mut resp)) => {
+                    let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                     strip_hop_by_hop(resp.headers_mut());
+                    if switched {
+                        // a WebSocket: the connection path joins both sides (`websocket`)
+                        crate::websocket::keep_upgrade(resp.headers_mut());
+                    }
                     let resp = resp.map(|b| b.map_err(Into::into).boxed());
                     (Outcome::Answered, resp)
                 }
@@ -176,9 +181,13 @@ fn rewrite(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
+    let upgrade = crate::websocket::wants_upgrade(&head.headers, head.version);
     let version = std::mem::replace(&mut head.version, Version::HTTP_11);
     let h = &mut head.headers;
     strip_hop_by_hop(h);
+    if upgrade {
+        crate::websocket::keep_upgrade(h);
+    }
     let host = host.filter(|s| HeaderValue::from_str(s).is_ok());
     if let Some(v) = host.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
         h.insert(header::HOST, v);

@@ -59,6 +59,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         max_bytes: config.max_bytes,
         draining: draining.clone(),
         access_log: access_log.clone(),
+        drain_timeout: config.drain_timeout,
     });
 
     // Handlers first: a SIGTERM sent right after `ready` must drain, not kill the process
