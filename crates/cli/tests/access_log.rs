@@ -48,7 +48,8 @@ fn curl_to(agent: &Agent, pki: &Pki, extra: &[&str], path: &str) -> String {
     let port = agent.port();
     let resolve = format!("localhost:{port}:127.0.0.1");
     let url = format!("https://localhost:{port}{path}");
-    let mut args = vec!["--cacert", &pki.arg("ca.pem"), "--resolve", &resolve];
+    let ca = pki.arg("ca.pem");
+    let mut args = vec!["--cacert", ca.as_str(), "--resolve", &resolve];
     args.extend_from_slice(extra);
     args.extend(["-o", "/dev/null", "-w", "%{http_code}", url.as_str()]);
     let out = curl(&args);
