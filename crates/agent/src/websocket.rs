@@ -87,6 +87,7 @@ where
     let client = hyper::upgrade::on(&mut req);
     let (mut head, body) = req.into_parts();
     head.method = Method::GET;
+    head.version = Version::HTTP_11;
     head.extensions.remove::<hyper::ext::Protocol>();
     let h = &mut head.headers;
     keep_upgrade(h);

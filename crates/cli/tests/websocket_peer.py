@@ -90,14 +90,18 @@ def h2_client(port, ca, path, messages):
     )
     sock.sendall(conn.data_to_send())
     status = None
+    body = b""
     while status is None:
         for e in events():
             if isinstance(e, h2.events.ResponseReceived):
                 status = dict(e.headers)[b":status"].decode()
-            elif isinstance(e, h2.events.StreamReset):
+            elif isinstance(e, h2.events.DataReceived):
+                body += e.data
+            elif isinstance(e, h2.events.StreamReset) and status is None:
                 raise SystemExit("stream reset")
     print("status", status, flush=True)
     if status != "200":
+        print(body.decode(errors="replace"), flush=True)
         return
     buf = b""
     for m in messages:
