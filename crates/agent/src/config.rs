@@ -570,11 +570,15 @@ pub struct AgentConfig {
 impl AgentArgs {
     /// Reads `--config` (if any), lets flags override it, and fills in defaults.
     pub fn resolve(self) -> anyhow::Result<AgentConfig> {
-        let merged = match &self.config {
+        self.merged()?.into_config()
+    }
+
+    /// The flags over the `--config` file's keys, before defaults and rules.
+    pub(crate) fn merged(self) -> anyhow::Result<Self> {
+        Ok(match &self.config {
             Some(path) => self.clone().over(Self::from_file(path)?),
             None => self,
-        };
-        merged.into_config()
+        })
     }
 
     fn from_file(path: &Path) -> anyhow::Result<Self> {

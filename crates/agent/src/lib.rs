@@ -19,6 +19,7 @@ mod access_log;
 mod body;
 mod certs;
 mod challenges;
+mod check;
 mod config;
 mod conn;
 mod conn_info;
@@ -50,6 +51,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+pub use check::check;
 pub use config::{
     AgentArgs, AgentConfig, ClientAuth, HumanDuration, KeyKind, SignerFallback, StoreKind,
 };

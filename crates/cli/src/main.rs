@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
+mod reference;
+
 #[derive(Parser)]
 #[command(
     name = "baton",
@@ -61,6 +64,10 @@ enum Command {
     Signer(Box<baton_signer::SignerArgs>),
     /// Generate a ticket key file for `baton agent --ticket-key-file`.
     TicketKey(baton_agent::TicketKeyArgs),
+    /// Check a configuration file without starting anything: every problem listed, exit 0 when
+    /// the process would start, 2 when it would not.
+    #[command(subcommand)]
+    Check(check::Check),
     /// Write man pages, or print shell completions, for this binary.
     #[command(subcommand)]
     Generate(Generate),
@@ -78,6 +85,9 @@ enum Generate {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// The configuration reference (every command's flags and config keys) as Markdown, on
+    /// standard output: docs/configuration.md.
+    Reference,
 }
 
 /// `baton generate`.
@@ -96,6 +106,10 @@ fn generate(what: Generate) -> anyhow::Result<ExitCode> {
             clap_complete::generate(shell, &mut cmd, "baton", &mut script);
             std::io::Write::write_all(&mut std::io::stdout(), &script)
                 .context("writing the completion script")?;
+        }
+        Generate::Reference => {
+            std::io::Write::write_all(&mut std::io::stdout(), reference::markdown(&cmd).as_bytes())
+                .context("writing the reference")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -127,6 +141,7 @@ fn main() -> ExitCode {
             baton_agent::ticket_key_command(args).map(|()| ExitCode::SUCCESS)
         }
         Command::Generate(what) => generate(what),
+        Command::Check(what) => check::run(what),
     };
     match result {
         Ok(code) => code,

@@ -112,3 +112,93 @@ fn completion_scripts_are_valid_for_their_shell() {
         Some(2)
     );
 }
+
+#[test]
+fn check_passes_a_config_that_starts_and_lists_every_problem_of_one_that_does_not() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let pki = Pki::new();
+    for key in ["ecdsa.key", "rsa.key"] {
+        std::fs::set_permissions(pki.dir.path(key), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+    }
+    let dir = TempDir::new("check");
+    let config = dir.path("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\ncert = [{:?}, {:?}]\nkey = [{:?}, {:?}]\n",
+            pki.arg("ecdsa.pem"),
+            pki.arg("rsa.pem"),
+            pki.arg("ecdsa.key"),
+            pki.arg("rsa.key"),
+        ),
+    )
+    .unwrap();
+    let out = baton(&["check", "agent", &dir.arg("agent.toml")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out));
+    assert!(
+        text_of(&out).contains("agent.toml: ok"),
+        "{}",
+        text_of(&out)
+    );
+    // the same file, with flags that break it the way a unit's command line could
+    std::fs::set_permissions(
+        pki.dir.path("rsa.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = baton(&[
+        "check",
+        "agent",
+        &dir.arg("agent.toml"),
+        "--key",
+        &pki.arg("rsa.key"),
+        "--key",
+        &pki.arg("ecdsa.key"),
+        "--workers",
+        "0",
+    ]);
+    let text = text_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    // the keys given the wrong way round (two pairs that do not match), one key readable by
+    // others, and zero workers: each is listed
+    assert_eq!(text.matches("does not match").count(), 2, "{text}");
+    assert!(text.contains("chmod 600"), "{text}");
+    assert!(text.contains("--workers"), "{text}");
+    // a dispatcher whose admin endpoint would face the network, and an agents file with one id
+    // twice
+    std::fs::write(
+        dir.path("agents.toml"),
+        "[[agent]]\nid = 1\naddr = \"127.0.0.1:9001\"\n[[agent]]\nid = 1\naddr = \"127.0.0.1:9002\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path("dispatch.toml"),
+        format!(
+            "agents-file = {:?}\nadmin = \"0.0.0.0:9000\"\nadmin-token-file = {:?}\n",
+            dir.arg("agents.toml"),
+            dir.arg("token")
+        ),
+    )
+    .unwrap();
+    let out = baton(&["check", "dispatch", &dir.arg("dispatch.toml")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+    assert!(text_of(&out).contains("loopback"), "{}", text_of(&out));
+    assert!(!dir.path("token").exists(), "check created the token file");
+    let out = baton(&["check", "agents", &dir.arg("agents.toml")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+    assert!(text_of(&out).contains("appears twice"), "{}", text_of(&out));
+}
+
+#[test]
+fn the_configuration_reference_in_docs_is_the_binarys_own() {
+    let out = baton(&["generate", "reference"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out));
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        written == generated,
+        "docs/configuration.md is out of date: run `baton generate reference > docs/configuration.md`"
+    );
+}

@@ -1,7 +1,7 @@
 //! The dispatcher's settings: flags, the same keys in TOML, and the resolved configuration.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,8 +192,9 @@ impl DispatchConfig {
 }
 
 impl DispatchArgs {
-    pub fn resolve(self) -> anyhow::Result<DispatchConfig> {
-        let args = match &self.config {
+    /// The flags over the `--config` file's keys, before defaults and rules.
+    pub(crate) fn merged(self) -> anyhow::Result<Self> {
+        Ok(match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading config file {}", path.display()))?;
@@ -202,7 +203,20 @@ impl DispatchArgs {
                 self.over(file)
             }
             None => self,
-        };
+        })
+    }
+
+    pub fn resolve(self) -> anyhow::Result<DispatchConfig> {
+        self.resolve_with(|path| Token::load_or_create(path).map(Some))
+    }
+
+    /// [`Self::resolve`], with the admin token file read (or created) by `token`: `baton
+    /// check` looks at the file without creating it.
+    pub(crate) fn resolve_with(
+        self,
+        token: impl FnOnce(&Path) -> anyhow::Result<Option<Token>>,
+    ) -> anyhow::Result<DispatchConfig> {
+        let args = self.merged()?;
         if args.agent.is_empty() && args.agents_file.is_none() {
             bail!(
                 "no agents: give --agent ADDR for each agent, in agent-id order, or --agents-file"
@@ -215,7 +229,7 @@ impl DispatchArgs {
             (Some(admin), _) if !admin.ip().is_loopback() => {
                 bail!("--admin {admin}: the admin endpoint listens on loopback addresses only")
             }
-            (Some(_), Some(path)) => Some(Arc::new(Token::load_or_create(path)?)),
+            (Some(_), Some(path)) => token(path)?.map(Arc::new),
             (Some(_), None) => bail!(
                 "--admin needs --admin-token-file FILE: the token every admin call must send \
                  (a random one is written there, mode 0600, if the file does not exist)"

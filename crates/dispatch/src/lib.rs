@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod check;
 mod config;
 mod context;
 mod health;
@@ -27,6 +28,7 @@ pub mod route;
 mod server;
 mod splice;
 
+pub use check::{check, check_agents_file};
 pub use config::{DispatchArgs, DispatchConfig};
 pub use route::{Policy, Reason, Router};
 

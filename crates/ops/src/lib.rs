@@ -7,6 +7,7 @@
 
 pub mod accept;
 pub mod affinity;
+pub mod check;
 pub mod cidr;
 pub mod control;
 pub mod duration;
