@@ -908,6 +908,41 @@ mod tests {
     }
 
     #[test]
+    fn front_settings_from_the_file_and_flags() {
+        let file: AgentArgs = toml::from_str(
+            r#"
+            self-signed = ["ecdsa-p256"]
+            access-log = "/var/log/baton/access.log"
+            access-log-format = "json"
+            http-listen = ["127.0.0.1:8080"]
+            via = true
+            proxy-protocol-from = ["10.0.0.0/8"]
+            "#,
+        )
+        .unwrap();
+        let c = parse(&[]).over(file).into_config().unwrap();
+        assert_eq!(
+            c.access_log.as_deref(),
+            Some(Path::new("/var/log/baton/access.log"))
+        );
+        assert_eq!(c.access_log_format, crate::access_log::Format::Json);
+        assert_eq!(
+            c.http_listen,
+            ["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]
+        );
+        assert!(c.forwarding.via);
+        assert_eq!(c.forwarding.trusted.len(), 1);
+        // the default PROXY sources (loopback) are not trusted with forwarding headers
+        let c = from_flags(&["--self-signed", "ecdsa-p256"]);
+        assert!(c.forwarding.trusted.is_empty() && !c.forwarding.via);
+        assert_eq!(c.access_log, None);
+        let e = parse(&["--self-signed", "ecdsa-p256", "--access-log-format", "json"])
+            .resolve()
+            .unwrap_err();
+        assert!(e.to_string().contains("--access-log"), "{e}");
+    }
+
+    #[test]
     fn park_after() {
         let c = from_flags(&["--self-signed", "ecdsa-p256"]);
         assert_eq!(c.park_after, Duration::from_millis(50));
