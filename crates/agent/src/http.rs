@@ -69,7 +69,9 @@ impl HttpService {
             None => self.dispatch(req, &conn).await,
             Some(log) => {
                 let (pending, req) = crate::access_log::Pending::start(log, req);
+                let unanswered = crate::access_log::Unanswered::new(&pending);
                 let response = self.dispatch(req, &conn).await;
+                unanswered.answered();
                 crate::access_log::finish(pending, response)
             }
         };

@@ -199,6 +199,42 @@ fn text_lines_are_combined_like() {
     assert!(fields["rt"].parse::<f64>().is_ok(), "{l}");
 }
 
+/// A client that leaves before its answer still gets its line, with nginx's 499.
+#[test]
+fn a_request_whose_client_left_is_logged_499() {
+    // a backend that takes the request and never answers
+    let stall = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", stall.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let (s, _) = stall.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(s);
+    });
+    let pki = Pki::new();
+    let dir = TempDir::new("access-gone");
+    let log = dir.path("access.log");
+    let agent = Agent::serving(
+        &pki,
+        &[
+            "--upstream",
+            &upstream,
+            "--access-log",
+            path_str(&log),
+            "--access-log-format",
+            "json",
+        ],
+    );
+    assert_eq!(
+        curl_to(&agent, &pki, &["--http1.1", "--max-time", "1"], "/slow"),
+        "000"
+    );
+    let lines = json_lines(&log, 1);
+    let l = by_path(&lines, "/slow");
+    assert_eq!(l["status"], 499, "{l}");
+    assert_eq!(l["bytes_out"], 0, "{l}");
+    held.join().unwrap();
+}
+
 /// logrotate without copytruncate: the file is renamed, then the agent told (SIGUSR1). Lines
 /// written between the two go to the renamed file; none may be lost or doubled.
 #[test]

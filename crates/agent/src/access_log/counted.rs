@@ -107,6 +107,44 @@ where
     }
 }
 
+/// The status logged for a request whose client left before its answer (nginx's choice).
+pub const CLIENT_GONE: u16 = 499;
+
+/// Held while a request is being answered: if it is dropped armed (hyper gave up on the
+/// request: the client closed, a deadline cut it), the request's line says [`CLIENT_GONE`].
+pub struct Unanswered(Option<Arc<Pending>>);
+
+impl Unanswered {
+    pub fn new(pending: &Arc<Pending>) -> Self {
+        Unanswered(Some(pending.clone()))
+    }
+
+    pub fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(pending) = self.0.take() {
+            queue(pending, CLIENT_GONE, 0, None);
+        }
+    }
+}
+
+/// Ends a request's line and queues it.
+fn queue(pending: Arc<Pending>, status: u16, bytes_out: u64, served: Option<Served>) {
+    let _ = pending.end.set(End {
+        at: SystemTime::now(),
+        status,
+        bytes_out,
+        request_time: pending.started.elapsed(),
+        served,
+    });
+    let log = pending.conn.log.clone();
+    log.send(Msg::Request(pending));
+}
+
 /// The response to a logged request: its body counted, its line queued when the body is done.
 pub fn finish(pending: Arc<Pending>, mut response: Response<Body>) -> Response<Body> {
     let served = response.extensions_mut().remove::<Served>();
@@ -160,17 +198,8 @@ impl http_body::Body for Logged {
 /// hyper drops a body once it has sent it all, or given up on it: the request is over.
 impl Drop for Logged {
     fn drop(&mut self) {
-        let Some(pending) = self.pending.take() else {
-            return;
-        };
-        let _ = pending.end.set(End {
-            at: SystemTime::now(),
-            status: self.status,
-            bytes_out: self.bytes_out,
-            request_time: pending.started.elapsed(),
-            served: self.served.take(),
-        });
-        let log = pending.conn.log.clone();
-        log.send(Msg::Request(pending));
+        if let Some(pending) = self.pending.take() {
+            queue(pending, self.status, self.bytes_out, self.served.take());
+        }
     }
 }

@@ -25,7 +25,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use serde::Deserialize;
 
-pub use counted::{finish, Pending};
+pub use counted::{finish, Pending, Unanswered};
 pub use record::{ConnFields, Handshake, Migrated};
 use record::{ConnLine, Msg};
 
