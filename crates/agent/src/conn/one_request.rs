@@ -55,7 +55,12 @@ where
     let gate = Arc::new(AtomicBool::new(false));
     let http = ctx.http.clone();
     // The upstream's side of a WebSocket, once it has said 101: the stream is joined to it.
-    let switched = Arc::new(std::sync::Mutex::new(None));
+    // (Only a proxy switches protocols: the built-in responder allocates nothing for it.)
+    let switched = ctx
+        .http
+        .proxy
+        .is_some()
+        .then(|| Arc::new(std::sync::Mutex::new(None)));
     let (i, n, p, seen, sw) = (
         info.clone(),
         whole.clone(),
@@ -70,7 +75,7 @@ where
         // boxed: hyper needs an Unpin future to hand the stream back
         Box::pin(async move {
             let mut resp = http.handle(i, req).await?;
-            if let Some(upstream) = crate::websocket::upstream_of(&mut resp) {
+            if let (Some(sw), Some(upstream)) = (&sw, crate::websocket::upstream_of(&mut resp)) {
                 *sw.lock().unwrap_or_else(|e| e.into_inner()) = Some(upstream);
             }
             Ok::<_, std::convert::Infallible>(if keep_alive {
@@ -117,7 +122,7 @@ where
     if let Err(e) = &result {
         tracing::debug!(peer = %info.peer, error = %e, "connection ended with an error");
     }
-    let upstream = switched.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let upstream = switched.and_then(|sw| sw.lock().unwrap_or_else(|e| e.into_inner()).take());
     if let (Some(upstream), true) = (upstream, result.is_ok()) {
         // hyper wrote the 101 and stopped: the rest of the connection is the WebSocket's, here
         // until it ends (never back to waiting for requests: not parked, not moved)
