@@ -199,6 +199,63 @@ fn text_lines_are_combined_like() {
     assert!(fields["rt"].parse::<f64>().is_ok(), "{l}");
 }
 
+/// Session migration (`baton up --policy handoff`): a connection whose session moved to its
+/// home agent is logged there with the agent it came from; the agent that ran its handshake
+/// and served nothing logs the connection alone.
+#[test]
+fn a_migrated_session_says_which_agent_it_came_from() {
+    let dir = TempDir::new("access-migrated");
+    let log = dir.path("access.log");
+    let log_arg = format!("--agent-arg=--access-log={}", path_str(&log));
+    let up = Up::handoff(&[&log_arg, "--agent-arg=--access-log-format=json"]);
+    let port = up.addr().port();
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let mut requests = 0;
+    // consecutive full handshakes alternate between the agents: some move home
+    for i in 0..6 {
+        let url = format!("https://localhost:{port}/bytes/5?c={i}");
+        let out = curl(&[
+            "--cacert",
+            up.ca(),
+            "--resolve",
+            &resolve,
+            "-o",
+            "/dev/null",
+            &url,
+        ]);
+        assert!(out.status.success(), "{}", text_of(&out));
+        requests += 1;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lines = json_lines(&log, requests);
+    let done = |lines: &[Value]| lines.iter().filter(|l| l["kind"] == "request").count();
+    while done(&lines) < requests && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        lines = json_lines(&log, 0);
+    }
+    assert_eq!(done(&lines), requests, "{lines:#?}");
+    let moved: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "request" && l["migrated"] == true)
+        .collect();
+    assert!(
+        !moved.is_empty(),
+        "no request on a migrated session: {lines:#?}"
+    );
+    for l in &moved {
+        let (from, here) = (l["migrated_from"].as_u64(), l["agent_id"].as_u64());
+        assert!(from.is_some() && from != here, "{l}");
+        assert_eq!(l["sni"], "localhost", "{l}");
+        assert_eq!(l["status"], 200, "{l}");
+    }
+    // each moved session's handshake agent logged the connection it handed on
+    let handed_on = lines
+        .iter()
+        .filter(|l| l["kind"] == "connection" && l["migrated"] == false)
+        .count();
+    assert!(handed_on >= moved.len(), "{lines:#?}");
+}
+
 /// A client that leaves before its answer still gets its line, with nginx's 499.
 #[test]
 fn a_request_whose_client_left_is_logged_499() {
