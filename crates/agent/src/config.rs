@@ -15,7 +15,9 @@ use serde::Deserialize;
 #[derive(clap::Args, Debug, Default, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct AgentArgs {
-    /// TOML file with any of these settings (keys are the flag names); flags override it.
+    /// TOML file with any of these settings (keys are the flag names); flags override it. The
+    /// reverse proxy's routes and upstream pools (`[[route]]`, `[pool.NAME]`) are set there
+    /// only: see examples/agent-routes.toml.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -210,7 +212,8 @@ pub struct AgentArgs {
 
     /// Plain-HTTP backend (http://HOST:PORT) to proxy every request to, instead of the
     /// built-in responder (repeatable: the agent is then a TLS proxy in front of several
-    /// backends, balanced by --upstream-balance).
+    /// backends, balanced by --upstream-balance). The one-pool shorthand of the config file's
+    /// routes: it makes the pool `default`, which takes every request when there are no routes.
     #[arg(long, value_name = "URL")]
     pub upstream: Vec<String>,
 
@@ -219,6 +222,26 @@ pub struct AgentArgs {
     /// stable hash of its address). Default round-robin.
     #[arg(long, value_name = "POLICY")]
     pub upstream_balance: Option<UpstreamBalance>,
+
+    /// Upstream pools (config file only: `[pool.NAME]` tables with `upstreams`, `balance`,
+    /// `protocol`, `ca`, `sni`, `client-cert`/`client-key`, timeouts, keep-alive limits and
+    /// `[pool.NAME.health]` checks). See examples/agent-routes.toml.
+    #[arg(skip)]
+    pub pool: std::collections::BTreeMap<String, crate::route_config::PoolSpec>,
+
+    /// Routes (config file only: `[[route]]` entries matching `hosts` and `path-prefix` to a
+    /// `pool`, with header changes and a body limit). See examples/agent-routes.toml.
+    #[arg(skip)]
+    pub route: Vec<crate::route_config::RouteSpec>,
+
+    /// Status for a request whose host no route takes (config file only). Default 421.
+    #[arg(skip)]
+    pub unknown_host_status: Option<u16>,
+
+    /// Status for a request whose host routes take but not its path (config file only).
+    /// Default 404.
+    #[arg(skip)]
+    pub no_route_status: Option<u16>,
 
     /// Address for Prometheus metrics (plain HTTP, /metrics). Off by default.
     #[arg(long, value_name = "ADDR")]
@@ -366,16 +389,20 @@ pub fn parse_upstream(url: &str) -> anyhow::Result<http::uri::Authority> {
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KeyKind {
+    #[value(alias = "p256")]
+    #[serde(alias = "p256")]
     EcdsaP256,
+    #[value(alias = "p384")]
+    #[serde(alias = "p384")]
     EcdsaP384,
-    #[value(name = "rsa-2048")]
-    #[serde(rename = "rsa-2048")]
+    #[value(name = "rsa-2048", alias = "rsa2048")]
+    #[serde(rename = "rsa-2048", alias = "rsa2048")]
     Rsa2048,
-    #[value(name = "rsa-3072")]
-    #[serde(rename = "rsa-3072")]
+    #[value(name = "rsa-3072", alias = "rsa3072")]
+    #[serde(rename = "rsa-3072", alias = "rsa3072")]
     Rsa3072,
-    #[value(name = "rsa-4096")]
-    #[serde(rename = "rsa-4096")]
+    #[value(name = "rsa-4096", alias = "rsa4096")]
+    #[serde(rename = "rsa-4096", alias = "rsa4096")]
     Rsa4096,
     Ed25519,
 }
@@ -535,8 +562,8 @@ pub struct AgentConfig {
     pub early_data_methods: Vec<http::Method>,
     pub body_size: usize,
     pub max_bytes: u64,
-    pub upstream: Vec<String>,
-    pub upstream_balance: UpstreamBalance,
+    /// The reverse proxy's pools and routes; `None`: the built-in responder.
+    pub routing: Option<crate::route_config::Routing>,
     pub metrics: Option<SocketAddr>,
     pub proxy_protocol: bool,
     /// Who may send a PROXY header (`--proxy-protocol-from`).
@@ -593,6 +620,11 @@ impl AgentArgs {
             ($($list:ident),* ; $($opt:ident),*) => {
                 Self {
                     config: self.config,
+                    // file only
+                    pool: file.pool,
+                    route: file.route,
+                    unknown_host_status: file.unknown_host_status,
+                    no_route_status: file.no_route_status,
                     $($list: if self.$list.is_empty() { file.$list } else { self.$list },)*
                     $($opt: self.$opt.or(file.$opt),)*
                 }
@@ -769,8 +801,15 @@ impl AgentArgs {
                 .collect::<anyhow::Result<_>>()?,
             body_size: self.body_size.unwrap_or(1024),
             max_bytes: self.max_bytes.unwrap_or(64 << 20),
-            upstream: self.upstream,
-            upstream_balance: self.upstream_balance.unwrap_or_default(),
+            routing: crate::route_config::resolve(crate::route_config::Inputs {
+                upstream: &self.upstream,
+                upstream_balance: self.upstream_balance.unwrap_or_default(),
+                pools: &self.pool,
+                routes: &self.route,
+                unknown_host_status: self.unknown_host_status,
+                no_route_status: self.no_route_status,
+                idle_timeout: dur(self.idle_timeout, 60),
+            })?,
             metrics: self.metrics,
             proxy_protocol: self.proxy_protocol.unwrap_or(false),
             proxy_protocol_from: if self.proxy_protocol_from.is_empty() {
@@ -841,9 +880,6 @@ impl AgentConfig {
             if d.is_zero() {
                 bail!("timeouts must be greater than zero");
             }
-        }
-        for up in &self.upstream {
-            parse_upstream(up)?;
         }
         Ok(())
     }

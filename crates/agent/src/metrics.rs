@@ -473,7 +473,8 @@ impl Metrics {
 #[derive(Debug)]
 pub struct Collected {
     pub metrics: Arc<Metrics>,
-    pub upstreams: Option<Arc<crate::upstream::Backends>>,
+    /// Every pool's upstreams.
+    pub upstreams: Vec<Arc<crate::upstream::Backends>>,
     pub link: Option<Arc<baton_link::LinkStats>>,
 }
 
@@ -490,9 +491,7 @@ impl Collected {
 impl Collector for Collected {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.metrics.encode(&mut e)?;
-        if let Some(u) = &self.upstreams {
-            u.encode(&mut e)?;
-        }
+        crate::upstream::encode_all(&self.upstreams, &mut e)?;
         if let Some(l) = &self.link {
             l.encode(&mut e)?;
         }
@@ -597,7 +596,7 @@ pub(crate) mod tests {
         m.request(404);
         let text = Collected {
             metrics: m,
-            upstreams: None,
+            upstreams: Vec::new(),
             link: None,
         };
         let text = baton_ops::metrics::encode(&text.registry());

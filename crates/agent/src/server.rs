@@ -31,18 +31,15 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let draining = CancellationToken::new();
-    let proxy = if config.upstream.is_empty() {
-        None
-    } else {
-        Some(
-            Proxy::new(
-                &config.upstream,
-                config.upstream_balance,
-                config.idle_timeout,
-            )?
-            .with_forwarding(config.forwarding.clone()),
-        )
-    };
+    let proxy = config
+        .routing
+        .as_ref()
+        .map(|r| Proxy::new(r).map(|p| p.with_forwarding(config.forwarding.clone())))
+        .transpose()?;
+    if let Some(p) = &proxy {
+        p.start_checks(&draining);
+    }
+    let upstreams = proxy.as_ref().map(Proxy::backends).unwrap_or_default();
     let access_log = match &config.access_log {
         Some(path) => Some(AccessLog::open(
             path,
@@ -51,7 +48,6 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let upstreams = proxy.as_ref().map(Proxy::backends);
     let http = Arc::new(HttpService {
         metrics: metrics.clone(),
         proxy,

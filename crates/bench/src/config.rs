@@ -274,26 +274,16 @@ impl BenchConfig {
     }
 }
 
+/// A positive duration, in the grammar of every `baton` flag (`baton_ops::duration`).
 pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .with_context(|| format!("`{s}` is not a duration like 500ms, 10s, 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => bail!("`{s}`: unknown unit `{unit}` (ms, s, m, h)"),
-    };
-    if !(secs > 0.0 && secs.is_finite()) {
-        bail!("`{s}` must be a positive duration");
+    let d = s
+        .parse::<baton_ops::duration::HumanDuration>()
+        .map_err(anyhow::Error::msg)?
+        .0;
+    if d.is_zero() {
+        bail!("`{}` must be a positive duration", s.trim());
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 impl BenchArgs {

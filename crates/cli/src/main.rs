@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod check;
 mod reference;
@@ -90,10 +90,116 @@ enum Generate {
     Reference,
 }
 
+/// The command line: the derived definitions, with an environment variable for every flag of
+/// the long-running processes (`BATON_LISTEN` for `--listen`, `BATON_CLUSTER_KEY_FILE`, ...),
+/// so a container or a unit can be configured without a command line. A flag given wins over
+/// its variable, and the variable over the `--config` file.
+fn command() -> clap::Command {
+    let with_env = |cmd: clap::Command| {
+        let flags: Vec<(clap::Id, String)> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_env().is_none())
+            .filter_map(|a| Some((a.get_id().clone(), a.get_long()?.to_string())))
+            .filter(|(_, long)| long != "help" && long != "version")
+            .collect();
+        flags.into_iter().fold(cmd, |cmd, (id, long)| {
+            let var = format!("BATON_{}", long.to_uppercase().replace('-', "_"));
+            cmd.mut_arg(id, |a| a.env(var))
+        })
+    };
+    let process = |cmd| switches(with_env(cmd));
+    host_names(Cli::command())
+        .mut_subcommand("agent", process)
+        .mut_subcommand("dispatch", process)
+        .mut_subcommand("check", |check| {
+            check
+                .mut_subcommand("agent", process)
+                .mut_subcommand("dispatch", process)
+        })
+}
+
+/// Every address flag of every command takes `HOST:PORT` as well as `IP:PORT`
+/// (`baton_ops::addr`), with an error that says which.
+fn host_names(cmd: clap::Command) -> clap::Command {
+    let addrs: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| {
+            a.get_value_parser().type_id() == std::any::TypeId::of::<std::net::SocketAddr>()
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    let cmd = addrs.into_iter().fold(cmd, |cmd, id| {
+        cmd.mut_arg(id, |a| a.value_parser(baton_ops::addr::parse))
+    });
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    subs.into_iter()
+        .fold(cmd, |cmd, name| cmd.mut_subcommand(name, host_names))
+}
+
+/// The settings that are on or off (`value_name = "BOOL"`, `Option<bool>` so that a flag can
+/// override its config file key either way) read as switches: `--tickets` alone is
+/// `--tickets true`, and `--no-tickets` is `--tickets false` (see [`negations`]).
+/// `--tickets false` still parses, as before.
+fn switches(cmd: clap::Command) -> clap::Command {
+    let bools: Vec<(clap::Id, String)> = cmd
+        .get_arguments()
+        .filter(|a| is_bool(a))
+        .filter_map(|a| Some((a.get_id().clone(), a.get_long()?.to_string())))
+        .collect();
+    bools.into_iter().fold(cmd, |cmd, (id, long)| {
+        cmd.mut_arg(id, |a| {
+            a.num_args(0..=1)
+                .default_missing_value("true")
+                .value_name("BOOL")
+        })
+        .arg(
+            clap::Arg::new(format!("no-{long}"))
+                .long(format!("no-{long}"))
+                .action(clap::ArgAction::SetTrue)
+                .help(format!("The same as --{long} false")),
+        )
+    })
+}
+
+fn is_bool(a: &clap::Arg) -> bool {
+    a.get_value_names()
+        .is_some_and(|v| v.len() == 1 && v[0].as_str() == "BOOL")
+}
+
+/// `--no-NAME` rewritten to `--NAME=false` for every on/off setting NAME, before parsing: clap
+/// has no negated flags, and the configuration structs keep one field per setting.
+fn negations(
+    cmd: &clap::Command,
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    fn collect(cmd: &clap::Command, names: &mut std::collections::HashSet<String>) {
+        names.extend(
+            cmd.get_arguments()
+                .filter(|a| is_bool(a))
+                .filter_map(|a| a.get_long().map(String::from)),
+        );
+        for sub in cmd.get_subcommands() {
+            collect(sub, names);
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    collect(cmd, &mut names);
+    args.map(
+        |arg| match arg.to_str().and_then(|a| a.strip_prefix("--no-")) {
+            Some(name) if names.contains(name) => format!("--{name}=false").into(),
+            _ => arg,
+        },
+    )
+    .collect()
+}
+
 /// `baton generate`.
 fn generate(what: Generate) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
-    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut cmd = command();
     match what {
         Generate::Man { dir } => {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -124,7 +230,14 @@ fn generate(what: Generate) -> anyhow::Result<ExitCode> {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cmd = command();
+    let matches = cmd
+        .clone()
+        .get_matches_from(negations(&cmd, std::env::args_os()));
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),

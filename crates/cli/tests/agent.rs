@@ -693,7 +693,9 @@ fn reverse_proxy_passes_over_a_backend_that_refuses() {
     }
     let live_auth = live.url().trim_start_matches("http://").to_string();
     let series = |name: &str, upstream: &str, extra: &str| {
-        agent.metric(&format!("{name}{{upstream=\"{upstream}\"{extra}}}"))
+        agent.metric(&format!(
+            "{name}{{upstream=\"{upstream}\",pool=\"default\"{extra}}}"
+        ))
     };
     let refused = series("baton_upstream_failures_total", dead, ",kind=\"connect\"");
     // round robin sends requests 1, 3 and 5 there first; only the first finds out, the others

@@ -202,3 +202,73 @@ fn the_configuration_reference_in_docs_is_the_binarys_own() {
         "docs/configuration.md is out of date: run `baton generate reference > docs/configuration.md`"
     );
 }
+
+#[test]
+fn environment_variables_set_flags_and_a_flag_wins_over_its_variable() {
+    let check = |env: &[(&str, &str)], args: &[&str]| {
+        let mut cmd = Command::new(BATON);
+        cmd.args(["check", "agent", "--self-signed", "ecdsa-p256"])
+            .args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let out = check(&[("BATON_WORKERS", "0")], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+    assert!(text_of(&out).contains("--workers"), "{}", text_of(&out));
+    let out = check(&[("BATON_WORKERS", "0")], &["--workers", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out));
+    // a process configured by its environment alone
+    let port = free_port();
+    let mut agent = Command::new(BATON)
+        .arg("agent")
+        .env("BATON_LISTEN", format!("127.0.0.1:{port}"))
+        .env("BATON_SELF_SIGNED", "ecdsa-p256")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(agent.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(line.trim(), format!("listening tls 127.0.0.1:{port}"));
+}
+
+#[test]
+fn on_off_settings_are_switches_with_negations_and_the_old_spelling_still_parses() {
+    let check = |args: &[&str]| {
+        let out = Command::new(BATON)
+            .args(["check", "agent", "--self-signed", "ecdsa-p256"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), text_of(&out))
+    };
+    // `--handoff` alone turns migration on, which needs a cluster key: refused
+    let (code, text) = check(&["--handoff"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--cluster-key-file"), "{text}");
+    let (code, text) = check(&["--handoff", "true"]);
+    assert_eq!(code, Some(2), "{text}");
+    for off in [
+        &["--no-handoff"][..],
+        &["--handoff", "false"],
+        &["--handoff=false"],
+    ] {
+        let (code, text) = check(off);
+        assert_eq!(code, Some(0), "{off:?}: {text}");
+    }
+    // a config file turns it on, the negation on the command line off
+    let dir = TempDir::new("switches");
+    std::fs::write(dir.path("a.toml"), "handoff = true\n").unwrap();
+    let (code, text) = check(&["--config", &dir.arg("a.toml")]);
+    assert_eq!(code, Some(2), "{text}");
+    let (code, text) = check(&["--config", &dir.arg("a.toml"), "--no-handoff"]);
+    assert_eq!(code, Some(0), "{text}");
+}

@@ -51,7 +51,7 @@ impl std::str::FromStr for KeyKind {
                     _ => Err(format!("`{s}`: RSA sizes are 1024, 2048, 3072, 4096")),
                 },
                 None => Err(format!(
-                    "`{s}`: p256, p384, rsa2048, rsa3072, rsa4096 or rsa1024"
+                    "`{s}`: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096 or rsa-1024"
                 )),
             },
         }

@@ -14,6 +14,7 @@
 //! /restart`, `baton rollout --restart`; see `restart.rs`), one operation at a time
 //! (`control.rs`).
 
+use baton_ops::duration::HumanDuration;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -361,14 +362,14 @@ pub struct RolloutArgs {
     pub admin_token_file: std::path::PathBuf,
     /// Pause between one agent being back and the next being stopped (e.g. 2s).
     #[arg(long, value_name = "DURATION")]
-    pub pause: Option<String>,
+    pub pause: Option<HumanDuration>,
     /// How long each agent may take to drain and exit before it is killed. Default 35s (an
     /// agent's own --drain-timeout is 30s).
     #[arg(long, value_name = "DURATION")]
-    pub drain_timeout: Option<String>,
+    pub drain_timeout: Option<HumanDuration>,
     /// How long each new agent may take to be ready and reached by the dispatchers. Default 30s.
     #[arg(long, value_name = "DURATION")]
-    pub ready_timeout: Option<String>,
+    pub ready_timeout: Option<HumanDuration>,
     /// Print the JSON answer instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -382,10 +383,8 @@ pub struct RolloutArgs {
 /// `baton rollout`: asks `baton up --admin` for a rolling restart and prints its summary; an
 /// error when any agent failed to come back.
 pub fn rollout_cli(args: RolloutArgs) -> anyhow::Result<()> {
-    let ms = |d: &Option<String>| -> anyhow::Result<Option<u64>> {
-        d.as_deref()
-            .map(|s| baton_bench::parse_duration(s).map(|d| d.as_millis() as u64))
-            .transpose()
+    let ms = |d: &Option<HumanDuration>| -> anyhow::Result<Option<u64>> {
+        Ok(d.map(|d| d.0.as_millis() as u64))
     };
     let token = Token::load(&args.admin_token_file)?;
     if args.restart {

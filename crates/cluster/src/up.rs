@@ -20,9 +20,10 @@ pub struct UpArgs {
     /// Number of agents.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub agents: usize,
-    /// Dispatcher policy: round-robin, least-conn, client-ip, session, handoff (CSSL-SF: full
-    /// handshakes on the least-loaded agent, sessions then migrated to the client's home agent).
-    #[arg(long, default_value = "round-robin", value_name = "POLICY")]
+    /// Dispatcher policy (handoff: CSSL-SF, full handshakes on the least-loaded agent, sessions
+    /// then migrated to the client's home agent).
+    #[arg(long, default_value = "round-robin", value_name = "POLICY",
+          value_parser = ["round-robin", "least-conn", "client-ip", "session", "handoff"])]
     pub policy: String,
     /// Session store: memory (per agent, nothing shared), peers, redis or redis=URL.
     #[arg(long, default_value = "memory", value_name = "STORE")]
@@ -33,12 +34,16 @@ pub struct UpArgs {
     /// Directory for certificates, keys and logs. Default: a new one under /tmp.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// RSA-2048 certificate instead of ECDSA P-256 (same as `--key rsa2048`).
+    /// RSA-2048 certificate instead of ECDSA P-256 (same as `--key-type rsa-2048`).
     #[arg(long)]
     pub rsa: bool,
-    /// Server key: p256, p384, rsa2048, rsa3072 or rsa4096.
-    #[arg(long, value_name = "KIND", conflicts_with = "rsa")]
-    pub key: Option<crate::pki::KeyKind>,
+    /// Server key type: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096. Default
+    /// ecdsa-p256.
+    #[arg(long, value_name = "TYPE", conflicts_with = "rsa")]
+    pub key_type: Option<crate::pki::KeyKind>,
+    /// The old name of --key-type (`--key` names a PEM file everywhere else).
+    #[arg(long = "key", hide = true, value_name = "TYPE", conflicts_with_all = ["rsa", "key_type"])]
+    pub old_key: Option<crate::pki::KeyKind>,
     /// A flag passed to every agent (repeatable), e.g. --agent-arg=--body-size=4096.
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
@@ -109,6 +114,10 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if args.old_key.is_some() {
+        eprintln!("baton up: --key is now --key-type (the old name goes in the next release)");
+    }
+    let old_key = args.old_key;
     let cluster = Cluster::start(&ClusterSpec {
         baton,
         dir: dir.clone(),
@@ -116,7 +125,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<()> {
         agents: args.agents,
         policy: args.policy,
         store: args.store.clone(),
-        key: args.key.unwrap_or(if args.rsa {
+        key: args.key_type.or(old_key).unwrap_or(if args.rsa {
             crate::pki::KeyKind::Rsa(2048)
         } else {
             crate::pki::KeyKind::EcdsaP256

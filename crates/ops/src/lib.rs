@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accept;
+pub mod addr;
 pub mod affinity;
 pub mod check;
 pub mod cidr;

@@ -76,9 +76,9 @@ pub struct SignerArgs {
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub max_connections: usize,
 
-    /// Seconds an authenticated connection may stay idle.
-    #[arg(long, default_value_t = 300, value_name = "SECS")]
-    pub idle_timeout: u64,
+    /// How long an authenticated connection may stay idle (e.g. 5m).
+    #[arg(long, default_value = "5m", value_name = "DURATION")]
+    pub idle_timeout: baton_ops::duration::HumanDuration,
 }
 
 /// Runs the signer until SIGTERM/SIGINT. Prints `signer PATH` then `ready` on stdout once the
@@ -125,7 +125,7 @@ pub fn run(args: SignerArgs) -> anyhow::Result<()> {
         threads: args.threads,
         queue: args.queue,
         max_connections: args.max_connections.max(1),
-        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+        idle_timeout: args.idle_timeout.0.max(Duration::from_secs(1)),
     };
     // The shell only moves frames: one thread is plenty, signing has threads of its own.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -52,10 +52,19 @@ pub struct LabArgs {
     /// with taskset when cgroups are not writable).
     #[arg(long, global = true, default_value_t = 20, value_name = "PERCENT")]
     pub quota: u32,
-    /// Server key of Scenarios A and B (`rsa2048`, `ecdsa-p256`, ...). Default: RSA 2048, the
-    /// paper's kind (its 1,024 bits are refused by rustls).
-    #[arg(long, global = true, value_name = "KIND")]
-    pub key: Option<baton_cluster::pki::KeyKind>,
+    /// Server key type of Scenarios A and B (`rsa-2048`, `ecdsa-p256`, ...). Default: RSA 2048,
+    /// the paper's kind (its 1,024 bits are refused by rustls).
+    #[arg(long, global = true, value_name = "TYPE")]
+    pub key_type: Option<baton_cluster::pki::KeyKind>,
+    /// The old name of --key-type (`--key` names a PEM file everywhere else).
+    #[arg(
+        long = "key",
+        global = true,
+        hide = true,
+        value_name = "TYPE",
+        conflicts_with = "key_type"
+    )]
+    pub old_key: Option<baton_cluster::pki::KeyKind>,
     /// Scenario A and B across hosts: the Baton clusters' dispatcher, each agent and each
     /// client host in a network namespace of its own (root only), beside the same clusters on
     /// loopback, for the dispatcher's CPU per connection over veth vs loopback.
@@ -146,7 +155,13 @@ pub fn lab(args: LabArgs) -> anyhow::Result<()> {
         rtt,
         quota: args.quota,
         cap,
-        key: args.key,
+        key: args.key_type.or_else(|| {
+            args.old_key.inspect(|_| {
+                eprintln!(
+                    "baton lab: --key is now --key-type (the old name goes in the next release)"
+                )
+            })
+        }),
         hosts: args.hosts,
         across: None,
     };
