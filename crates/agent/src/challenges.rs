@@ -28,7 +28,6 @@ impl std::fmt::Debug for Challenges {
 
 impl Challenges {
     /// The key authorization to answer `GET /.well-known/acme-challenge/{token}` with.
-    #[allow(dead_code)] // read by the plain-HTTP listener (`--http-listen`)
     pub fn http01(&self, token: &str) -> Option<String> {
         let local = self.http01.read().ok()?.get(token).cloned();
         local.or_else(|| self.shared_http01.get().and_then(|f| f(token)))

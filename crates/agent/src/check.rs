@@ -51,6 +51,20 @@ fn check_args(args: &AgentArgs, report: &mut Report, now: SystemTime) {
     if let Some(ca) = &args.client_ca {
         report.take(crate::certs::load_roots(ca));
     }
+    // the access log is created at start, but its directory must be there
+    if let Some(log) = args.access_log.as_deref().filter(|p| *p != Path::new("-")) {
+        let dir = log
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            report.problem(format!(
+                "--access-log {}: the directory {} does not exist",
+                log.display(),
+                dir.display()
+            ));
+        }
+    }
     for (flag, file) in [
         ("--cluster-key-file", &args.cluster_key_file),
         ("--ticket-key-file", &args.ticket_key_file),

@@ -272,6 +272,9 @@ pub struct AgentArgs {
     /// With --proxy-protocol: a network the balancers or dispatchers connect from
     /// (ADDR/PREFIX or an address; repeatable). Connections from anywhere else are refused: a
     /// PROXY header names the client, so only they may send one. Default: loopback only.
+    /// Given explicitly (with or without --proxy-protocol), it also names the trusted proxies
+    /// of --upstream: a client in these networks keeps its X-Forwarded-For/-Proto/-Host and
+    /// Forwarded headers (this hop is appended); anyone else's are replaced.
     #[arg(long, value_name = "CIDR")]
     pub proxy_protocol_from: Vec<baton_ops::cidr::Cidr>,
 
@@ -392,6 +395,30 @@ pub struct AgentArgs {
     /// rsa-2048, one of each per name). Default ecdsa-p256.
     #[arg(long, value_name = "KIND")]
     pub acme_key: Vec<KeyKind>,
+
+    /// Write one line per request (and one per TLS connection that carried none) to this file,
+    /// or `-` for standard output. Lines are queued for a writer thread, never waited for: if
+    /// the disk falls behind, lines are dropped and counted
+    /// (baton_access_log_dropped_total). SIGUSR1 reopens the file (rename, then signal:
+    /// logrotate without copytruncate). Off by default.
+    #[arg(long, value_name = "PATH")]
+    pub access_log: Option<PathBuf>,
+
+    /// The access log's lines: `text` (combined-like, key=value after the status and size) or
+    /// `json` (one object a line, snake_case keys). Default text.
+    #[arg(long, value_name = "FORMAT")]
+    pub access_log_format: Option<crate::access_log::Format>,
+
+    /// Plain-HTTP address (repeatable) that redirects every request to https (308, same host
+    /// and path, and the port of the first --listen unless it is 443), except ACME HTTP-01
+    /// challenges (`/.well-known/acme-challenge/TOKEN`), answered here. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub http_listen: Vec<SocketAddr>,
+
+    /// Add `Via: 1.1 baton` (`2 baton` for HTTP/2 clients) to requests sent to --upstream.
+    /// Default false.
+    #[arg(long, value_name = "BOOL")]
+    pub via: Option<bool>,
 }
 
 /// How the ACME CA checks control of a name.
@@ -658,6 +685,12 @@ pub struct AgentConfig {
     pub park_after: Duration,
     pub max_header_bytes: usize,
     pub max_headers: usize,
+    /// `--access-log`: `-` is standard output.
+    pub access_log: Option<PathBuf>,
+    pub access_log_format: crate::access_log::Format,
+    pub http_listen: Vec<SocketAddr>,
+    /// The forwarding headers sent to upstreams (trusted proxies, `Via`).
+    pub forwarding: crate::forwarded::Forwarding,
 }
 
 impl AgentArgs {
@@ -698,7 +731,7 @@ impl AgentArgs {
         }
         pick!(listen, cert, key, self_signed, server_name, tls_versions, suites, groups, peer, peer_allow, link_allow, upstream,
             proxy_protocol_from, early_data_methods, ocsp_stapling_except,
-            acme_domain, acme_key;
+            acme_domain, acme_key, http_listen;
             acme_directory, acme_directory_ca, acme_email, acme_challenge, acme_dns_hook,
             store, peer_listen, cluster_key_file, store_wait, key_signer, key_signer_auth_key_file,
             key_signer_fallback, key_signer_timeout,
@@ -707,7 +740,7 @@ impl AgentArgs {
             max_bytes, upstream_balance, metrics, proxy_protocol, workers, max_connections, handshake_timeout,
             idle_timeout, header_timeout, request_timeout, min_header_rate, h2_keepalive, h2_keepalive_timeout,
             h2_max_streams, h2_max_resets, drain_timeout, park_after, max_header_bytes, max_headers,
-            cert_dir, ocsp_stapling)
+            cert_dir, ocsp_stapling, access_log, access_log_format, via)
     }
 
     fn key_signer(&self) -> anyhow::Result<Option<KeySigner>> {
@@ -752,6 +785,14 @@ impl AgentArgs {
             bail!("--upstream-balance needs --upstream (the backends to balance)");
         }
         let key_signer = self.key_signer()?;
+        if self.access_log_format.is_some() && self.access_log.is_none() {
+            bail!("--access-log-format needs --access-log (where the lines go)");
+        }
+        // Only networks the operator named are trusted with forwarding headers.
+        let forwarding = crate::forwarded::Forwarding {
+            trusted: self.proxy_protocol_from.clone(),
+            via: self.via.unwrap_or(false),
+        };
         let local_keys = match &key_signer {
             Some(k) if k.fallback == SignerFallback::Closed => {
                 if !self.key.is_empty() {
@@ -912,6 +953,10 @@ impl AgentArgs {
             park_after: self.park_after.map_or(Duration::from_millis(50), |d| d.0),
             max_header_bytes: self.max_header_bytes.unwrap_or(16 * 1024),
             max_headers: self.max_headers.unwrap_or(100),
+            access_log: self.access_log,
+            access_log_format: self.access_log_format.unwrap_or_default(),
+            http_listen: self.http_listen,
+            forwarding,
         };
         config.check()?;
         Ok(config)
@@ -1026,6 +1071,41 @@ mod tests {
         );
         assert!(step(&["--handoff-timeout", "2s", "--migration-timeout", "1s"]).is_err());
         assert!(step(&["--migration-timeout", "0s"]).is_err());
+    }
+
+    #[test]
+    fn front_settings_from_the_file_and_flags() {
+        let file: AgentArgs = toml::from_str(
+            r#"
+            self-signed = ["ecdsa-p256"]
+            access-log = "/var/log/baton/access.log"
+            access-log-format = "json"
+            http-listen = ["127.0.0.1:8080"]
+            via = true
+            proxy-protocol-from = ["10.0.0.0/8"]
+            "#,
+        )
+        .unwrap();
+        let c = parse(&[]).over(file).into_config().unwrap();
+        assert_eq!(
+            c.access_log.as_deref(),
+            Some(Path::new("/var/log/baton/access.log"))
+        );
+        assert_eq!(c.access_log_format, crate::access_log::Format::Json);
+        assert_eq!(
+            c.http_listen,
+            ["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]
+        );
+        assert!(c.forwarding.via);
+        assert_eq!(c.forwarding.trusted.len(), 1);
+        // the default PROXY sources (loopback) are not trusted with forwarding headers
+        let c = from_flags(&["--self-signed", "ecdsa-p256"]);
+        assert!(c.forwarding.trusted.is_empty() && !c.forwarding.via);
+        assert_eq!(c.access_log, None);
+        let e = parse(&["--self-signed", "ecdsa-p256", "--access-log-format", "json"])
+            .resolve()
+            .unwrap_err();
+        assert!(e.to_string().contains("--access-log"), "{e}");
     }
 
     #[test]

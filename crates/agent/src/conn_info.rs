@@ -22,6 +22,8 @@ pub struct ConnInfo {
     /// A connection whose early data (0-RTT) was accepted: says whether its handshake is
     /// still running, i.e. whether a request read now came in early data.
     pub early: Option<Arc<EarlyState>>,
+    /// The connection's part of the access log, when there is one (see `access_log`).
+    pub log: Option<Arc<crate::access_log::ConnLog>>,
 }
 
 impl ConnInfo {
@@ -57,6 +59,7 @@ impl ConnInfo {
                 .and_then(|chain| chain.first())
                 .and_then(crate::certs::subject_of),
             early: None,
+            log: None,
         }
     }
     /// What the HTTP side is told about a connection that migrated here.
@@ -78,6 +81,7 @@ impl ConnInfo {
             client_subject: obj.client_subject.clone(),
             // Early data never rides a migration: a migrated connection's handshake is over.
             early: None,
+            log: None,
         }
     }
 }

@@ -72,6 +72,8 @@ pub(crate) async fn for_test(config: AgentConfig) -> (Arc<Context>, String) {
         root_body: crate::http::fixed_body(config.body_size),
         max_bytes: config.max_bytes,
         draining: draining.clone(),
+        access_log: None,
+        drain_timeout: config.drain_timeout,
     });
     let context = Context::new(config, tls, metrics, http, draining);
     (Arc::new(context), pem)

@@ -26,6 +26,10 @@ pub struct HttpService {
     pub root_body: Bytes,
     pub max_bytes: u64,
     pub draining: tokio_util::sync::CancellationToken,
+    /// `--access-log`: each connection takes its part (`ConnInfo::log`) at its handshake's end.
+    pub access_log: Option<crate::access_log::AccessLog>,
+    /// `--drain-timeout`: how long a WebSocket lasts once the agent drains.
+    pub drain_timeout: std::time::Duration,
 }
 
 /// RFC 8470 section 5.1: set on requests received in early data.
@@ -58,8 +62,29 @@ impl HttpService {
     pub async fn handle(
         self: Arc<Self>,
         conn: Arc<ConnInfo>,
-        mut req: Request<Incoming>,
+        req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
+        // Logged: the request's line is queued when its response body is done.
+        let response = match &conn.log {
+            None => self.dispatch(req, &conn).await,
+            Some(log) => {
+                let (pending, req) = crate::access_log::Pending::start(log, req);
+                let unanswered = crate::access_log::Unanswered::new(&pending);
+                let response = self.dispatch(req, &conn).await;
+                unanswered.answered();
+                crate::access_log::finish(pending, response)
+            }
+        };
+        self.metrics.request(response.status().as_u16());
+        Ok(response)
+    }
+
+    /// The answer: from the upstream or the built-in responder.
+    async fn dispatch<B>(&self, mut req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
         if let Some(early) = conn.early.as_ref().filter(|e| e.handshaking()) {
             // RFC 8470: unsafe methods wait for the handshake (425: the client sends them
             // again after it); the rest go on marked, so an upstream can decide for itself.
@@ -67,26 +92,36 @@ impl HttpService {
             self.metrics.early_request(too_early);
             if too_early {
                 let status = StatusCode::from_u16(425).expect("425 is a status code");
-                self.metrics.request(425);
-                return Ok(text(
+                return text(
                     status,
                     "too early: send the request again after the handshake\n",
-                ));
+                );
             }
             req.headers_mut()
                 .insert(EARLY_DATA, header::HeaderValue::from_static("1"));
         }
+        if crate::websocket::is_extended_connect(&req) {
+            let Some(proxy) = &self.proxy else {
+                return crate::websocket::not_here();
+            };
+            let drain = crate::websocket::Drain {
+                draining: self.draining.clone(),
+                within: self.drain_timeout,
+            };
+            return Box::pin(crate::websocket::over_h2(proxy, req, conn, drain)).await;
+        }
         // hyper keeps the box holding this future for the connection's life, so it must stay
         // small: the proxy's (large) future gets a box of its own, freed with the request.
-        let response = match &self.proxy {
-            Some(proxy) => Box::pin(proxy.forward(req, &conn)).await,
-            None => Box::pin(self.respond(req, &conn)).await,
-        };
-        self.metrics.request(response.status().as_u16());
-        Ok(response)
+        match &self.proxy {
+            Some(proxy) => Box::pin(proxy.forward(req, conn)).await,
+            None => Box::pin(self.respond(req, conn)).await,
+        }
     }
 
-    async fn respond(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
+    async fn respond<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Unpin,
+    {
         let head_only = req.method() == Method::HEAD;
         match *req.method() {
             Method::GET | Method::HEAD => {}

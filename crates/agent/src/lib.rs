@@ -6,14 +6,16 @@
 //! `resolver` (which certificate for which hello), `sessions` (rustls' session seams over
 //! `baton-session`), `metering` (crypto CPU-seconds), `early` (0-RTT decisions), `tls` (the
 //! `ServerConfig`), `body` + `conn_info` + `http` + `proxy` (what is served), `h2frames` +
-//! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `metrics`, `context` (what
-//! every connection shares), `transport` (what a connection runs on: the socket or link
-//! stream, idle I/O, the TLS engine, the migrated stream), `migration` (session migration:
-//! export, import), `conn` (the connection path: accept, waits, park, pace, early data),
-//! `server` (listeners, signals).
+//! `h2bounds` + `h2watch` (the bounds on an HTTP/2 connection), `forwarded` (the forwarding
+//! headers), `websocket`, `access_log`, `http_listen` (the plain-HTTP redirect), `metrics`,
+//! `context` (what every connection shares), `transport` (what a connection runs on: the
+//! socket or link stream, idle I/O, the TLS engine, the migrated stream), `migration` (session
+//! migration: export, import), `conn` (the connection path: accept, waits, park, pace, early
+//! data), `server` (listeners, signals).
 
 #![forbid(unsafe_code)]
 
+mod access_log;
 mod acme;
 mod body;
 mod certdir;
@@ -26,10 +28,12 @@ mod conn;
 mod conn_info;
 mod context;
 mod early;
+mod forwarded;
 mod h2bounds;
 mod h2frames;
 mod h2watch;
 mod http;
+mod http_listen;
 mod idle_body;
 mod keysigner;
 pub mod metering;
@@ -50,6 +54,7 @@ mod store;
 mod tls;
 mod transport;
 mod upstream;
+mod websocket;
 
 use std::io::Write as _;
 use std::path::PathBuf;

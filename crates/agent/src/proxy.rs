@@ -6,8 +6,9 @@
 //! this file does the I/O.
 //!
 //! The agent is the TLS edge, so it is the first hop that knows the client: it *replaces*
-//! `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Client-Cert-Subject` rather than appending to
-//! what the client sent, which would let any client claim any address or identity.
+//! `X-Client-Cert-Subject`, and the forwarding headers unless the client is a trusted proxy
+//! (`forwarded`), rather than appending to what the client sent, which would let any client
+//! claim any address or identity.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,11 +17,10 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::uri::Authority;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Body as _;
-use hyper::body::Incoming;
 
-use crate::body::{text, Body};
+use crate::body::{text, Body, BoxError};
 use crate::conn_info::ConnInfo;
+use crate::forwarded::{Forwarding, Hop};
 use crate::pool::Pool;
 use crate::route_config::{RouteConfig, Routing};
 use crate::routing::{choose, normalize_host, Choice, Matcher};
@@ -28,8 +28,6 @@ use crate::served::Served;
 use crate::upstream::{Backends, Outcome};
 
 pub const CLIENT_SUBJECT: HeaderName = HeaderName::from_static("x-client-cert-subject");
-const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1) never forwarded in either direction.
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -50,6 +48,8 @@ pub struct Proxy {
     matchers: Vec<Matcher>,
     unknown_host_status: StatusCode,
     no_route_status: StatusCode,
+    /// The forwarding headers added to each request.
+    forwarding: Forwarding,
 }
 
 impl Proxy {
@@ -65,7 +65,14 @@ impl Proxy {
             routes: routing.routes.clone(),
             unknown_host_status: routing.unknown_host_status,
             no_route_status: routing.no_route_status,
+            forwarding: Forwarding::default(),
         })
+    }
+
+    /// Whose forwarding headers are kept, and whether `Via` is added.
+    pub fn with_forwarding(mut self, forwarding: Forwarding) -> Self {
+        self.forwarding = forwarding;
+        self
     }
 
     /// Every pool's upstreams and their health, for the metrics endpoint.
@@ -80,7 +87,11 @@ impl Proxy {
         }
     }
 
-    pub async fn forward(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<Body> {
+    pub async fn forward<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
         let host = request_host(&req)
             .or(conn.sni.as_deref())
             .map(normalize_host);
@@ -99,12 +110,16 @@ impl Proxy {
         response
     }
 
-    async fn to_pool(
+    async fn to_pool<B>(
         &self,
-        req: Request<Incoming>,
+        req: Request<B>,
         conn: &ConnInfo,
         route: &RouteConfig,
-    ) -> Response<Body> {
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
         let pool = &self.pools[route.pool];
         if let Some(limit) = route.max_body_bytes {
             let declared = req
@@ -129,7 +144,7 @@ impl Proxy {
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
         let (mut head, body) = req.into_parts();
-        let path = match rewrite(&mut head, conn) {
+        let path = match rewrite(&mut head, conn, &self.forwarding) {
             Ok(p) => p,
             Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
         };
@@ -182,7 +197,12 @@ impl Proxy {
             let timeout = route.first_byte_timeout;
             let (outcome, mut response) = match tokio::time::timeout(timeout, sent).await {
                 Ok(Ok(mut resp)) => {
+                    let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                     strip_hop_by_hop(resp.headers_mut());
+                    if switched {
+                        // a WebSocket: the connection path joins both sides (`websocket`)
+                        crate::websocket::keep_upgrade(resp.headers_mut());
+                    }
                     route.response_headers.apply(resp.headers_mut());
                     let idle = route.idle_timeout;
                     let resp = resp.map(|b| {
@@ -262,7 +282,11 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Rewrites a client's request head for a backend, and returns the path and query to ask it
 /// for (the backend's address goes into the URI per attempt).
-fn rewrite(head: &mut http::request::Parts, conn: &ConnInfo) -> Result<String, &'static str> {
+fn rewrite(
+    head: &mut http::request::Parts,
+    conn: &ConnInfo,
+    forwarding: &Forwarding,
+) -> Result<String, &'static str> {
     // HTTP/2 carries the host in :authority; the backend speaks HTTP/1.1 and wants Host.
     let host = head
         .uri
@@ -279,17 +303,23 @@ fn rewrite(head: &mut http::request::Parts, conn: &ConnInfo) -> Result<String, &
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    head.version = Version::HTTP_11;
+    let upgrade = crate::websocket::wants_upgrade(&head.headers, head.version);
+    let version = std::mem::replace(&mut head.version, Version::HTTP_11);
     let h = &mut head.headers;
     strip_hop_by_hop(h);
-    if let Some(host) = host.and_then(|s| HeaderValue::from_str(&s).ok()) {
-        h.insert(header::HOST, host);
+    if upgrade {
+        crate::websocket::keep_upgrade(h);
     }
-    h.insert(
-        FORWARDED_FOR,
-        HeaderValue::from_str(&conn.peer.ip().to_string()).map_err(|_| "bad peer\n")?,
-    );
-    h.insert(FORWARDED_PROTO, HeaderValue::from_static("https"));
+    let host = host.filter(|s| HeaderValue::from_str(s).is_ok());
+    if let Some(v) = host.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+        h.insert(header::HOST, v);
+    }
+    let hop = Hop {
+        client: conn.peer,
+        host: host.as_deref(),
+        version,
+    };
+    forwarding.apply(h, hop);
     h.remove(&CLIENT_SUBJECT);
     if let Some(subject) = &conn.client_subject {
         // A subject with bytes not allowed in a header is sent escaped rather than dropped.

@@ -1,8 +1,6 @@
 //! What the proxy tells the access log about a response it forwarded: set by the proxy as a
 //! response extension, read (and removed) where the request's log line is written.
 
-#![allow(dead_code)] // until the access log reads it
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! The agent process: listeners, the connection cap, the metrics endpoint and signals
-//! (SIGHUP reloads certificates and ticket keys, SIGTERM/SIGINT drain).
+//! (SIGHUP reloads certificates and ticket keys, SIGUSR1 reopens the access log, SIGTERM/SIGINT
+//! drain).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::access_log::AccessLog;
 use crate::config::AgentConfig;
 use crate::context::Context;
 use crate::http::{fixed_body, HttpService};
@@ -29,17 +31,31 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let draining = CancellationToken::new();
-    let proxy = config.routing.as_ref().map(Proxy::new).transpose()?;
+    let proxy = config
+        .routing
+        .as_ref()
+        .map(|r| Proxy::new(r).map(|p| p.with_forwarding(config.forwarding.clone())))
+        .transpose()?;
     if let Some(p) = &proxy {
         p.start_checks(&draining);
     }
     let upstreams = proxy.as_ref().map(Proxy::backends).unwrap_or_default();
+    let access_log = match &config.access_log {
+        Some(path) => Some(AccessLog::open(
+            path,
+            config.access_log_format,
+            config.agent_id,
+        )?),
+        None => None,
+    };
     let http = Arc::new(HttpService {
         metrics: metrics.clone(),
         proxy,
         root_body: fixed_body(config.body_size),
         max_bytes: config.max_bytes,
         draining: draining.clone(),
+        access_log: access_log.clone(),
+        drain_timeout: config.drain_timeout,
     });
 
     // Handlers first: a SIGTERM sent right after `ready` must drain, not kill the process
@@ -47,10 +63,27 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     // Machine-readable start-up lines on stdout: scripts and tests wait for `ready`.
-    let link = config.link_listen.map(|a| ("link", a));
-    let (listeners, link_listener_socket, metrics_listener) =
-        baton_ops::listen::open_with("tls", &config.listen, link, config.metrics)?;
+    let link: Vec<_> = config.link_listen.into_iter().collect();
+    let (mut bound, metrics_listener) = baton_ops::listen::open_groups(
+        &[
+            ("tls", &config.listen),
+            ("link", &link),
+            ("http", &config.http_listen),
+        ],
+        config.metrics,
+    )?;
+    let (http_listeners, link_listener_socket, listeners) = (
+        bound.pop().unwrap_or_default(),
+        bound.pop().and_then(|mut l| l.pop()),
+        bound.pop().unwrap_or_default(),
+    );
+    // redirects go to the first TLS listener's port (its real one, if it was 0)
+    let tls_port = listeners
+        .first()
+        .and_then(|l| l.local_addr().ok())
+        .map_or(443, |a| a.port());
     for entry in tls.cert_summary() {
         tracing::info!(certificate = %entry.0, names = ?entry.1, "serving certificate");
     }
@@ -109,6 +142,27 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         tokio::spawn(crate::acme::run(ctx.clone(), acme.clone(), m.clone()));
         m
     });
+    let http_counters = baton_ops::control::Counters::new("http");
+    if !http_listeners.is_empty() {
+        let redirect = crate::http_listen::Redirect {
+            tls_port,
+            challenges: ctx.challenges.clone(),
+        };
+        // one set of bounds (and one connection cap) for all of them
+        let limits = crate::http_listen::limits(ctx.config.header_timeout);
+        for l in http_listeners {
+            tokio::spawn(crate::http_listen::serve(
+                l,
+                redirect.clone(),
+                limits.clone(),
+                http_counters.clone(),
+                draining.clone(),
+            ));
+        }
+    }
+    // The metrics endpoint outlives the drain, so that /ready can say 503 through it.
+    let stopped = CancellationToken::new();
+    let _stop_metrics = stopped.clone().drop_guard();
     if let Some(l) = metrics_listener {
         let counters = baton_ops::control::Counters::new("metrics");
         let mut registry = crate::metrics::Collected {
@@ -119,22 +173,37 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         }
         .registry();
         registry.register_collector(Box::new(baton_ops::control::Collected(vec![
-            counters.clone()
+            counters.clone(),
+            http_counters.clone(),
         ])));
         if let Some(m) = acme_metrics {
             registry.register_collector(Box::new(crate::acme::metrics::Collected(m)));
         }
-        tokio::spawn(baton_ops::serve_metrics(
+        if let Some(log) = &access_log {
+            registry.register_collector(Box::new(crate::access_log::Collected(log.counters())));
+        }
+        let probes = baton_ops::Probes {
+            draining: draining.clone(),
+        };
+        tokio::spawn(baton_ops::serve_metrics_with(
             l,
             Arc::new(registry),
             counters,
-            draining.clone(),
+            stopped.clone(),
+            Some(probes),
         ));
     }
 
     loop {
         tokio::select! {
             _ = hup.recv() => reload(&ctx),
+            _ = usr1.recv() => match &access_log {
+                Some(log) => {
+                    tracing::info!("reopening the access log");
+                    log.reopen();
+                }
+                None => tracing::info!("SIGUSR1: no access log to reopen"),
+            },
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -167,6 +236,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             connections = metrics.active_connections(),
             "drain timeout reached; closing remaining connections"
         );
+    }
+    if let Some(log) = access_log {
+        // the lines of the connections that ended, out before the process is
+        let _ = tokio::task::spawn_blocking(move || log.close(Duration::from_secs(5))).await;
     }
     Ok(())
 }

@@ -13,11 +13,28 @@ mod reference;
 #[command(
     name = "baton",
     version,
-    about = "TLS termination cluster and TLS benchmark"
+    about = "TLS termination cluster and TLS benchmark",
+    after_help = "Diagnostic logs go to standard error. RUST_LOG selects what is logged, as \
+                  tracing's EnvFilter reads it: a level (error, warn, info, debug, trace; \
+                  default info) or per-module directives, e.g. \
+                  RUST_LOG=warn,baton_agent=debug."
 )]
 struct Cli {
+    /// Diagnostic logs (standard error) as `text` or `json` (one object a line: timestamp,
+    /// level, target, fields). The access log is another thing: `baton agent --access-log`.
+    /// Levels: RUST_LOG (default info).
+    #[arg(long, value_name = "FORMAT", global = true, default_value = "text")]
+    log_format: LogFormat,
+
     #[command(subcommand)]
     command: Command,
+}
+
+/// How diagnostic logs are written.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -221,7 +238,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    init_tracing();
+    init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Agent(args) => baton_agent::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => baton_bench::main(*args),
@@ -249,12 +266,16 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr; `RUST_LOG` selects levels (default: info).
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }

@@ -64,6 +64,25 @@ pub async fn serve_metrics(
     counters: Arc<control::Counters>,
     stop: CancellationToken,
 ) {
+    serve_metrics_with(listener, registry, counters, stop, None).await
+}
+
+/// For orchestrators' probes beside the metrics: `GET /live` answers 200 while the process
+/// serves at all; `GET /ready` 200 while the server takes new work, 503 once it drains.
+#[derive(Debug, Clone)]
+pub struct Probes {
+    /// Cancelled when the server starts draining.
+    pub draining: CancellationToken,
+}
+
+/// [`serve_metrics`] with `/live` and `/ready` when `probes` is given.
+pub async fn serve_metrics_with(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    counters: Arc<control::Counters>,
+    stop: CancellationToken,
+    probes: Option<Probes>,
+) {
     control::serve(
         listener,
         stop,
@@ -71,13 +90,22 @@ pub async fn serve_metrics(
         counters,
         move |req, _slot| {
             let registry = registry.clone();
+            let probes = probes.clone();
             async move {
-                let (status, body, content_type) = match req.uri().path() {
-                    "/metrics" | "/" => (
+                const TEXT: &str = "text/plain; charset=utf-8";
+                let (status, body, content_type) = match (req.uri().path(), &probes) {
+                    ("/metrics" | "/", _) => (
                         StatusCode::OK,
                         metrics::encode(&registry),
                         metrics::CONTENT_TYPE,
                     ),
+                    ("/live", Some(_)) => (StatusCode::OK, "live\n".to_string(), TEXT),
+                    ("/ready", Some(p)) if p.draining.is_cancelled() => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "draining\n".to_string(),
+                        TEXT,
+                    ),
+                    ("/ready", Some(_)) => (StatusCode::OK, "ready\n".to_string(), TEXT),
                     _ => (
                         StatusCode::NOT_FOUND,
                         "not found\n".to_string(),

@@ -95,6 +95,34 @@ pub fn open_with(
     Ok((listeners, extra.map(|(_, l)| l), metrics))
 }
 
+/// Groups of listeners, each announced as its kind (`tls`, `http`, ...), then the metrics
+/// listener: all bound before anything is announced, then `ready`.
+pub fn open_groups(
+    groups: &[(&str, &[SocketAddr])],
+    metrics: Option<SocketAddr>,
+) -> anyhow::Result<(Vec<Vec<TcpListener>>, Option<TcpListener>)> {
+    let mut bound = Vec::new();
+    for (kind, addrs) in groups {
+        let mut listeners = Vec::new();
+        for addr in *addrs {
+            listeners.push(bind(*addr).with_context(|| format!("{kind} on {addr}"))?);
+        }
+        bound.push(listeners);
+    }
+    let metrics = match metrics {
+        Some(addr) => Some(bind(addr).with_context(|| format!("metrics on {addr}"))?),
+        None => None,
+    };
+    announce(
+        groups
+            .iter()
+            .zip(&bound)
+            .flat_map(|((kind, _), ls)| ls.iter().map(move |l| (*kind, l)))
+            .chain(metrics.iter().map(|l| ("metrics", l))),
+    )?;
+    Ok((bound, metrics))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,9 @@ pub(crate) async fn serve(
     if !conn.send_flight(deadline).await {
         return None;
     }
-    let info = conn.info(peer);
+    let info = super::accept::logged(conn.info(peer), ctx);
+    // the connection's log goes on with it after the handshake (its line says 0-RTT)
+    let log = info.log.clone();
     let overdue = conn.handshake_overdue(deadline, peer);
     if info.alpn.as_deref() == Some("h2") {
         tokio::select! {
@@ -56,6 +58,9 @@ pub(crate) async fn serve(
         };
         (conn, ahead, first) = (served, read, None);
     }
-    conn.finish(ahead, first, peer, deadline, ctx.tls.config())
-        .await
+    let mut handover = conn
+        .finish(ahead, first, peer, deadline, ctx.tls.config())
+        .await?;
+    handover.info.log = log;
+    Some(handover)
 }

@@ -54,14 +54,30 @@ where
     let whole = Arc::new(tokio::sync::Notify::new());
     let gate = Arc::new(AtomicBool::new(false));
     let http = ctx.http.clone();
-    let (i, n, p, seen) = (info.clone(), whole.clone(), gate.clone(), state.clone());
+    // The upstream's side of a WebSocket, once it has said 101: the stream is joined to it.
+    // (Only a proxy switches protocols: the built-in responder allocates nothing for it.)
+    let switched = ctx
+        .http
+        .proxy
+        .is_some()
+        .then(|| Arc::new(std::sync::Mutex::new(None)));
+    let (i, n, p, seen, sw) = (
+        info.clone(),
+        whole.clone(),
+        gate.clone(),
+        state.clone(),
+        switched.clone(),
+    );
     let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         seen.saw_head();
         let keep_alive = wants_keep_alive(&req);
-        let (http, i, n, p) = (http.clone(), i.clone(), n.clone(), p.clone());
+        let (http, i, n, p, sw) = (http.clone(), i.clone(), n.clone(), p.clone(), sw.clone());
         // boxed: hyper needs an Unpin future to hand the stream back
         Box::pin(async move {
-            let resp = http.handle(i, req).await?;
+            let mut resp = http.handle(i, req).await?;
+            if let (Some(sw), Some(upstream)) = (&sw, crate::websocket::upstream_of(&mut resp)) {
+                *sw.lock().unwrap_or_else(|e| e.into_inner()) = Some(upstream);
+            }
             Ok::<_, std::convert::Infallible>(if keep_alive {
                 resp.map(|b| {
                     on_end(b, move || {
@@ -105,6 +121,23 @@ where
     } = parts.io.into_inner();
     if let Err(e) = &result {
         tracing::debug!(peer = %info.peer, error = %e, "connection ended with an error");
+    }
+    let upstream = switched.and_then(|sw| sw.lock().unwrap_or_else(|e| e.into_inner()).take());
+    if let (Some(upstream), true) = (upstream, result.is_ok()) {
+        // hyper wrote the 101 and stopped: the rest of the connection is the WebSocket's, here
+        // until it ends (never back to waiting for requests: not parked, not moved)
+        let client = Prefixed {
+            ahead: [parts.read_buf, left].concat().into(),
+            inner: stream,
+            gate: None,
+            state: None,
+        };
+        let drain = crate::websocket::Drain {
+            draining: ctx.draining.clone(),
+            within: ctx.config.drain_timeout,
+        };
+        crate::websocket::tunnel(client, upstream, drain).await;
+        return None;
     }
     if decide::after_request(result.is_ok(), gate.load(Ordering::Relaxed)) == Next::Close {
         // close_notify, then FIN

@@ -52,6 +52,10 @@ where
         .max_local_error_reset_streams(h2bounds::LOCAL_ERROR_RESETS)
         .keep_alive_interval(cfg.h2_keepalive)
         .keep_alive_timeout(cfg.h2_keepalive_timeout);
+    if ctx.http.proxy.is_some() {
+        // RFC 8441: WebSockets over HTTP/2, passed on to the upstream (`websocket`)
+        builder.enable_connect_protocol();
+    }
     // Boxed, so its size is paid only once HTTP starts, not by every connection's task.
     let conn = Box::pin(builder.serve_connection(io, service));
     if let Err(e) = drive(conn, pace, &state, Some(&signal), ctx).await {

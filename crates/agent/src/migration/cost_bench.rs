@@ -72,6 +72,7 @@ fn export_and_import_cpu_per_session() {
             resumed: false,
             client_subject: None,
             early: None,
+            log: None,
         };
         let mut sessions: Vec<Frozen> = (0..n).map(|_| frozen(&log, tls13)).collect();
         let mut stages: Vec<(&str, Duration)> = Vec::new();

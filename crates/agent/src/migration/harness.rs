@@ -755,6 +755,7 @@ pub(super) fn conn_info() -> ConnInfo {
         resumed: false,
         client_subject: None,
         early: None,
+        log: None,
     }
 }
 

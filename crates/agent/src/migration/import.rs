@@ -15,6 +15,7 @@ use baton_session::migration::{ImportError, SessionObject};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::metrics::{HandoffFailure, Side, Why};
+use crate::access_log::Migrated;
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
 use crate::transport::agent_io::AgentIo;
@@ -74,10 +75,13 @@ pub async fn import(
     let mut driver = ImportDriver::new(ctx.config.migration_timeouts, now());
     let mut buf = vec![0u8; 8 * 1024];
     let mut opened = None;
+    // The agent that sealed the session (its clear header, authenticated once it opens).
+    let mut issuer = None;
     loop {
         while let Some(step) = driver.poll_step() {
             match step {
                 ImportStep::Open(sealed) => {
+                    issuer = baton_session::TicketHeader::parse(&sealed).map(|h| h.issuer);
                     let t = thread_cpu();
                     let layer =
                         open(&sealed, binding, ctx).and_then(
@@ -112,7 +116,11 @@ pub async fn import(
                 ImportStep::Commit { ciphertext } => {
                     let (obj, layer) = opened?;
                     m.migrated_in(why);
-                    let info = ConnInfo::migrated(&obj, peer);
+                    let mut info = ConnInfo::migrated(&obj, peer);
+                    if let Some(log) = &ctx.http.access_log {
+                        let from = issuer.map_or(Migrated::Unknown, Migrated::From);
+                        info.log = Some(log.connection(&info, from));
+                    }
                     let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
                         .negotiated(obj.version, obj.suite);
                     s.prefill_ciphertext(&ciphertext);

@@ -1,0 +1,240 @@
+//! The access log: one line per request, and one per TLS connection that carried no request
+//! (a handshake only, a preconnect, a session that moved on before asking anything), in a
+//! combined-like text format or JSON.
+//!
+//! It must not cost the connections: a line is a small record (reference-counted pieces of the
+//! request, nothing formatted) queued on a bounded channel for a writer thread of its own,
+//! which formats into one reused buffer and writes through a `BufWriter`, flushing whenever
+//! the queue runs dry. A connection never waits for the disk: when the queue is full the line
+//! is dropped and counted. SIGUSR1 reopens the file (logrotate's rename, then the signal:
+//! lines before it go to the renamed file, lines after to the new one, none lost).
+
+mod counted;
+mod format;
+mod record;
+mod writer;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use serde::Deserialize;
+
+pub use counted::{finish, Pending, Unanswered};
+pub use record::{ConnFields, Handshake, Migrated};
+use record::{ConnLine, Msg};
+
+use crate::conn_info::ConnInfo;
+
+/// How the lines look.
+#[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// Combined-like: `client - - [time] "METHOD path VERSION" status bytes key=value...`.
+    #[default]
+    Text,
+    /// One JSON object a line, snake_case keys.
+    Json,
+}
+
+/// Lines waiting for the writer at most; past it they are dropped (and counted). About 1 MB
+/// of records, several seconds of a busy agent's lines.
+const QUEUE: usize = 4096;
+
+/// What the access log counts, for /metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub written: AtomicU64,
+    pub dropped: AtomicU64,
+    pub errors: AtomicU64,
+    pub reopened: AtomicU64,
+}
+
+/// A handle on the access log, shared by every connection.
+#[derive(Clone)]
+pub struct AccessLog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    tx: SyncSender<Msg>,
+    reopen: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    agent_id: u16,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLog").finish_non_exhaustive()
+    }
+}
+
+impl AccessLog {
+    /// Opens `path` (`-`: standard output) for appending and starts the writer thread.
+    pub fn open(path: &Path, format: Format, agent_id: u16) -> anyhow::Result<AccessLog> {
+        let target = writer::Target::of(path);
+        let out = target
+            .open()
+            .with_context(|| format!("opening the access log {}", path.display()))?;
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let reopen = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(Counters::default());
+        let writer = writer::Writer {
+            target,
+            format,
+            out,
+            reopen: reopen.clone(),
+            counters: counters.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("baton-access-log".into())
+            .spawn(move || writer.run(rx))
+            .context("starting the access log's writer")?;
+        Ok(AccessLog {
+            shared: Arc::new(Shared {
+                tx,
+                reopen,
+                counters,
+                agent_id,
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    pub fn counters(&self) -> Arc<Counters> {
+        self.shared.counters.clone()
+    }
+
+    /// Reopens the file before the next line (SIGUSR1).
+    pub fn reopen(&self) {
+        self.shared.reopen.store(true, Ordering::Release);
+        // wakes an idle writer; a busy one sees the flag after its batch
+        let _ = self.shared.tx.try_send(Msg::Wake);
+    }
+
+    /// The log of a TLS connection whose handshake is done (`migrated`: how its session came).
+    pub fn connection(&self, info: &ConnInfo, migrated: Migrated) -> Arc<ConnLog> {
+        let handshake = if info.early.is_some() {
+            Handshake::EarlyData
+        } else if info.resumed {
+            Handshake::Resumed
+        } else {
+            Handshake::Full
+        };
+        Arc::new(ConnLog {
+            log: self.clone(),
+            fields: ConnFields {
+                peer: info.peer,
+                sni: info.sni.as_deref().map(Box::from),
+                version: info.version,
+                suite: Box::from(info.suite.as_str()),
+                alpn: info.alpn.as_deref().map(Box::from),
+                handshake,
+                migrated,
+                agent_id: self.shared.agent_id,
+            },
+            opened: Instant::now(),
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// Queues a line; drops (and counts) it if the writer is behind.
+    fn send(&self, msg: Msg) {
+        match self.shared.tx.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes out what is queued and stops the writer (at exit), waiting at most `within`.
+    pub fn close(&self, within: Duration) {
+        let until = Instant::now() + within;
+        let (ack, acked) = mpsc::sync_channel(1);
+        let mut msg = Msg::Close(ack);
+        loop {
+            match self.shared.tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if Instant::now() < until => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        if acked
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .is_ok()
+        {
+            if let Some(h) = self.shared.writer.lock().ok().and_then(|mut h| h.take()) {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// One TLS connection's part of the log: what its lines say about it, and whether it carried
+/// a request (if not, its own line is written when it ends, i.e. when this is dropped).
+#[derive(Debug)]
+pub struct ConnLog {
+    log: AccessLog,
+    fields: ConnFields,
+    opened: Instant,
+    requests: AtomicU64,
+}
+
+impl Drop for ConnLog {
+    fn drop(&mut self) {
+        if *self.requests.get_mut() > 0 {
+            return;
+        }
+        let line = ConnLine {
+            fields: std::mem::take(&mut self.fields),
+            at: SystemTime::now(),
+            lasted: self.opened.elapsed(),
+        };
+        self.log.send(Msg::Connection(Box::new(line)));
+    }
+}
+
+/// The access log's counters as metrics.
+#[derive(Debug)]
+pub struct Collected(pub Arc<Counters>);
+
+impl Collector for Collected {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = &self.0;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        baton_ops::metrics::counter(
+            &mut e,
+            "baton_access_log_lines",
+            "Access log lines written.",
+            load(&c.written),
+        )?;
+        baton_ops::metrics::counter(
+            &mut e,
+            "baton_access_log_dropped",
+            "Access log lines dropped: the writer was behind (its queue full) or gone.",
+            load(&c.dropped),
+        )?;
+        baton_ops::metrics::counter(
+            &mut e,
+            "baton_access_log_write_errors",
+            "Access log writes or reopens that failed.",
+            load(&c.errors),
+        )?;
+        baton_ops::metrics::counter(
+            &mut e,
+            "baton_access_log_reopens",
+            "Access log files reopened (SIGUSR1).",
+            load(&c.reopened),
+        )
+    }
+}
