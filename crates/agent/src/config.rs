@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+pub use crate::route_config::UpstreamBalance;
+
 /// `baton agent`: terminate TLS 1.2/1.3 and serve HTTP.
 #[derive(clap::Args, Debug, Default, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
@@ -407,7 +409,7 @@ pub struct AgentArgs {
     /// The access log's lines: `text` (combined-like, key=value after the status and size) or
     /// `json` (one object a line, snake_case keys). Default text.
     #[arg(long, value_name = "FORMAT")]
-    pub access_log_format: Option<crate::access_log::Format>,
+    pub access_log_format: Option<AccessLogFormat>,
 
     /// Plain-HTTP address (repeatable) that redirects every request to https (308, same host
     /// and path, and the port of the first --listen unless it is 443), except ACME HTTP-01
@@ -439,20 +441,15 @@ pub enum AcmeChallenge {
 /// Largest `--early-data` accepted: rustls holds early data in memory until it is read.
 pub const MAX_EARLY_DATA: u32 = 1 << 20;
 
-/// Checks `http://HOST:PORT` (no path, no TLS: the backend is plain HTTP).
-pub fn parse_upstream(url: &str) -> anyhow::Result<http::uri::Authority> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--upstream `{url}`: {e}"))?;
-    if uri.scheme() != Some(&http::uri::Scheme::HTTP) {
-        bail!("--upstream `{url}`: must be http://HOST:PORT (the backend speaks plain HTTP)");
-    }
-    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-        bail!("--upstream `{url}`: no path allowed");
-    }
-    uri.authority()
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("--upstream `{url}`: missing host"))
+/// How the access log's lines look.
+#[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessLogFormat {
+    /// Combined-like: `client - - [time] "METHOD path VERSION" status bytes key=value...`.
+    #[default]
+    Text,
+    /// One JSON object a line, snake_case keys.
+    Json,
 }
 
 /// Key types for generated certificates.
@@ -499,17 +496,6 @@ impl OcspStapling {
         let excepted = names.iter().any(|n| self.except.contains(n));
         self.on != excepted
     }
-}
-
-/// How requests are spread over several upstream backends.
-#[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum UpstreamBalance {
-    /// Each request to the next backend.
-    #[default]
-    RoundRobin,
-    /// A client's requests to one backend, chosen by its address.
-    ClientIp,
 }
 
 /// What the agent does while its key signer is unreachable.
@@ -625,7 +611,7 @@ fn store_kind(
 pub struct AgentConfig {
     pub listen: Vec<SocketAddr>,
     /// `--acme-*`: the names whose certificates are ordered from an ACME CA.
-    pub acme: Option<crate::acme::AcmeConfig>,
+    pub acme: Option<crate::acme::config::AcmeConfig>,
     pub handoff: bool,
     pub migration_timeouts: baton_migrate::Timeouts,
     pub link_listen: Option<SocketAddr>,
@@ -687,7 +673,7 @@ pub struct AgentConfig {
     pub max_headers: usize,
     /// `--access-log`: `-` is standard output.
     pub access_log: Option<PathBuf>,
-    pub access_log_format: crate::access_log::Format,
+    pub access_log_format: AccessLogFormat,
     pub http_listen: Vec<SocketAddr>,
     /// The forwarding headers sent to upstreams (trusted proxies, `Via`).
     pub forwarding: crate::forwarded::Forwarding,
@@ -815,7 +801,7 @@ impl AgentArgs {
         if self.client_auth.is_some() && self.client_ca.is_none() {
             bail!("--client-auth needs --client-ca (the CAs client certificates must chain to)");
         }
-        let acme = crate::acme::AcmeConfig::resolve(&self)?;
+        let acme = crate::acme::config::AcmeConfig::resolve(&self)?;
         let self_signed = if self.cert.is_empty()
             && self.self_signed.is_empty()
             && self.cert_dir.is_none()
@@ -1030,12 +1016,14 @@ mod tests {
     #[test]
     fn upstream_urls() {
         assert_eq!(
-            parse_upstream("http://127.0.0.1:8080").unwrap().as_str(),
+            crate::route_config::parse_upstream("http://127.0.0.1:8080")
+                .unwrap()
+                .as_str(),
             "127.0.0.1:8080"
         );
-        assert!(parse_upstream("https://127.0.0.1:8080").is_err());
-        assert!(parse_upstream("http://127.0.0.1:8080/app").is_err());
-        assert!(parse_upstream("127.0.0.1:8080").is_err());
+        assert!(crate::route_config::parse_upstream("https://127.0.0.1:8080").is_err());
+        assert!(crate::route_config::parse_upstream("http://127.0.0.1:8080/app").is_err());
+        assert!(crate::route_config::parse_upstream("127.0.0.1:8080").is_err());
     }
 
     #[test]
@@ -1091,7 +1079,7 @@ mod tests {
             c.access_log.as_deref(),
             Some(Path::new("/var/log/baton/access.log"))
         );
-        assert_eq!(c.access_log_format, crate::access_log::Format::Json);
+        assert_eq!(c.access_log_format, AccessLogFormat::Json);
         assert_eq!(
             c.http_listen,
             ["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]

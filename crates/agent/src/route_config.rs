@@ -25,8 +25,35 @@ use http::uri::{Authority, Scheme};
 use http::StatusCode;
 use serde::Deserialize;
 
-use crate::config::{HumanDuration, UpstreamBalance};
 use crate::routing::Matcher;
+use baton_ops::duration::HumanDuration;
+
+/// How requests are spread over several upstream backends.
+#[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamBalance {
+    /// Each request to the next backend.
+    #[default]
+    RoundRobin,
+    /// A client's requests to one backend, chosen by its address.
+    ClientIp,
+}
+
+/// Checks `http://HOST:PORT` (no path, no TLS: the backend is plain HTTP).
+pub fn parse_upstream(url: &str) -> anyhow::Result<http::uri::Authority> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--upstream `{url}`: {e}"))?;
+    if uri.scheme() != Some(&http::uri::Scheme::HTTP) {
+        bail!("--upstream `{url}`: must be http://HOST:PORT (the backend speaks plain HTTP)");
+    }
+    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+        bail!("--upstream `{url}`: no path allowed");
+    }
+    uri.authority()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("--upstream `{url}`: missing host"))
+}
 
 /// The name of the pool `--upstream` makes.
 pub const DEFAULT_POOL: &str = "default";
@@ -251,7 +278,7 @@ pub fn resolve(i: Inputs<'_>) -> anyhow::Result<Option<Routing>> {
         let upstreams = i
             .upstream
             .iter()
-            .map(|u| crate::config::parse_upstream(u))
+            .map(|u| parse_upstream(u))
             .collect::<anyhow::Result<_>>()?;
         pools.push(PoolConfig {
             name: DEFAULT_POOL.into(),

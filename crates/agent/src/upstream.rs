@@ -320,7 +320,7 @@ mod tests {
     fn pool(urls: &[String], balance: UpstreamBalance) -> anyhow::Result<Backends> {
         let auths: Vec<Authority> = urls
             .iter()
-            .map(|u| crate::config::parse_upstream(u))
+            .map(|u| crate::route_config::parse_upstream(u))
             .collect::<anyhow::Result<_>>()?;
         Backends::new("p".into(), &auths, balance)
     }

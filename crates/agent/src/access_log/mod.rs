@@ -23,7 +23,6 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context as _;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use serde::Deserialize;
 
 pub use counted::{finish, Pending, Unanswered};
 pub use record::{ConnFields, Handshake, Migrated};
@@ -31,16 +30,7 @@ use record::{ConnLine, Msg};
 
 use crate::conn_info::ConnInfo;
 
-/// How the lines look.
-#[derive(clap::ValueEnum, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Format {
-    /// Combined-like: `client - - [time] "METHOD path VERSION" status bytes key=value...`.
-    #[default]
-    Text,
-    /// One JSON object a line, snake_case keys.
-    Json,
-}
+pub use crate::config::AccessLogFormat as Format;
 
 /// Lines waiting for the writer at most; past it they are dropped (and counted). About 1 MB
 /// of records, several seconds of a busy agent's lines.

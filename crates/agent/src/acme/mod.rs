@@ -7,103 +7,30 @@
 //! certificate served meanwhile. Without a shared store each agent orders for itself.
 
 mod bulletin;
+pub mod config;
 mod material;
 pub mod metrics;
 mod order;
 pub mod plan;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::bail;
 use zeroize::Zeroizing;
 
 use crate::challenges::Challenges;
-use crate::config::{AcmeChallenge, AgentArgs, KeyKind};
+use crate::config::KeyKind;
 use crate::context::Context;
 use bulletin::Bulletin;
+pub use config::AcmeConfig;
 use metrics::{AcmeMetrics, Outcome};
-
-/// `--acme-*`, resolved.
-#[derive(Debug, Clone)]
-pub struct AcmeConfig {
-    pub directory: String,
-    pub domains: Vec<String>,
-    pub directory_ca: Option<PathBuf>,
-    pub email: Option<String>,
-    pub challenge: AcmeChallenge,
-    pub dns_hook: Option<PathBuf>,
-    pub keys: Vec<KeyKind>,
-}
 
 /// An agent that just started waits this long before it may order: it has heard its peers'
 /// heartbeats and read the certificates they post by then.
 const SETTLING: Duration = Duration::from_secs(7);
 /// The longest one attempt (account, order, validation, issuance) may take.
 const ATTEMPT_DEADLINE: Duration = Duration::from_secs(240);
-
-impl AcmeConfig {
-    pub fn resolve(args: &AgentArgs) -> anyhow::Result<Option<AcmeConfig>> {
-        let Some(directory) = &args.acme_directory else {
-            if !args.acme_domain.is_empty()
-                || args.acme_directory_ca.is_some()
-                || args.acme_email.is_some()
-                || args.acme_challenge.is_some()
-                || args.acme_dns_hook.is_some()
-                || !args.acme_key.is_empty()
-            {
-                bail!("--acme-* settings need --acme-directory URL");
-            }
-            return Ok(None);
-        };
-        if !directory.starts_with("https://") {
-            bail!("--acme-directory `{directory}`: must be an https:// URL");
-        }
-        if args.acme_domain.is_empty() {
-            bail!("--acme-directory needs --acme-domain NAME (the names to order)");
-        }
-        let mut domains = Vec::new();
-        for d in &args.acme_domain {
-            let d = d.trim_end_matches('.').to_ascii_lowercase();
-            let ok = !d.is_empty()
-                && d.len() <= 253
-                && d.split('.').all(|l| {
-                    !l.is_empty()
-                        && l.len() <= 63
-                        && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                });
-            if !ok {
-                bail!("--acme-domain `{d}`: not a DNS name (no wildcards: one name each)");
-            }
-            if !domains.contains(&d) {
-                domains.push(d);
-            }
-        }
-        let challenge = args.acme_challenge.unwrap_or(AcmeChallenge::TlsAlpn01);
-        if challenge == AcmeChallenge::Dns01 && args.acme_dns_hook.is_none() {
-            bail!("--acme-challenge dns-01 needs --acme-dns-hook CMD");
-        }
-        if challenge != AcmeChallenge::Dns01 && args.acme_dns_hook.is_some() {
-            bail!("--acme-dns-hook only applies to --acme-challenge dns-01");
-        }
-        let mut keys = args.acme_key.clone();
-        keys.dedup();
-        if keys.is_empty() {
-            keys.push(KeyKind::EcdsaP256);
-        }
-        Ok(Some(AcmeConfig {
-            directory: directory.clone(),
-            domains,
-            directory_ca: args.acme_directory_ca.clone(),
-            email: args.acme_email.clone(),
-            challenge,
-            dns_hook: args.acme_dns_hook.clone(),
-            keys,
-        }))
-    }
-}
 
 fn kind_label(kind: KeyKind) -> &'static str {
     match kind {
@@ -544,6 +471,7 @@ fn jitter() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{AcmeChallenge, AgentArgs};
     use clap::Parser;
 
     #[derive(Parser)]
