@@ -2,9 +2,8 @@
 //! certificates from Pebble (Let's Encrypt's test CA, validating TLS-ALPN-01 on the
 //! dispatcher's port), once per name for the cluster, and every agent serves them; a short
 //! lifetime renews under load with no failed request; with the CA gone the attempts back off
-//! and the certificate served stays.
-//!
-//! HTTP-01 needs the plain-HTTP listener (`--http-listen`), not on this branch yet.
+//! and the certificate served stays. DNS-01 through the hook, HTTP-01 through the agent's
+//! plain-HTTP listener.
 
 mod common;
 
@@ -402,4 +401,29 @@ fn dns_hook(dir: &TempDir, port: u16) -> String {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     hook.display().to_string()
+}
+
+#[test]
+fn http_01_through_the_plain_http_listener() {
+    let http_port = free_port();
+    let Some(pebble) = Pebble::start(3600, free_port(), http_port) else {
+        return;
+    };
+    let name = "web.baton.test";
+    // ACME alone, validated on the plain-HTTP listener, which redirects everything else
+    let agent = Agent::start(&[
+        &format!("--acme-directory={}", pebble.directory),
+        &format!("--acme-directory-ca={}", pebble.https_ca),
+        &format!("--acme-domain={name}"),
+        "--acme-challenge=http-01",
+        &format!("--http-listen=127.0.0.1:{http_port}"),
+    ]);
+    let ok = format!("baton_certificate_renewals_total{{name=\"{name}\",outcome=\"ok\"}}");
+    until("the certificate issued", Duration::from_secs(120), || {
+        agent.metric(&ok) >= 1.0
+    });
+    let root = pebble.root_file();
+    let served = served_key(agent.addr, &root, name, "ECDSA+SHA256")
+        .unwrap_or_else(|| panic!("no verified certificate for {name}\n{}", pebble.log()));
+    assert!(served.contains("ECDSA"), "{served}");
 }
