@@ -229,7 +229,23 @@ fn a_migrated_session_says_which_agent_it_came_from() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut lines = json_lines(&log, requests);
     let done = |lines: &[Value]| lines.iter().filter(|l| l["kind"] == "request").count();
-    while done(&lines) < requests && Instant::now() < deadline {
+    let moved_count = |lines: &[Value]| {
+        lines
+            .iter()
+            .filter(|l| l["kind"] == "request" && l["migrated"] == true)
+            .count()
+    };
+    let handed_on_count = |lines: &[Value]| {
+        lines
+            .iter()
+            .filter(|l| l["kind"] == "connection" && l["migrated"] == false)
+            .count()
+    };
+    // the handshake agent writes its connection's line when that connection ends, which can
+    // be after the home agent has answered: wait for both
+    while (done(&lines) < requests || handed_on_count(&lines) < moved_count(&lines))
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
         lines = json_lines(&log, 0);
     }
