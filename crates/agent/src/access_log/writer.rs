@@ -1,6 +1,9 @@
 //! The writer thread: takes lines off the queue, formats them into one reused buffer, writes
-//! through a `BufWriter`, and flushes whenever the queue runs dry (so a quiet agent's lines
-//! are on disk at once, and a busy one's go out in large writes). Reopens the file when asked.
+//! through a `BufWriter`, and flushes whenever the queue runs dry. It wakes for the first line
+//! of a batch, then gathers for [`GATHER`] before it drains the queue: a connection's send then
+//! rarely has a sleeping thread to wake (a futex call and two context switches per line
+//! otherwise), and lines go out in large writes; a line is on disk within about [`GATHER`].
+//! Reopens the file when asked.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -16,6 +19,9 @@ use super::{Counters, Format};
 
 /// Bytes gathered before a write, when lines come faster than the disk takes them.
 const BUFFER: usize = 64 * 1024;
+/// How long the writer lets lines gather after the first one wakes it. The queue
+/// (`super::QUEUE` lines) must hold what arrives meanwhile at the rates an agent serves.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 pub enum Target {
     Stdout,
@@ -62,6 +68,9 @@ impl Writer {
         let mut buf = Vec::with_capacity(1024);
         // Ends when every sender is gone, or on Close.
         while let Ok(first) = rx.recv() {
+            if !matches!(first, Msg::Close(_)) {
+                std::thread::sleep(GATHER);
+            }
             let mut next = Some(first);
             while let Some(msg) = next.take() {
                 match msg {

@@ -126,7 +126,16 @@ pub fn replay(
     let url = format!("https://localhost:{}/", agent.port());
     let conns = conns.to_string();
     let out = Command::new(BATON)
-        .args(["bench", &url, "--ca", ca, "-n", &conns, "-c", "1"])
+        .args([
+            "bench",
+            &url,
+            "--ca",
+            ca,
+            "--connections",
+            &conns,
+            "-c",
+            "1",
+        ])
         .args(["--scenario", scenario, "--think", "none"])
         .args(extra)
         .args(["--json", &json, "--quiet"])
