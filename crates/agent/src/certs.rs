@@ -71,10 +71,10 @@ fn load_key(key: &Path) -> anyhow::Result<Arc<dyn SigningKey>> {
     signing.map_err(|e| anyhow!("{}: private key not supported: {e}", key.display()))
 }
 
-/// Generates a self-signed certificate for `names` in memory.
-pub fn self_signed(kind: KeyKind, names: &[String]) -> anyhow::Result<(CertEntry, String)> {
+/// A new key pair of `kind`, for a self-signed certificate or an ACME order.
+pub fn key_pair(kind: KeyKind) -> Result<rcgen::KeyPair, rcgen::Error> {
     use rcgen::{KeyPair, RsaKeySize};
-    let key_pair = match kind {
+    match kind {
         KeyKind::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
         KeyKind::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384),
         KeyKind::Ed25519 => KeyPair::generate_for(&rcgen::PKCS_ED25519),
@@ -82,7 +82,11 @@ pub fn self_signed(kind: KeyKind, names: &[String]) -> anyhow::Result<(CertEntry
         KeyKind::Rsa3072 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_3072),
         KeyKind::Rsa4096 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_4096),
     }
-    .context("generating key pair")?;
+}
+
+/// Generates a self-signed certificate for `names` in memory.
+pub fn self_signed(kind: KeyKind, names: &[String]) -> anyhow::Result<(CertEntry, String)> {
+    let key_pair = key_pair(kind).context("generating key pair")?;
     let mut params = rcgen::CertificateParams::new(names.to_vec()).context("certificate names")?;
     params.distinguished_name.push(
         rcgen::DnType::CommonName,

@@ -19,16 +19,7 @@ pub fn key_and_csr(
     kind: KeyKind,
     names: &[String],
 ) -> anyhow::Result<(Zeroizing<String>, Vec<u8>)> {
-    use rcgen::{KeyPair, RsaKeySize};
-    let key = match kind {
-        KeyKind::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
-        KeyKind::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384),
-        KeyKind::Ed25519 => KeyPair::generate_for(&rcgen::PKCS_ED25519),
-        KeyKind::Rsa2048 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_2048),
-        KeyKind::Rsa3072 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_3072),
-        KeyKind::Rsa4096 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_4096),
-    }
-    .context("generating the certificate key")?;
+    let key = crate::certs::key_pair(kind).context("generating the certificate key")?;
     let mut params = rcgen::CertificateParams::new(names.to_vec()).context("certificate names")?;
     params.distinguished_name = rcgen::DistinguishedName::new();
     let csr = params
