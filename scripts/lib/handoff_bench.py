@@ -62,6 +62,12 @@ def cpu_delta(b, a):
     return a["cpu"] - b["cpu"]
 
 
+# Series names of builds before the renames (CHANGELOG.md), read under today's names, so a
+# BATON_BEFORE binary from before them is measured like this one.
+OLD_NAMES = (("baton_handoff_", "baton_migration_"),
+             ("baton_dispatch_handoffs_total", "baton_dispatch_migrations_total"))
+
+
 def metrics(addr):
     with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -69,8 +75,12 @@ def metrics(addr):
     for line in text.splitlines():
         m = SERIES.match(line)
         if m and not line.startswith("#"):
+            name = m.group(1)
+            for old, new in OLD_NAMES:
+                if name.startswith(old):
+                    name = new + name[len(old):]
             try:
-                out[m.group(1)] = float(m.group(2))
+                out[name] = float(m.group(2))
             except ValueError:
                 pass
     return out

@@ -47,6 +47,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+mod cipher;
 mod client;
 mod coalesce;
 pub mod fuzzing;
