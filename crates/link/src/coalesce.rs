@@ -213,18 +213,26 @@ impl AsyncRead for Coalesced {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // Every record already received goes to h2 in this one read, as far as `buf` takes it
+        // (one read of the socket often brings several): h2 then decodes them in one pass, as
+        // it would the same bytes unsealed.
+        let mut delivered = false;
         loop {
             if buf.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
             match this.opener.available() {
+                Ok([]) if delivered => return Poll::Ready(Ok(())),
                 Ok([]) => {}
                 Ok(plain) => {
                     let n = plain.len().min(buf.remaining());
                     buf.put_slice(&plain[..n]);
                     this.opener.consume(n);
-                    return Poll::Ready(Ok(()));
+                    delivered = true;
+                    continue;
                 }
+                // what came before the refused record first; the error at the next read
+                Err(_) if delivered => return Poll::Ready(Ok(())),
                 Err(e) => return Poll::Ready(Err(this.refused(e))),
             }
             let mut into = ReadBuf::new(this.opener.spare());
