@@ -126,7 +126,7 @@ pub fn message_len(head: &[u8; HEAD_LEN]) -> Result<usize, Refused> {
 
 fn builder(psk: &[u8; 32]) -> Result<snow::Builder<'_>, Refused> {
     let params = PATTERN.parse().map_err(|_| Refused::NoKey)?;
-    snow::Builder::with_resolver(params, crate::cipher::resolver())
+    snow::Builder::with_resolver(params, crate::crypto::resolver())
         .psk(0, psk)
         .and_then(|b| b.prologue(&HEADER))
         .map_err(|_| Refused::NoKey)

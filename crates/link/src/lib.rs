@@ -47,9 +47,9 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
-mod cipher;
 mod client;
 mod coalesce;
+mod crypto;
 pub mod fuzzing;
 mod later;
 mod meta;

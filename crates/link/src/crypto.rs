@@ -1,6 +1,7 @@
-//! The link's AEAD, ChaCha20-Poly1305 from aws-lc-rs, given to `snow` as its `ChaChaPoly`.
+//! The link's Noise primitives from aws-lc-rs: ChaCha20-Poly1305 as snow's `ChaChaPoly`, and
+//! X25519 as its `25519`.
 //!
-//! The Noise protocol stays snow's: it asks this cipher for `ENCRYPT(k, n, ad, plaintext)` and
+//! The Noise protocol stays snow's: it asks the cipher for `ENCRYPT(k, n, ad, plaintext)` and
 //! `DECRYPT` exactly as the Noise specification (section 5.1, 12.3) defines them: a 96-bit nonce
 //! of 32 zero bits and the 64-bit counter little-endian, a 16-byte tag after the ciphertext. A
 //! test checks the bytes against snow's own implementation. Why not snow's: aws-lc's assembly
@@ -8,13 +9,17 @@
 //! copy (out of place both ways), and the expanded key lives in aws-lc, which wipes it when the
 //! cipher is dropped; snow's keeps the key in a plain array.
 //!
-//! The handshake's Diffie-Hellman (X25519) and hash (BLAKE2s) stay snow's defaults (its default
-//! resolver will not build without a cipher of its own either: that one only serves the test).
+//! The X25519 keys (each link handshake's ephemeral keys) are wiped when dropped, which snow's
+//! own do not do. The hash (BLAKE2s) and the random numbers stay snow's defaults (its default
+//! resolver will not build without a cipher and a DH of its own either: those only serve the
+//! tests that check these against them).
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use aws_lc_rs::agreement::{self, PrivateKey, UnparsedPublicKey};
 use snow::params::{CipherChoice, DHChoice, HashChoice};
 use snow::resolvers::{CryptoResolver, DefaultResolver, FallbackResolver};
 use snow::types::{Cipher, Dh, Hash, Random};
+use zeroize::Zeroizing;
 
 const TAG_LEN: usize = 16;
 
@@ -33,8 +38,14 @@ impl CryptoResolver for AwsLc {
         None
     }
 
-    fn resolve_dh(&self, _: &DHChoice) -> Option<Box<dyn Dh>> {
-        None
+    fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
+        match choice {
+            DHChoice::Curve25519 => Some(Box::new(X25519 {
+                private: Zeroizing::new([0; 32]),
+                public: [0; 32],
+            })),
+            _ => None,
+        }
     }
 
     fn resolve_hash(&self, _: &HashChoice) -> Option<Box<dyn Hash>> {
@@ -118,6 +129,72 @@ impl Cipher for ChaChaPoly {
     }
 }
 
+/// One X25519 key pair; the private half wiped when dropped.
+struct X25519 {
+    private: Zeroizing<[u8; 32]>,
+    public: [u8; 32],
+}
+
+impl X25519 {
+    fn key(&self) -> Result<PrivateKey, snow::Error> {
+        PrivateKey::from_private_key(&agreement::X25519, &self.private[..])
+            .map_err(|_| snow::Error::Dh)
+    }
+
+    fn derive_public(&mut self) -> Result<(), snow::Error> {
+        let public = self
+            .key()?
+            .compute_public_key()
+            .map_err(|_| snow::Error::Dh)?;
+        self.public.copy_from_slice(public.as_ref());
+        Ok(())
+    }
+}
+
+impl Dh for X25519 {
+    fn name(&self) -> &'static str {
+        "25519"
+    }
+
+    fn pub_len(&self) -> usize {
+        32
+    }
+
+    fn priv_len(&self) -> usize {
+        32
+    }
+
+    fn set(&mut self, private: &[u8]) {
+        // snow hands over exactly priv_len() bytes
+        self.private.copy_from_slice(&private[..32]);
+        // any 32 bytes are an X25519 private key (clamped when used)
+        self.derive_public().expect("any 32 bytes are a key");
+    }
+
+    fn generate(&mut self, rng: &mut dyn Random) -> Result<(), snow::Error> {
+        rng.try_fill_bytes(&mut self.private[..])?;
+        self.derive_public()
+    }
+
+    fn pubkey(&self) -> &[u8] {
+        &self.public
+    }
+
+    fn privkey(&self) -> &[u8] {
+        &self.private[..]
+    }
+
+    fn dh(&self, public: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
+        let peer =
+            UnparsedPublicKey::new(&agreement::X25519, public.get(..32).ok_or(snow::Error::Dh)?);
+        // aws-lc refuses a peer key of small order (an all-zero shared secret)
+        agreement::agree(&self.key()?, peer, snow::Error::Dh, |shared| {
+            out[..32].copy_from_slice(shared);
+            Ok(())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +236,31 @@ mod tests {
             assert_eq!(back, plain);
             assert_eq!(b.decrypt(n, ad, &x, &mut back).unwrap(), len);
         }
+    }
+
+    #[test]
+    fn x25519_agrees_with_snows_own() {
+        let mut ours = AwsLc.resolve_dh(&DHChoice::Curve25519).expect("ours");
+        let mut snows = DefaultResolver
+            .resolve_dh(&DHChoice::Curve25519)
+            .expect("snow's default resolver has 25519");
+        let mut peer = DefaultResolver.resolve_dh(&DHChoice::Curve25519).unwrap();
+        peer.set(&[0x5a; 32]);
+        for seed in [1u8, 77, 255] {
+            let private: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(seed) ^ seed).collect();
+            ours.set(&private);
+            snows.set(&private);
+            assert_eq!(ours.pubkey(), snows.pubkey(), "seed {seed}");
+            let (mut x, mut y, mut z) = ([0u8; 32], [0u8; 32], [0u8; 32]);
+            ours.dh(peer.pubkey(), &mut x).unwrap();
+            snows.dh(peer.pubkey(), &mut y).unwrap();
+            peer.dh(ours.pubkey(), &mut z).unwrap();
+            assert_eq!(x, y);
+            assert_eq!(x, z);
+        }
+        // a peer key of small order gives no secret
+        assert!(ours.dh(&[0u8; 32], &mut [0u8; 32]).is_err());
+        assert!(ours.dh(&[9u8; 5], &mut [0u8; 32]).is_err());
     }
 
     #[test]
