@@ -24,9 +24,9 @@ pub struct AgentArgs {
     #[serde(skip)]
     pub config: Option<PathBuf>,
 
-    /// Address to accept TLS on (repeatable). Default 127.0.0.1:8443. Port 0 picks a free port;
-    /// the agent prints `listening tls ADDR` for each on stdout.
-    #[arg(long, value_name = "ADDR")]
+    /// Address to accept TLS on (repeatable or comma separated). Default 127.0.0.1:8443. Port 0
+    /// picks a free port; the agent prints `listening tls ADDR` for each on stdout.
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
     pub listen: Vec<SocketAddr>,
 
     /// Certificate chain (PEM), paired in order with --key (repeatable). The names the
@@ -50,8 +50,9 @@ pub struct AgentArgs {
     #[arg(long, value_name = "MODE")]
     pub ocsp_stapling: Option<Toggle>,
 
-    /// Names whose certificates get the opposite of --ocsp-stapling (repeatable).
-    #[arg(long, value_name = "NAME")]
+    /// Names whose certificates get the opposite of --ocsp-stapling (repeatable or comma
+    /// separated).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub ocsp_stapling_except: Vec<String>,
 
     /// Sign with a private key held by `baton signer` at this socket (`unix:PATH`) instead of
@@ -75,13 +76,14 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION")]
     pub key_signer_timeout: Option<HumanDuration>,
 
-    /// Generate a self-signed certificate in memory (repeatable), for --server-name.
-    #[arg(long, value_name = "KIND")]
+    /// Generate a self-signed certificate in memory (repeatable or comma separated), for
+    /// --server-name.
+    #[arg(long, value_name = "KIND", value_delimiter = ',')]
     pub self_signed: Vec<KeyKind>,
 
     /// Names (DNS names or IP addresses) put in generated self-signed certificates.
     /// Default: localhost, 127.0.0.1, ::1.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub server_name: Vec<String>,
 
     /// Write the generated self-signed certificates (public part only, PEM) to this file, so
@@ -98,18 +100,19 @@ pub struct AgentArgs {
     #[arg(long, value_name = "MODE")]
     pub client_auth: Option<ClientAuth>,
 
-    /// TLS versions to accept, of 1.2 and 1.3 (comma separated). Default both.
-    #[arg(long, value_name = "V,..", value_delimiter = ',')]
+    /// TLS versions to accept, of 1.2 and 1.3 (repeatable or comma separated). Default both.
+    #[arg(long, value_name = "VERSION", value_delimiter = ',')]
     pub tls_versions: Vec<String>,
 
     /// Cipher suites to accept, IANA names (e.g. TLS13_AES_128_GCM_SHA256,
-    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256), comma separated, in preference order.
-    #[arg(long, value_name = "SUITE,..", value_delimiter = ',')]
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256), repeatable or comma separated, in preference
+    /// order.
+    #[arg(long, value_name = "SUITE", value_delimiter = ',')]
     pub suites: Vec<String>,
 
-    /// Key exchange groups (x25519, secp256r1, secp384r1, x25519mlkem768, ...), comma separated,
-    /// in preference order.
-    #[arg(long, value_name = "GROUP,..", value_delimiter = ',')]
+    /// Key exchange groups (x25519, secp256r1, secp384r1, x25519mlkem768, ...), repeatable or comma
+    /// separated, in preference order.
+    #[arg(long, value_name = "GROUP", value_delimiter = ',')]
     pub groups: Vec<String>,
 
     /// Sessions kept for TLS 1.2 session-id resumption and TLS 1.3 stateful tickets.
@@ -147,8 +150,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "KIND")]
     pub store: Option<String>,
 
-    /// Another agent's replication address, for `--store peers` (repeatable).
-    #[arg(long, value_name = "ADDR")]
+    /// Another agent's replication address, for `--store peers` (repeatable or comma separated).
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
     pub peer: Vec<SocketAddr>,
 
     /// Where this agent accepts replication from its peers, for `--store peers`.
@@ -156,10 +159,10 @@ pub struct AgentArgs {
     pub peer_listen: Option<SocketAddr>,
 
     /// A network besides the --peer addresses that may open replication connections, for
-    /// `--store peers` (ADDR/PREFIX or an address; repeatable): peers behind NAT, or connecting
-    /// from another address than they listen on. Anyone else is closed at accept. Default: the
-    /// --peer addresses only.
-    #[arg(long, value_name = "CIDR")]
+    /// `--store peers` (ADDR/PREFIX or an address; repeatable or comma separated): peers behind
+    /// NAT, or connecting from another address than they listen on. Anyone else is closed at
+    /// accept. Default: the --peer addresses only.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub peer_allow: Vec<baton_ops::cidr::Cidr>,
 
     /// Cluster key file (same format as --ticket-key-file) sealing sessions between agents and
@@ -185,7 +188,7 @@ pub struct AgentArgs {
 
     /// Methods besides the safe ones (GET, HEAD, OPTIONS, TRACE) served when they arrive in
     /// early data (comma separated, e.g. POST); others get `425 Too Early` (RFC 8470).
-    #[arg(long, value_name = "METHOD,..", value_delimiter = ',')]
+    #[arg(long, value_name = "METHOD", value_delimiter = ',')]
     pub early_data_methods: Vec<String>,
 
     /// Take part in session migration (CSSL-SF, `baton dispatch --policy migration`): hand a
@@ -204,9 +207,9 @@ pub struct AgentArgs {
     pub link_listen: Option<SocketAddr>,
 
     /// A network the dispatchers' link connections come from (ADDR/PREFIX or an address;
-    /// repeatable). Connections from anywhere else are closed at accept, unread. Default: any
-    /// address (a warning says so when --link-listen is not on loopback).
-    #[arg(long, value_name = "CIDR")]
+    /// repeatable or comma separated). Connections from anywhere else are closed at accept, unread.
+    /// Default: any address (a warning says so when --link-listen is not on loopback).
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub link_allow: Vec<baton_ops::cidr::Cidr>,
 
     /// The step every migration deadline is a multiple of, the same setting as the
@@ -272,12 +275,12 @@ pub struct AgentArgs {
     pub proxy_protocol: Option<bool>,
 
     /// With --proxy-protocol: a network the balancers or dispatchers connect from
-    /// (ADDR/PREFIX or an address; repeatable). Connections from anywhere else are refused: a
-    /// PROXY header names the client, so only they may send one. Default: loopback only.
-    /// Given explicitly (with or without --proxy-protocol), it also names the trusted proxies
+    /// (ADDR/PREFIX or an address; repeatable or comma separated). Connections from anywhere else
+    /// are refused: a PROXY header names the client, so only they may send one. Default: loopback
+    /// only. Given explicitly (with or without --proxy-protocol), it also names the trusted proxies
     /// of --upstream: a client in these networks keeps its X-Forwarded-For/-Proto/-Host and
     /// Forwarded headers (this hop is appended); anyone else's are replaced.
-    #[arg(long, value_name = "CIDR")]
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub proxy_protocol_from: Vec<baton_ops::cidr::Cidr>,
 
     /// Runtime worker threads (1: a current-thread runtime). Default: one per CPU.
@@ -368,7 +371,7 @@ pub struct AgentArgs {
 
     /// A name to get a certificate for from --acme-directory (repeatable; one certificate
     /// per name). Served as soon as it is issued, beside any --cert.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub acme_domain: Vec<String>,
 
     /// CA certificate (PEM) to trust for the --acme-directory's HTTPS (a private CA's, e.g.
@@ -393,9 +396,9 @@ pub struct AgentArgs {
     #[arg(long, value_name = "CMD")]
     pub acme_dns_hook: Option<PathBuf>,
 
-    /// Key kinds of the ACME certificates (repeatable: dual certificates, e.g. ecdsa-p256 and
-    /// rsa-2048, one of each per name). Default ecdsa-p256.
-    #[arg(long, value_name = "KIND")]
+    /// Key kinds of the ACME certificates (repeatable or comma separated: dual certificates, e.g.
+    /// ecdsa-p256 and rsa-2048, one of each per name). Default ecdsa-p256.
+    #[arg(long, value_name = "KIND", value_delimiter = ',')]
     pub acme_key: Vec<KeyKind>,
 
     /// Write one line per request (and one per TLS connection that carried none) to this file,
@@ -411,10 +414,10 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<AccessLogFormat>,
 
-    /// Plain-HTTP address (repeatable) that redirects every request to https (308, same host
-    /// and path, and the port of the first --listen unless it is 443), except ACME HTTP-01
-    /// challenges (`/.well-known/acme-challenge/TOKEN`), answered here. Off by default.
-    #[arg(long, value_name = "ADDR")]
+    /// Plain-HTTP address (repeatable or comma separated) that redirects every request to https
+    /// (308, same host and path, and the port of the first --listen unless it is 443), except ACME
+    /// HTTP-01 challenges (`/.well-known/acme-challenge/TOKEN`), answered here. Off by default.
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
     pub http_listen: Vec<SocketAddr>,
 
     /// Add `Via: 1.1 baton` (`2 baton` for HTTP/2 clients) to requests sent to --upstream.
@@ -1024,6 +1027,37 @@ mod tests {
         assert!(crate::route_config::parse_upstream("https://127.0.0.1:8080").is_err());
         assert!(crate::route_config::parse_upstream("http://127.0.0.1:8080/app").is_err());
         assert!(crate::route_config::parse_upstream("127.0.0.1:8080").is_err());
+    }
+
+    #[test]
+    fn list_flags_repeat_or_take_commas_alike() {
+        let repeated = parse(&[
+            "--tls-versions",
+            "1.3",
+            "--tls-versions",
+            "1.2",
+            "--link-allow",
+            "10.0.0.0/8",
+            "--link-allow",
+            "192.0.2.1",
+            "--server-name",
+            "a.example",
+            "--server-name",
+            "b.example",
+        ]);
+        let commas = parse(&[
+            "--tls-versions",
+            "1.3,1.2",
+            "--link-allow",
+            "10.0.0.0/8,192.0.2.1",
+            "--server-name",
+            "a.example,b.example",
+        ]);
+        assert_eq!(repeated.tls_versions, ["1.3", "1.2"]);
+        assert_eq!(commas.tls_versions, repeated.tls_versions);
+        assert_eq!(commas.link_allow, repeated.link_allow);
+        assert_eq!(commas.link_allow.len(), 2);
+        assert_eq!(commas.server_name, repeated.server_name);
     }
 
     #[test]

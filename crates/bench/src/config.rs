@@ -75,17 +75,18 @@ pub struct BenchArgs {
     /// TLS version: 1.2 or 1.3 (with --engine openssl also 1.0, 1.1). Default: all offered.
     #[arg(long, value_name = "V")]
     pub tls_version: Option<String>,
-    /// Cipher suite to offer (IANA or OpenSSL name; repeatable). With --engine openssl: OpenSSL
-    /// cipher names or strings (e.g. AES128-SHA, 'ADH-AES128-SHA:@SECLEVEL=0'), TLS_* names
-    /// for TLS 1.3.
-    #[arg(long, value_name = "SUITE")]
+    /// Cipher suite to offer (IANA or OpenSSL name; repeatable or comma separated). With --engine
+    /// openssl: OpenSSL cipher names or strings (e.g. AES128-SHA, 'ADH-AES128-SHA:@SECLEVEL=0'),
+    /// TLS_* names for TLS 1.3.
+    #[arg(long, value_name = "SUITE", value_delimiter = ',')]
     pub suite: Vec<String>,
-    /// Key exchange group to offer (x25519, secp256r1, secp384r1, x25519mlkem768; repeatable).
-    #[arg(long, value_name = "GROUP")]
+    /// Key exchange group to offer (x25519, secp256r1, secp384r1, x25519mlkem768; repeatable or
+    /// comma separated).
+    #[arg(long, value_name = "GROUP", value_delimiter = ',')]
     pub group: Vec<String>,
     /// Signature scheme to accept from the server (e.g. ecdsa_secp256r1_sha256,
-    /// rsa_pss_rsae_sha256, rsa_pkcs1_sha256, ed25519; repeatable).
-    #[arg(long, value_name = "SCHEME")]
+    /// rsa_pss_rsae_sha256, rsa_pkcs1_sha256, ed25519; repeatable or comma separated).
+    #[arg(long, value_name = "SCHEME", value_delimiter = ',')]
     pub sigalg: Vec<String>,
     /// Server name to send (SNI). Default: the URL's host.
     #[arg(long, value_name = "NAME")]
@@ -130,8 +131,9 @@ pub struct BenchArgs {
     /// when each should have started (coordinated omission corrected).
     #[arg(long, value_name = "R")]
     pub rate: Option<f64>,
-    /// Bind virtual clients to these source addresses in turn (repeatable, e.g. 127.0.0.2).
-    #[arg(long, value_name = "IP")]
+    /// Bind virtual clients to these source addresses in turn (repeatable or comma separated, e.g.
+    /// 127.0.0.2).
+    #[arg(long, value_name = "IP", value_delimiter = ',')]
     pub source_ip: Vec<IpAddr>,
     /// Per-phase timeout (connect, handshake, response). Default 10s.
     #[arg(long, value_name = "DURATION")]

@@ -23,19 +23,19 @@ pub struct DispatchArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Address to accept clients on (repeatable). Default 127.0.0.1:8443; port 0 picks one and
-    /// prints `listening dispatch ADDR`.
-    #[arg(long, value_name = "ADDR")]
+    /// Address to accept clients on (repeatable or comma separated). Default 127.0.0.1:8443; port 0
+    /// picks one and prints `listening dispatch ADDR`.
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
     pub listen: Vec<SocketAddr>,
-    /// An agent's TLS address (repeatable). The order is the agents' ids: the first is agent
-    /// 0, and must run with `--agent-id 0` for ticket affinity.
-    #[arg(long, value_name = "ADDR")]
+    /// An agent's TLS address (repeatable or comma separated). The order is the agents' ids: the
+    /// first is agent 0, and must run with `--agent-id 0` for ticket affinity.
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
     pub agent: Vec<SocketAddr>,
     /// An agent's link address (its `--link-listen`; repeatable, in the same order as
     /// --agent). With links, every client travels to its agent as a stream of a few
     /// long-lived, authenticated connections (no connect, no PROXY header per client);
     /// `handoff` needs them.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
     pub agent_link: Vec<SocketAddr>,
     /// The agents from a file instead of --agent (TOML `[[agent]]` tables: `id`, `addr`,
     /// `link`, `state` = active, draining or disabled). Re-read when it changes and on SIGHUP;
@@ -72,9 +72,10 @@ pub struct DispatchArgs {
     #[arg(long, value_name = "BOOL")]
     pub accept_proxy_protocol: Option<bool>,
     /// With --accept-proxy-protocol: a network the balancers connect from (ADDR/PREFIX or an
-    /// address; repeatable). Connections from anywhere else are refused: a PROXY header names
-    /// the client to route as, so only the balancers may send one. Default: loopback only.
-    #[arg(long, value_name = "CIDR")]
+    /// address; repeatable or comma separated). Connections from anywhere else are refused: a PROXY
+    /// header names the client to route as, so only the balancers may send one. Default: loopback
+    /// only.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub proxy_protocol_from: Vec<Cidr>,
     /// Address for Prometheus metrics (plain HTTP, /metrics).
     #[arg(long, value_name = "ADDR")]

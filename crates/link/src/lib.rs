@@ -9,7 +9,8 @@
 //! link that is already up.
 //!
 //! ```text
-//! TCP connect, then a Noise handshake, Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s (auth.rs):
+//! TCP connect, then a Noise handshake, Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s (auth.rs; snow,
+//! with X25519 and ChaCha20-Poly1305 from aws-lc-rs: crypto.rs):
 //!   dispatcher -> agent:  "BTLK" 0x03 | len u16 | psk, e                   (empty payload)
 //!   agent -> dispatcher:  "BTLK" 0x03 | len u16 | e, ee | seal(agent_id u16 | link_id[16])
 //!     prologue = "BTLK" 0x03; psk = HKDF of a cluster key, label "baton link psk v3"

@@ -54,8 +54,8 @@ pub struct SignerArgs {
     #[arg(long, value_name = "FILE")]
     pub auth_key_file: PathBuf,
 
-    /// Uid allowed to connect (repeatable). Default: the signer's own uid.
-    #[arg(long, value_name = "UID")]
+    /// Uid allowed to connect (repeatable or comma separated). Default: the signer's own uid.
+    #[arg(long, value_name = "UID", value_delimiter = ',')]
     pub allow_uid: Vec<u32>,
 
     /// Also allow peers whose primary group is the signer's own, and create the socket mode
