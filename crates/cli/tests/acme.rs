@@ -382,7 +382,8 @@ fn served_key_serial(addr: std::net::SocketAddr, root: &str, name: &str) -> Opti
 }
 
 /// A `--acme-dns-hook` that sets and clears the TXT record in Pebble's DNS (its management API
-/// on `port`), and notes each call in `calls` in `dir`; its path.
+/// on `port`), and notes each call in `calls` in `dir`; its path. While a file `delay` in `dir`
+/// holds a number of seconds, `present` waits that long first (an order held in flight).
 fn dns_hook(dir: &TempDir, port: u16) -> String {
     let hook = dir.path("hook.sh");
     let calls = dir.path("calls");
@@ -393,8 +394,10 @@ fn dns_hook(dir: &TempDir, port: u16) -> String {
              present) body=\"{{\\\"host\\\":\\\"$2.\\\",\\\"value\\\":\\\"$3\\\"}}\"; path=set-txt ;;\n\
              cleanup) body=\"{{\\\"host\\\":\\\"$2.\\\"}}\"; path=clear-txt ;;\n\
              *) exit 2 ;;\nesac\n\
+             if [ \"$1\" = present ] && [ -f {delay} ]; then sleep \"$(cat {delay})\"; fi\n\
              curl -sS --fail --max-time 10 -X POST -d \"$body\" http://127.0.0.1:{port}/$path\n",
             calls = calls.display(),
+            delay = dir.path("delay").display(),
         ),
     )
     .unwrap();
@@ -426,4 +429,93 @@ fn http_01_through_the_plain_http_listener() {
     let served = served_key(agent.addr, &root, name, "ECDSA+SHA256")
         .unwrap_or_else(|| panic!("no verified certificate for {name}\n{}", pebble.log()));
     assert!(served.contains("ECDSA"), "{served}");
+}
+
+#[test]
+fn an_agent_killed_mid_order_and_restarted_leaves_one_certificate_and_one_account() {
+    let Some(pebble) = Pebble::start(3600, free_port(), free_port()) else {
+        return;
+    };
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let dir = TempDir::new("acme-killed");
+    let line = baton_session::generate_key_line().unwrap();
+    let key = cluster_key_file(&dir, "cluster.key", &[&line]);
+    let hook = dns_hook(&dir, pebble.dns_management);
+    // every order waits 20 s in its hook: long enough to kill its agent in the middle
+    std::fs::write(dir.path("delay"), "20").unwrap();
+    let name = "killed.baton.test";
+    let args = |id: u16| -> Vec<String> {
+        vec![
+            format!("--acme-directory={}", pebble.directory),
+            format!("--acme-directory-ca={}", pebble.https_ca),
+            format!("--acme-domain={name}"),
+            "--acme-challenge=dns-01".to_string(),
+            format!("--acme-dns-hook={hook}"),
+            format!("--store=redis={}", redis.url()),
+            format!("--cluster-key-file={key}"),
+            format!("--agent-id={id}"),
+        ]
+    };
+    let start = |id: u16| {
+        let a = args(id);
+        Agent::start(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let calls = dir.path("calls");
+    let presents = || {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .matches("present ")
+            .count()
+    };
+    let mut first = start(0);
+    let second = start(1);
+    // agent 0 (the lowest id) orders; killed while its challenge is being answered
+    until("agent 0's order in flight", Duration::from_secs(60), || {
+        presents() >= 1
+    });
+    first.signal("KILL");
+    first.wait_exit(Duration::from_secs(10)).expect("killed");
+    drop(first);
+    // agent 1 hears agent 0 is gone, and orders in its turn
+    until("agent 1 orders", Duration::from_secs(60), || {
+        presents() >= 2
+    });
+    // agent 0 is back (the lower id) while agent 1's order is in flight
+    let first = start(0);
+    let root = pebble.root_file();
+    let ok = format!("baton_certificate_renewals_total{{name=\"{name}\",outcome=\"ok\"}}");
+    let serials = |agents: &[&Agent]| -> Vec<Option<String>> {
+        agents
+            .iter()
+            .map(|a| served_key_serial(a.addr, &root, name))
+            .collect()
+    };
+    until(
+        "both agents serve one certificate",
+        Duration::from_secs(120),
+        || {
+            let s = serials(&[&first, &second]);
+            s[0].is_some() && s[0] == s[1]
+        },
+    );
+    // long enough for a second order to start and finish, were one started
+    std::fs::write(dir.path("delay"), "0").unwrap();
+    std::thread::sleep(Duration::from_secs(15));
+    let s = serials(&[&first, &second]);
+    assert!(s[0].is_some() && s[0] == s[1], "one certificate: {s:?}");
+    assert_eq!(
+        first.metric(&ok) + second.metric(&ok),
+        1.0,
+        "one certificate issued for the cluster\n{}",
+        pebble.log()
+    );
+    assert_eq!(presents(), 2, "no order after agent 1's");
+    let log = pebble.log();
+    let accounts = log.matches("There are now 1 accounts").count();
+    assert!(
+        accounts == 1 && !log.contains("There are now 2 accounts"),
+        "one account for the cluster\n{log}"
+    );
 }

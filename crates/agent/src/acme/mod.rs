@@ -158,15 +158,19 @@ impl Responder {
 const ACCOUNT: &str = "account/";
 /// The certificates' topic.
 const CERT: &str = "cert/";
+/// An order in flight: the id of the agent ordering, under the certificate's topic.
+const CLAIM: &str = "order/";
 
-/// Posts the heartbeat, and when this agent orders (`orderer`) what it holds.
+/// Posts the heartbeat, the orders in flight here and their challenge answers, and when this
+/// agent orders (`orderer`) what it holds. An order outlives a change of orderer (an agent with
+/// a lower id came back): its claim and its answers are posted until it ends.
 fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
     let now = SystemTime::now();
     b.post(&format!("alive/{}", b.me()), &unix(now).to_be_bytes(), now);
-    if !orderer {
-        return;
-    }
     for (topic, value) in posts.all() {
+        if !orderer && (topic.starts_with(ACCOUNT) || topic.starts_with(CERT)) {
+            continue;
+        }
         // The account, and the latest certificates for an agent that starts when no agent
         // posts (the whole cluster restarted, with a store that outlived it: Redis).
         if topic.starts_with(ACCOUNT) || topic.starts_with(CERT) {
@@ -182,13 +186,18 @@ fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
 fn shared_challenges(challenges: &Challenges, bulletin: Bulletin) {
     let b = bulletin.clone();
     challenges.set_shared_tls_alpn01(Box::new(move |name: &str| {
-        let digest = b.read(&format!("alpn/{name}"), SystemTime::now()).pop()?;
+        // the current bucket first: the answer of the latest order
+        let digest = b
+            .read(&format!("alpn/{name}"), SystemTime::now())
+            .into_iter()
+            .next()?;
         material::alpn_validation(name, &digest).ok()
     }));
     challenges.set_shared_http01(Box::new(move |token: &str| {
         let ka = bulletin
             .read(&format!("http01/{token}"), SystemTime::now())
-            .pop()?;
+            .into_iter()
+            .next()?;
         String::from_utf8(ka).ok()
     }));
 }
@@ -332,6 +341,25 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                 continue;
             }
             let slot = slot.clone();
+            let claim = format!("{CLAIM}{}", slot.topic());
+            if let Some(b) = bulletin.clone() {
+                let (b2, topic) = (b.clone(), claim.clone());
+                let elsewhere =
+                    tokio::task::spawn_blocking(move || claimed_elsewhere(&b2, &topic, now))
+                        .await
+                        .ok()
+                        .flatten();
+                if let Some(other) = elsewhere {
+                    tracing::info!(name = %slot.name, key = kind_label(slot.kind), agent = other, "ACME: another agent's order is in flight; waiting for it");
+                    continue;
+                }
+                posts.set(
+                    claim.clone(),
+                    Arc::new(Zeroizing::new(me.to_be_bytes().to_vec())),
+                );
+                let (b, posts) = (b.clone(), posts.clone());
+                let _ = tokio::task::spawn_blocking(move || post_all(&b, &posts, true)).await;
+            }
             tracing::info!(name = %slot.name, key = kind_label(slot.kind), renewal = validity.is_some(), "ACME: ordering");
             let attempt = tokio::time::timeout(ATTEMPT_DEADLINE, async {
                 if account.is_none() {
@@ -350,6 +378,7 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     ATTEMPT_DEADLINE.as_secs()
                 )))
             });
+            posts.remove(&claim);
             let at = SystemTime::now();
             let state = &mut slots[i].1;
             let origin = format!("acme {} {}", slot.name, kind_label(slot.kind));
@@ -402,16 +431,36 @@ const RATE_LIMITED_WAIT: Duration = Duration::from_secs(3600);
 /// The heartbeats of agents with a lower id than this one's (the only ones that matter to
 /// [`plan::orders`]).
 fn heartbeats_below(b: &Bulletin, now: SystemTime) -> Vec<(u16, SystemTime)> {
-    (0..b.me())
-        .filter_map(|id| {
-            let newest = b
-                .read(&format!("alive/{id}"), now)
-                .into_iter()
-                .filter_map(|v| Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?)))
-                .max()?;
-            Some((id, SystemTime::UNIX_EPOCH + Duration::from_secs(newest)))
-        })
-        .collect()
+    (0..b.me()).filter_map(|id| heartbeat(b, id, now)).collect()
+}
+
+/// Agent `id`'s latest heartbeat, if it sent one lately.
+fn heartbeat(b: &Bulletin, id: u16, now: SystemTime) -> Option<(u16, SystemTime)> {
+    let newest = b
+        .read(&format!("alive/{id}"), now)
+        .into_iter()
+        .filter_map(|v| Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?)))
+        .max()?;
+    Some((id, SystemTime::UNIX_EPOCH + Duration::from_secs(newest)))
+}
+
+/// The agent whose order of the certificate under `claim` is in flight, when it is another
+/// one and alive ([`plan::claimed_elsewhere`]).
+fn claimed_elsewhere(b: &Bulletin, claim: &str, now: SystemTime) -> Option<u16> {
+    let claimers: Vec<u16> = b
+        .read(claim, now)
+        .into_iter()
+        .filter_map(|v| Some(u16::from_be_bytes(v.get(..2)?.try_into().ok()?)))
+        .collect();
+    let beats: Vec<_> = claimers
+        .iter()
+        .filter(|&&id| id != b.me())
+        .filter_map(|&id| heartbeat(b, id, now))
+        .collect();
+    let alive = plan::alive(&beats, now);
+    plan::claimed_elsewhere(b.me(), &claimers, &alive)
+        .then(|| claimers.into_iter().find(|id| alive.contains(id)))
+        .flatten()
 }
 
 async fn get_account(
@@ -439,7 +488,13 @@ async fn get_account(
     }
     let (account, creds) = order::create(cfg).await?;
     tracing::info!(id = account.id(), "ACME: account created");
-    posts.set(topic.to_string(), Arc::new(creds));
+    let creds = Arc::new(creds);
+    posts.set(topic.to_string(), creds.clone());
+    // kept at once: an agent that takes over after this one stops uses it, and makes no other
+    if let Some(b) = bulletin.cloned() {
+        let topic = topic.to_string();
+        let _ = tokio::task::spawn_blocking(move || b.keep(&topic, &creds)).await;
+    }
     Ok(account)
 }
 

@@ -19,6 +19,15 @@ pub fn orders(me: u16, alive: &[u16], since_start: Duration, settling: Duration)
     since_start >= settling && alive.iter().all(|&other| other >= me)
 }
 
+/// Whether an order in flight elsewhere stands in the way of this agent's (`me`) ordering the
+/// same certificate: a claim (the id of the agent ordering it, as posted) from an agent still
+/// alive. Leadership can pass back to a lower id (an agent restarted) while a higher one is
+/// mid-order: the newcomer waits for that order instead of starting a second one. A claim of
+/// `me`'s own is an order this agent left when it stopped: it is ordered again.
+pub fn claimed_elsewhere(me: u16, claimers: &[u16], alive: &[u16]) -> bool {
+    claimers.iter().any(|c| *c != me && alive.contains(c))
+}
+
 /// The agents alive at `now`: those whose last heartbeat (agent id, unix time it was sent) is
 /// newer than [`ALIVE_FOR`]. A heartbeat from the future (clocks apart) counts as alive.
 pub fn alive(heartbeats: &[(u16, SystemTime)], now: SystemTime) -> Vec<u16> {
@@ -112,6 +121,16 @@ mod tests {
         assert!(orders(3, &[], SETTLED, SETTLING));
         // not before it has heard its peers
         assert!(!orders(0, &[0], Duration::from_secs(1), SETTLING));
+    }
+
+    #[test]
+    fn an_order_in_flight_elsewhere_is_waited_for_while_its_agent_lives() {
+        assert!(!claimed_elsewhere(0, &[], &[0, 1]));
+        assert!(claimed_elsewhere(0, &[1], &[0, 1]));
+        // its agent gone: the order is abandoned, and ordered again
+        assert!(!claimed_elsewhere(0, &[1], &[0]));
+        // one's own claim, from before a restart
+        assert!(!claimed_elsewhere(0, &[0], &[0, 1]));
     }
 
     #[test]
