@@ -8,6 +8,7 @@
 
 mod bulletin;
 pub mod config;
+mod http;
 mod material;
 pub mod metrics;
 mod order;
@@ -248,6 +249,7 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
         bulletin: bulletin.clone(),
     };
     let account_topic = format!("{ACCOUNT}{}", short_hash(&cfg.directory));
+    let retry_after = http::RetryAfter::default();
     let mut account: Option<instant_acme::Account> = None;
     let mut slots: Vec<(Slot, SlotState)> = cfg
         .domains
@@ -361,10 +363,20 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                 let _ = tokio::task::spawn_blocking(move || post_all(&b, &posts, true)).await;
             }
             tracing::info!(name = %slot.name, key = kind_label(slot.kind), renewal = validity.is_some(), "ACME: ordering");
+            // what an earlier attempt's refusal said is spent
+            retry_after.take();
             let attempt = tokio::time::timeout(ATTEMPT_DEADLINE, async {
                 if account.is_none() {
-                    account =
-                        Some(get_account(&cfg, bulletin.as_ref(), &account_topic, &posts).await?);
+                    account = Some(
+                        get_account(
+                            &cfg,
+                            bulletin.as_ref(),
+                            &account_topic,
+                            &posts,
+                            &retry_after,
+                        )
+                        .await?,
+                    );
                 }
                 let acct = account.as_ref().expect("set above");
                 order::order(acct, &cfg, &slot.name, slot.kind, &responder)
@@ -406,27 +418,25 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                 }
                 Err(failure) => {
                     state.failures += 1;
-                    let (outcome, retry_after) = match &failure {
-                        order::Failure::RateLimited(_) => {
-                            (Outcome::RateLimited, Some(RATE_LIMITED_WAIT))
-                        }
-                        order::Failure::Other(_) => (Outcome::Failed, None),
+                    let rate_limited = matches!(failure, order::Failure::RateLimited(_));
+                    let outcome = match rate_limited {
+                        true => Outcome::RateLimited,
+                        false => Outcome::Failed,
                     };
-                    let wait = plan::backoff(state.failures, retry_after);
+                    let asked = retry_after
+                        .take()
+                        .map(|until| until.duration_since(at).unwrap_or(Duration::ZERO));
+                    let wait = plan::retry_wait(state.failures, asked, rate_limited);
                     state.retry_not_before = Some(at + wait);
                     metrics.attempt(&slot.name, outcome, unix(at));
                     // an account the CA no longer knows is made again on the next attempt
                     account = None;
-                    tracing::warn!(name = %slot.name, key = kind_label(slot.kind), failures = state.failures, retry_in = ?wait, error = %failure, "ACME: order failed; the certificate served (if any) stays");
+                    tracing::warn!(name = %slot.name, key = kind_label(slot.kind), failures = state.failures, retry_in = ?wait, retry_after = ?asked, error = %failure, "ACME: order failed; the certificate served (if any) stays");
                 }
             }
         }
     }
 }
-
-/// How long after a rate-limit error the order is tried again, at least: instant-acme does
-/// not hand on the Retry-After of an error response, and the CAs' windows are hours long.
-const RATE_LIMITED_WAIT: Duration = Duration::from_secs(3600);
 
 /// The heartbeats of agents with a lower id than this one's (the only ones that matter to
 /// [`plan::orders`]).
@@ -468,6 +478,7 @@ async fn get_account(
     bulletin: Option<&Bulletin>,
     topic: &str,
     posts: &Posts,
+    retry_after: &http::RetryAfter,
 ) -> anyhow::Result<instant_acme::Account> {
     if let Some(b) = bulletin {
         let (b, t) = (b.clone(), topic.to_string());
@@ -475,7 +486,7 @@ async fn get_account(
             .await
             .unwrap_or_default();
         if let Some(creds) = stored {
-            match order::restore(cfg, &creds).await {
+            match order::restore(cfg, &creds, retry_after).await {
                 Ok(account) => {
                     posts.set(topic.to_string(), Arc::new(Zeroizing::new(creds)));
                     return Ok(account);
@@ -486,7 +497,7 @@ async fn get_account(
             }
         }
     }
-    let (account, creds) = order::create(cfg).await?;
+    let (account, creds) = order::create(cfg, retry_after).await?;
     tracing::info!(id = account.id(), "ACME: account created");
     let creds = Arc::new(creds);
     posts.set(topic.to_string(), creds.clone());

@@ -11,6 +11,7 @@ use instant_acme::{
 };
 use zeroize::Zeroizing;
 
+use super::http::{self, RetryAfter};
 use super::material;
 use super::AcmeConfig;
 use crate::config::{AcmeChallenge, KeyKind};
@@ -53,19 +54,24 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
-fn builder(cfg: &AcmeConfig) -> anyhow::Result<instant_acme::AccountBuilder> {
-    Ok(match &cfg.directory_ca {
-        Some(ca) => Account::builder_with_root(ca)
-            .with_context(|| format!("--acme-directory-ca {}", ca.display()))?,
-        None => Account::builder().context("ACME HTTP client")?,
-    })
+/// The account's client, noting the Retry-After of the CA's refusals in `retry_after`.
+fn builder(
+    cfg: &AcmeConfig,
+    retry_after: &RetryAfter,
+) -> anyhow::Result<instant_acme::AccountBuilder> {
+    let client = http::client(cfg.directory_ca.as_deref(), retry_after.clone())?;
+    Ok(Account::builder_with_http(client))
 }
 
 /// The account from its stored credentials (JSON).
-pub async fn restore(cfg: &AcmeConfig, credentials: &[u8]) -> anyhow::Result<Account> {
+pub async fn restore(
+    cfg: &AcmeConfig,
+    credentials: &[u8],
+    retry_after: &RetryAfter,
+) -> anyhow::Result<Account> {
     let creds: AccountCredentials =
         serde_json::from_slice(credentials).context("stored ACME account")?;
-    builder(cfg)?
+    builder(cfg, retry_after)?
         .from_credentials(creds)
         .await
         .context("restoring the ACME account")
@@ -73,10 +79,13 @@ pub async fn restore(cfg: &AcmeConfig, credentials: &[u8]) -> anyhow::Result<Acc
 
 /// A new account (its key: ECDSA P-256, made by instant-acme), and its credentials (JSON,
 /// with the private key: stored sealed, never logged).
-pub async fn create(cfg: &AcmeConfig) -> anyhow::Result<(Account, Zeroizing<Vec<u8>>)> {
+pub async fn create(
+    cfg: &AcmeConfig,
+    retry_after: &RetryAfter,
+) -> anyhow::Result<(Account, Zeroizing<Vec<u8>>)> {
     let contact = cfg.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-    let (account, creds) = builder(cfg)?
+    let (account, creds) = builder(cfg, retry_after)?
         .create(
             &NewAccount {
                 contact: &contacts,

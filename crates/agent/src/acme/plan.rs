@@ -10,6 +10,10 @@ pub const ALIVE_FOR: Duration = Duration::from_secs(10);
 /// The first wait after a failure, doubled by each further failure up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(2);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The longest a CA's Retry-After is followed: a longer one (a mistake, or days) is cut to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// The wait after a rate-limit error that names no time (the CAs' windows are hours long).
+pub const RATE_LIMITED_WAIT: Duration = Duration::from_secs(3600);
 
 /// Whether agent `me` is the one that orders: the lowest agent id among those alive. Every
 /// agent computes the same answer from the same heartbeats, so one orders at a time; an agent
@@ -94,6 +98,18 @@ pub fn backoff(failures: u32, retry_after: Option<Duration>) -> Duration {
     }
 }
 
+/// The wait after the `failures`-th failed attempt in a row: what the CA asked for when it
+/// said (its `Retry-After`, on a rate-limit error or any other), within [`FIRST_BACKOFF`] and
+/// [`MAX_RETRY_AFTER`]; otherwise the [`backoff`], and at least [`RATE_LIMITED_WAIT`] after
+/// a rate-limit error.
+pub fn retry_wait(failures: u32, retry_after: Option<Duration>, rate_limited: bool) -> Duration {
+    match retry_after {
+        Some(r) => r.clamp(FIRST_BACKOFF, MAX_RETRY_AFTER),
+        None if rate_limited => backoff(failures, Some(RATE_LIMITED_WAIT)),
+        None => backoff(failures, None),
+    }
+}
+
 /// Whether a certificate (valid until `not_after`) read from the store replaces the one held:
 /// only a newer one does, so agents never go back to an older certificate whatever order
 /// the copies arrive in.
@@ -173,6 +189,20 @@ mod tests {
             Duration::from_secs(300)
         );
         assert_eq!(backoff(5, Some(Duration::from_secs(1))), backoff(5, None));
+    }
+
+    #[test]
+    fn the_ca_s_retry_after_is_waited_within_bounds() {
+        let s = Duration::from_secs;
+        // what the CA says, shorter or longer than the backoff would be
+        assert_eq!(retry_wait(9, Some(s(90)), true), s(90));
+        assert_eq!(retry_wait(1, Some(s(7200)), false), s(7200));
+        // within bounds
+        assert_eq!(retry_wait(1, Some(s(0)), true), FIRST_BACKOFF);
+        assert_eq!(retry_wait(1, Some(s(30 * 86400)), true), MAX_RETRY_AFTER);
+        // no word from the CA: an hour after a rate limit, else the backoff
+        assert_eq!(retry_wait(1, None, true), RATE_LIMITED_WAIT);
+        assert_eq!(retry_wait(3, None, false), backoff(3, None));
     }
 
     #[test]
