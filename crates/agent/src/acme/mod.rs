@@ -6,6 +6,7 @@
 //! a certificate, or one past two thirds of its lifetime; failures back off, the old
 //! certificate served meanwhile. Without a shared store each agent orders for itself.
 
+mod ari;
 mod bulletin;
 pub mod config;
 mod http;
@@ -32,6 +33,9 @@ use metrics::{AcmeMetrics, Outcome};
 const SETTLING: Duration = Duration::from_secs(7);
 /// The longest one attempt (account, order, validation, issuance) may take.
 const ATTEMPT_DEADLINE: Duration = Duration::from_secs(240);
+/// How long the order lock (Redis) lasts unless renewed; renewed every third of it while the
+/// order runs, so an agent that dies mid-order frees the name within this.
+const LOCK_TTL: Duration = Duration::from_secs(30);
 
 fn kind_label(kind: KeyKind) -> &'static str {
     match kind {
@@ -69,7 +73,25 @@ struct SlotState {
     bundle: Option<Arc<Zeroizing<Vec<u8>>>>,
     failures: u32,
     retry_not_before: Option<SystemTime>,
+    /// In [0, 1): how early in the last twentieth before two thirds, or where in the CA's
+    /// renewal window, this certificate is renewed.
     jitter: f64,
+    /// The time picked in the CA's renewal window for the certificate held.
+    suggested: Option<SystemTime>,
+    /// When to ask the CA's renewal information (again) for the certificate held.
+    ask_window: Option<SystemTime>,
+}
+
+impl SlotState {
+    /// A new certificate is held: its renewal is planned afresh.
+    fn hold(&mut self, held: material::Held, bundle: Arc<Zeroizing<Vec<u8>>>) {
+        self.held = Some(held);
+        self.bundle = Some(bundle);
+        self.failures = 0;
+        self.retry_not_before = None;
+        self.suggested = None;
+        self.ask_window = None;
+    }
 }
 
 /// What this agent posts in every period: heartbeat, held certificates, the account, and the
@@ -103,6 +125,8 @@ struct Responder {
     challenges: Arc<Challenges>,
     posts: Arc<Posts>,
     bulletin: Option<Bulletin>,
+    /// What is set (name, token): cleared by the order, or after it when it was cut short.
+    set: Mutex<Vec<(String, String)>>,
 }
 
 impl order::Responder for Responder {
@@ -113,6 +137,9 @@ impl order::Responder for Responder {
             format!("alpn/{name}"),
             Arc::new(Zeroizing::new(digest.to_vec())),
         );
+        if let Ok(mut set) = self.set.lock() {
+            set.push((name.to_string(), String::new()));
+        }
         self.post_now();
         Ok(())
     }
@@ -124,6 +151,9 @@ impl order::Responder for Responder {
             format!("http01/{token}"),
             Arc::new(Zeroizing::new(key_authorization.as_bytes().to_vec())),
         );
+        if let Ok(mut set) = self.set.lock() {
+            set.push((String::new(), token.to_string()));
+        }
         self.post_now();
     }
 
@@ -148,6 +178,18 @@ impl order::Responder for Responder {
 }
 
 impl Responder {
+    /// Takes away what an order cut short (its deadline, a lost lock) left set.
+    fn clear_left(&self) {
+        let left = self
+            .set
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        for (name, token) in left {
+            order::Responder::clear(self, &name, &token);
+        }
+    }
+
     fn post_now(&self) {
         if let Some(b) = &self.bulletin {
             post_all(b, &self.posts, true);
@@ -247,10 +289,20 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
         challenges: ctx.challenges.clone(),
         posts: posts.clone(),
         bulletin: bulletin.clone(),
+        set: Mutex::default(),
     };
     let account_topic = format!("{ACCOUNT}{}", short_hash(&cfg.directory));
     let retry_after = http::RetryAfter::default();
     let mut account: Option<instant_acme::Account> = None;
+    // until the CA's directory shows it has none
+    let mut ari_offered = true;
+    // this agent's run, in the store's order locks (random: a restarted agent is another)
+    let lock_token: Arc<[u8]> = {
+        let mut t = [0u8; 16];
+        let _ = aws_lc_rs::rand::fill(&mut t);
+        let hex: String = t.iter().map(|b| format!("{b:02x}")).collect();
+        Arc::from(format!("{me}/{hex}").into_bytes())
+    };
     let mut slots: Vec<(Slot, SlotState)> = cfg
         .domains
         .iter()
@@ -306,10 +358,7 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                         tracing::info!(name = %slot.name, key = kind_label(slot.kind), "ACME: certificate from the cluster");
                         let blob = Arc::new(Zeroizing::new(blob));
                         posts.set(slot.topic(), blob.clone());
-                        state.bundle = Some(blob);
-                        state.held = Some(held);
-                        state.failures = 0;
-                        state.retry_not_before = None;
+                        state.hold(held, blob);
                         metrics.renewed_elsewhere(&slot.name);
                         changed = true;
                     }
@@ -337,11 +386,55 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
             continue;
         }
         for i in 0..slots.len() {
+            let state = &slots[i].1;
+            let asking =
+                ari_offered && state.held.is_some() && state.ask_window.is_none_or(|at| at <= now);
+            if asking {
+                if account.is_none() {
+                    match get_account(
+                        &cfg,
+                        bulletin.as_ref(),
+                        &account_topic,
+                        &posts,
+                        &retry_after,
+                    )
+                    .await
+                    {
+                        Ok(a) => account = Some(a),
+                        Err(e) => {
+                            tracing::warn!(error = %format!("{e:#}"), "ACME: no account to ask the CA's renewal information with")
+                        }
+                    }
+                }
+                let (slot, state) = &mut slots[i];
+                match &account {
+                    Some(acct) => ask_window(acct, slot, state, &mut ari_offered, now).await,
+                    None => state.ask_window = Some(now + plan::ARI_MIN_ASK),
+                }
+            }
             let (slot, state) = &slots[i];
             let validity = state.held.as_ref().map(|h| (h.not_before, h.not_after));
-            if plan::due(validity, state.retry_not_before, state.jitter, now) != plan::Due::Now {
+            let due = plan::due(
+                validity,
+                state.suggested,
+                state.retry_not_before,
+                state.jitter,
+                now,
+            );
+            if validity.is_some() {
+                let at = match due {
+                    plan::Due::Now => now,
+                    plan::Due::At(at) => at,
+                };
+                metrics.scheduled(&slot.name, kind_label(slot.kind), unix(at));
+            }
+            if due != plan::Due::Now {
                 continue;
             }
+            let replaces = match (&state.held, ari_offered) {
+                (Some(h), true) => ari::identifier(&h.leaf).ok(),
+                _ => None,
+            };
             let slot = slot.clone();
             let claim = format!("{CLAIM}{}", slot.topic());
             if let Some(b) = bulletin.clone() {
@@ -355,6 +448,17 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     tracing::info!(name = %slot.name, key = kind_label(slot.kind), agent = other, "ACME: another agent's order is in flight; waiting for it");
                     continue;
                 }
+                // the store's lock, where it has one (Redis): one order of a name at a time
+                // whatever the agents believe of each other
+                let (b2, topic, token) = (b.clone(), slot.topic(), lock_token.clone());
+                let locked = tokio::task::spawn_blocking(move || b2.lock(&topic, &token, LOCK_TTL))
+                    .await
+                    .ok()
+                    .flatten();
+                if locked == Some(false) {
+                    tracing::info!(name = %slot.name, key = kind_label(slot.kind), "ACME: another agent holds the order lock; waiting for it");
+                    continue;
+                }
                 posts.set(
                     claim.clone(),
                     Arc::new(Zeroizing::new(me.to_be_bytes().to_vec())),
@@ -365,6 +469,25 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
             tracing::info!(name = %slot.name, key = kind_label(slot.kind), renewal = validity.is_some(), "ACME: ordering");
             // what an earlier attempt's refusal said is spent
             retry_after.take();
+            let lock_lost = tokio_util::sync::CancellationToken::new();
+            let renewing = bulletin.clone().map(|b| {
+                let (topic, token, lost) = (slot.topic(), lock_token.clone(), lock_lost.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(LOCK_TTL / 3).await;
+                        let (b, topic, token) = (b.clone(), topic.clone(), token.clone());
+                        let held =
+                            tokio::task::spawn_blocking(move || b.lock(&topic, &token, LOCK_TTL))
+                                .await
+                                .ok()
+                                .flatten();
+                        if held == Some(false) {
+                            lost.cancel();
+                            return;
+                        }
+                    }
+                })
+            });
             let attempt = tokio::time::timeout(ATTEMPT_DEADLINE, async {
                 if account.is_none() {
                     account = Some(
@@ -379,9 +502,14 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     );
                 }
                 let acct = account.as_ref().expect("set above");
-                order::order(acct, &cfg, &slot.name, slot.kind, &responder)
-                    .await
-                    .map_err(order::Failure::from)
+                tokio::select! {
+                    r = order::order(acct, &cfg, &slot.name, slot.kind, replaces, &responder) => {
+                        r.map_err(order::Failure::from)
+                    }
+                    _ = lock_lost.cancelled() => Err(order::Failure::Other(anyhow::anyhow!(
+                        "the order lock passed to another agent"
+                    ))),
+                }
             })
             .await
             .unwrap_or_else(|_| {
@@ -391,6 +519,14 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                 )))
             });
             posts.remove(&claim);
+            responder.clear_left();
+            if let Some(task) = renewing {
+                task.abort();
+            }
+            if let Some(b) = bulletin.clone() {
+                let (topic, token) = (slot.topic(), lock_token.clone());
+                let _ = tokio::task::spawn_blocking(move || b.unlock(&topic, &token)).await;
+            }
             let at = SystemTime::now();
             let state = &mut slots[i].1;
             let origin = format!("acme {} {}", slot.name, kind_label(slot.kind));
@@ -404,10 +540,7 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     metrics.attempt(&slot.name, Outcome::Ok, unix(at));
                     let blob = Arc::new(Zeroizing::new(bundle.as_bytes().to_vec()));
                     posts.set(slot.topic(), blob.clone());
-                    state.bundle = Some(blob);
-                    state.held = Some(held);
-                    state.failures = 0;
-                    state.retry_not_before = None;
+                    state.hold(held, blob);
                     state.jitter = jitter();
                     if let Some(b) = bulletin.clone() {
                         let posts = posts.clone();
@@ -434,6 +567,47 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     tracing::warn!(name = %slot.name, key = kind_label(slot.kind), failures = state.failures, retry_in = ?wait, retry_after = ?asked, error = %failure, "ACME: order failed; the certificate served (if any) stays");
                 }
             }
+        }
+    }
+}
+
+/// Asks the CA when to renew the certificate `state` holds (RFC 9773), and plans the renewal
+/// in that window; a CA without renewal information clears `ari_offered` (two thirds of the
+/// lifetime from then on).
+async fn ask_window(
+    account: &instant_acme::Account,
+    slot: &Slot,
+    state: &mut SlotState,
+    ari_offered: &mut bool,
+    now: SystemTime,
+) {
+    let Some(held) = &state.held else { return };
+    match ari::ask(account, &held.leaf).await {
+        Ok(Some(w)) => {
+            let at = plan::ari_renew_at(
+                (w.start, w.end),
+                (held.not_before, held.not_after),
+                state.jitter,
+                now,
+            );
+            let lifetime = held
+                .not_after
+                .duration_since(held.not_before)
+                .unwrap_or(Duration::ZERO);
+            let again = plan::ari_ask_again(w.retry_after, lifetime);
+            if state.suggested != Some(at) {
+                tracing::info!(name = %slot.name, key = kind_label(slot.kind), window_start = unix(w.start), window_end = unix(w.end), renew_at = unix(at), ask_again_in = ?again, "ACME: renewal planned in the CA's suggested window");
+            }
+            state.suggested = Some(at);
+            state.ask_window = Some(now + again);
+        }
+        Ok(None) => {
+            *ari_offered = false;
+            tracing::info!("ACME: the CA publishes no renewal information: renewals at two thirds of the lifetime");
+        }
+        Err(e) => {
+            state.ask_window = Some(now + plan::ARI_MIN_ASK);
+            tracing::warn!(name = %slot.name, key = kind_label(slot.kind), error = %format!("{e:#}"), "ACME: renewal information unavailable; asked again in a minute");
         }
     }
 }

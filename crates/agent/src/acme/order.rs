@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use zeroize::Zeroizing;
 
@@ -111,19 +111,45 @@ pub trait Responder: Send + Sync {
     fn settle(&self) -> Duration;
 }
 
-/// Orders a certificate of `kind` for `name`; returns its bundle (chain, then key).
+/// Orders a certificate of `kind` for `name`, as the replacement of the certificate
+/// `replaces` identifies (RFC 9773) when there is one; returns its bundle (chain, then key).
 pub async fn order(
     account: &Account,
     cfg: &AcmeConfig,
     name: &str,
     kind: KeyKind,
+    replaces: Option<CertificateIdentifier<'static>>,
     responder: &dyn Responder,
 ) -> anyhow::Result<Zeroizing<String>> {
     let identifiers = [Identifier::Dns(name.to_string())];
-    let mut order = account
-        .new_order(&NewOrder::new(&identifiers))
-        .await
-        .context("new order")?;
+    let replacement = match replaces {
+        Some(id) => match account
+            .new_order(&NewOrder::new(&identifiers).replaces(id))
+            .await
+        {
+            Ok(order) => Some(order),
+            // a rate limit applies to the order whatever it replaces
+            Err(instant_acme::Error::Api(p))
+                if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:rateLimited") =>
+            {
+                return Err(instant_acme::Error::Api(p)).context("new order");
+            }
+            // replaced already (an order of this cluster's that was cut short), or by another
+            // account: ordered afresh
+            Err(e) => {
+                tracing::info!(name, error = %e, "ACME: the CA takes no replacement order; ordering afresh");
+                None
+            }
+        },
+        None => None,
+    };
+    let mut order = match replacement {
+        Some(order) => order,
+        None => account
+            .new_order(&NewOrder::new(&identifiers))
+            .await
+            .context("new order")?,
+    };
     let mut set: Vec<(String, String)> = Vec::new();
     let mut dns: Vec<(String, String)> = Vec::new();
     let outcome = async {

@@ -54,6 +54,42 @@ pub fn renew_at(not_before: SystemTime, not_after: SystemTime, jitter: f64) -> S
     not_before + lifetime * 2 / 3 - early
 }
 
+/// When to renew a certificate valid from `not_before` to `not_after` within the window a CA
+/// suggests (RFC 9773): a time picked uniformly (`pick` in [0, 1)) between its start and its
+/// end, so that a fleet renewing the same day spreads over the window. A window already over,
+/// or inverted, says: now. Never later than three quarters of the lifetime: a window that
+/// runs to the certificate's end would leave no time to retry a failed order.
+pub fn ari_renew_at(
+    (start, end): (SystemTime, SystemTime),
+    (not_before, not_after): (SystemTime, SystemTime),
+    pick: f64,
+    now: SystemTime,
+) -> SystemTime {
+    let lifetime = not_after
+        .duration_since(not_before)
+        .unwrap_or(Duration::ZERO);
+    let latest = not_before + lifetime * 3 / 4;
+    let at = match end.duration_since(start) {
+        Ok(span) if end > now => start + span.mul_f64(pick.clamp(0.0, 1.0)),
+        _ => now,
+    };
+    at.min(latest).max(now)
+}
+
+/// The shortest and longest waits before asking a CA's renewal information again.
+pub const ARI_MIN_ASK: Duration = Duration::from_secs(60);
+pub const ARI_MAX_ASK: Duration = Duration::from_secs(24 * 3600);
+
+/// How long until the renewal information of a certificate (`lifetime` long) is asked again:
+/// what the CA's Retry-After says, within a minute and a day (RFC 9773 section 4.3.2), and no
+/// longer than a tenth of the lifetime, so that a short-lived certificate hears of a window
+/// moved earlier (a revocation, an incident) well before it ends.
+pub fn ari_ask_again(retry_after: Duration, lifetime: Duration) -> Duration {
+    retry_after
+        .min(lifetime / 10)
+        .clamp(ARI_MIN_ASK, ARI_MAX_ASK)
+}
+
 /// What to do about a name now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Due {
@@ -64,16 +100,20 @@ pub enum Due {
 }
 
 /// Whether the certificate held (its validity, if any) is due for renewal at `now`, given the
-/// earliest time a retry is allowed (after a failure).
+/// earliest time a retry is allowed (after a failure). `suggested`: the time picked in the CA's
+/// renewal window ([`ari_renew_at`]), which replaces two thirds of the lifetime when there is
+/// one.
 pub fn due(
     held: Option<(SystemTime, SystemTime)>,
+    suggested: Option<SystemTime>,
     retry_not_before: Option<SystemTime>,
     jitter: f64,
     now: SystemTime,
 ) -> Due {
-    let renew = match held {
-        Some((nb, na)) => renew_at(nb, na, jitter),
-        None => now,
+    let renew = match (held, suggested) {
+        (Some(_), Some(at)) => at,
+        (Some((nb, na)), None) => renew_at(nb, na, jitter),
+        (None, _) => now,
     };
     let when = match retry_not_before {
         Some(r) => renew.max(r),
@@ -167,15 +207,55 @@ mod tests {
 
     #[test]
     fn due_now_without_a_certificate_unless_backing_off() {
-        assert_eq!(due(None, None, 0.5, t(10)), Due::Now);
-        assert_eq!(due(None, Some(t(20)), 0.5, t(10)), Due::At(t(20)));
-        assert_eq!(due(Some((t(0), t(90))), None, 0.0, t(10)), Due::At(t(60)));
-        assert_eq!(due(Some((t(0), t(90))), None, 0.0, t(61)), Due::Now);
+        assert_eq!(due(None, None, None, 0.5, t(10)), Due::Now);
+        assert_eq!(due(None, None, Some(t(20)), 0.5, t(10)), Due::At(t(20)));
+        assert_eq!(
+            due(Some((t(0), t(90))), None, None, 0.0, t(10)),
+            Due::At(t(60))
+        );
+        assert_eq!(due(Some((t(0), t(90))), None, None, 0.0, t(61)), Due::Now);
         // a failed renewal waits its backoff, the old certificate still held
         assert_eq!(
-            due(Some((t(0), t(90))), Some(t(70)), 0.0, t(65)),
+            due(Some((t(0), t(90))), None, Some(t(70)), 0.0, t(65)),
             Due::At(t(70))
         );
+    }
+
+    #[test]
+    fn the_ca_s_renewal_window_replaces_two_thirds() {
+        let held = Some((t(0), t(90)));
+        assert_eq!(due(held, Some(t(20)), None, 0.0, t(10)), Due::At(t(20)));
+        assert_eq!(due(held, Some(t(80)), None, 0.0, t(70)), Due::At(t(80)));
+        assert_eq!(due(held, Some(t(20)), None, 0.0, t(20)), Due::Now);
+        // a backoff still holds
+        assert_eq!(
+            due(held, Some(t(20)), Some(t(30)), 0.0, t(25)),
+            Due::At(t(30))
+        );
+        // the pick spreads over the window; a window over (or upside down) is now
+        let life = (t(0), t(1000));
+        let w = (t(100), t(200));
+        assert_eq!(ari_renew_at(w, life, 0.0, t(10)), t(100));
+        assert_eq!(ari_renew_at(w, life, 0.5, t(10)), t(150));
+        assert_eq!(ari_renew_at(w, life, 0.5, t(170)), t(170));
+        assert_eq!(ari_renew_at(w, life, 0.5, t(300)), t(300));
+        assert_eq!(ari_renew_at((t(200), t(100)), life, 0.5, t(10)), t(10));
+        // a window to the very end: three quarters of the lifetime at the latest
+        assert_eq!(ari_renew_at((t(0), t(1000)), life, 0.99, t(10)), t(750));
+        assert_eq!(ari_renew_at((t(900), t(990)), life, 0.0, t(10)), t(750));
+    }
+
+    #[test]
+    fn renewal_information_is_asked_again_within_bounds() {
+        let s = Duration::from_secs;
+        let ninety_days = s(90 * 86400);
+        assert_eq!(ari_ask_again(s(6 * 3600), ninety_days), s(6 * 3600));
+        assert_eq!(ari_ask_again(s(7 * 86400), ninety_days), ARI_MAX_ASK);
+        assert_eq!(ari_ask_again(s(0), ninety_days), ARI_MIN_ASK);
+        // six-day certificates: every 14.4 hours at most
+        assert_eq!(ari_ask_again(s(86400), s(6 * 86400)), s(51840));
+        assert_eq!(ari_ask_again(s(6 * 3600), s(900)), s(90));
+        assert_eq!(ari_ask_again(s(6 * 3600), s(300)), ARI_MIN_ASK);
     }
 
     #[test]
@@ -220,6 +300,16 @@ mod tests {
             let alive: Vec<u16> = ids.iter().copied().collect();
             let n = alive.iter().filter(|&&me| orders(me, &alive, SETTLED, SETTLING)).count();
             prop_assert_eq!(n, usize::from(!alive.is_empty()));
+        }
+
+        #[test]
+        fn a_window_pick_is_never_past_nor_late(
+            start in 0u64..10_000, span in 0u64..10_000, life in 60u64..10_000,
+            pick in 0.0f64..1.0, now in 0u64..20_000
+        ) {
+            let at = ari_renew_at((t(start), t(start + span)), (t(0), t(life)), pick, t(now));
+            prop_assert!(at >= t(now));
+            prop_assert!(at <= t(now).max(t(life * 3 / 4 + 1)));
         }
 
         #[test]
