@@ -3,7 +3,9 @@
 //! Each agent runs [`run`]: it tells the others it is alive, reads the certificates they hold
 //! and serves the newest (swapped into the resolver, no restart), and posts again what it holds
 //! (see [`bulletin`]). The lowest live agent id orders what is due ([`plan`]): a name without
-//! a certificate, or one past two thirds of its lifetime; failures back off, the old
+//! a certificate, or one whose renewal time came (picked in the CA's renewal window, else at
+//! two thirds of its lifetime); an order in flight elsewhere is waited for, and with Redis the
+//! store's lock is taken; failures back off (as long as the CA's Retry-After says), the old
 //! certificate served meanwhile. Without a shared store each agent orders for itself.
 
 mod ari;
