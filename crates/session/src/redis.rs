@@ -402,7 +402,26 @@ enum Op {
         ack: Option<SyncSender<bool>>,
         queued: Instant,
     },
+    /// Takes or renews (`ttl`) or releases (`None`) the lock `key` for `token`.
+    Lock {
+        key: Vec<u8>,
+        token: Vec<u8>,
+        ttl: Option<Duration>,
+        reply: Option<SyncSender<bool>>,
+    },
 }
+
+/// `SET NX PX`, or the holder's renewal: 1 when `ARGV[1]` holds `KEYS[1]` for `ARGV[2]` ms.
+const LOCK_SCRIPT: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+     return 1 end \
+     if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end \
+     return 0";
+/// The longest a lock's answer is waited for.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// Compare-and-delete: only the holder's token releases the lock.
+const UNLOCK_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('DEL', KEYS[1]) end return 0";
 
 #[derive(Debug)]
 struct Counters {
@@ -466,6 +485,7 @@ impl std::fmt::Debug for Op {
         f.write_str(match self {
             Op::Get { .. } => "Get",
             Op::Set { .. } => "Set",
+            Op::Lock { .. } => "Lock",
         })
     }
 }
@@ -703,6 +723,31 @@ impl SessionStore for RedisStore {
             unacknowledged: c.unacknowledged.load(Ordering::Relaxed),
             ..self.local.stats()
         }
+    }
+
+    fn lock(&self, key: &[u8], token: &[u8], ttl: Duration) -> Option<bool> {
+        if self.counters.down.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (reply, answer) = mpsc::sync_channel(1);
+        let op = Op::Lock {
+            key: key.to_vec(),
+            token: token.to_vec(),
+            ttl: Some(ttl),
+            reply: Some(reply),
+        };
+        self.ops.try_send(op).ok()?;
+        // not on a handshake's path: a lock may wait a little longer than a session
+        answer.recv_timeout(self.wait.max(LOCK_WAIT)).ok()
+    }
+
+    fn unlock(&self, key: &[u8], token: &[u8]) {
+        let _ = self.ops.try_send(Op::Lock {
+            key: key.to_vec(),
+            token: token.to_vec(),
+            ttl: None,
+            reply: None,
+        });
     }
 }
 
@@ -948,6 +993,8 @@ fn worker(mut connector: Connector, ops: Receiver<Op>, counters: Arc<Counters>) 
                 Ok(Op::Set { .. }) => {
                     counters.dropped.fetch_add(1, Ordering::Relaxed);
                 }
+                // its reply dropped: no answer, no lock
+                Ok(Op::Lock { .. }) => {}
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => return,
             }
@@ -1015,6 +1062,32 @@ fn serve(
                 let _ = ack.try_send(r.is_ok());
             }
             r
+        }
+        Op::Lock {
+            key,
+            token,
+            ttl,
+            reply,
+        } => {
+            let mut cmd = redis::cmd("EVAL");
+            match ttl {
+                Some(ttl) => cmd
+                    .arg(LOCK_SCRIPT)
+                    .arg(1)
+                    .arg(redis_key(&key))
+                    .arg(token)
+                    .arg(ttl.as_millis().max(1) as u64),
+                None => cmd
+                    .arg(UNLOCK_SCRIPT)
+                    .arg(1)
+                    .arg(redis_key(&key))
+                    .arg(token),
+            };
+            let r = cmd.query::<i64>(con);
+            if let (Some(reply), Ok(n)) = (reply, &r) {
+                let _ = reply.try_send(*n == 1);
+            }
+            r.map(|_| ())
         }
     }
 }

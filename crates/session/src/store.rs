@@ -1,6 +1,6 @@
 //! The one trait every session store implements.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A store of encoded TLS sessions, keyed by TLS 1.2 session id or TLS 1.3 stateful ticket id.
 ///
@@ -41,6 +41,15 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     }
     /// Counters for metrics.
     fn stats(&self) -> StoreStats;
+    /// Takes, or renews, a lock over the whole cluster: `key` held under `token` for `ttl`
+    /// from now. `Some(true)`: `token` holds it; `Some(false)`: another token does; `None`:
+    /// this store has no cluster-wide lock, or gave no answer within its wait. Blocks for up to
+    /// the store's wait: not for a handshake's path.
+    fn lock(&self, _key: &[u8], _token: &[u8], _ttl: Duration) -> Option<bool> {
+        None
+    }
+    /// Releases the lock under `key` if `token` still holds it (never another's).
+    fn unlock(&self, _key: &[u8], _token: &[u8]) {}
 }
 
 /// What [`SessionStore::take_once`] found.

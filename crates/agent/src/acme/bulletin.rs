@@ -101,6 +101,19 @@ impl Bulletin {
         ring.open(&sealed, &[CONTEXT, &key].concat())
     }
 
+    /// Takes or renews the cluster-wide lock on `topic` for `token` ([`SessionStore::lock`]):
+    /// `None` where the store has none (peers) or did not answer.
+    pub fn lock(&self, topic: &str, token: &[u8], ttl: Duration) -> Option<bool> {
+        self.store
+            .lock(format!("baton-acme/lock/{topic}").as_bytes(), token, ttl)
+    }
+
+    /// Releases the lock on `topic` if `token` holds it.
+    pub fn unlock(&self, topic: &str, token: &[u8]) {
+        self.store
+            .unlock(format!("baton-acme/lock/{topic}").as_bytes(), token)
+    }
+
     pub fn me(&self) -> u16 {
         self.me
     }

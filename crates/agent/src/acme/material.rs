@@ -41,6 +41,8 @@ pub fn bundle(chain_pem: &str, key_pem: &str) -> Zeroizing<String> {
 #[derive(Debug, Clone)]
 pub struct Held {
     pub entry: CertEntry,
+    /// The certificate itself (its ARI identifier: RFC 9773).
+    pub leaf: CertificateDer<'static>,
     pub not_before: SystemTime,
     pub not_after: SystemTime,
 }
@@ -58,9 +60,11 @@ pub fn open_bundle(bundle: &[u8], origin: String) -> anyhow::Result<Held> {
     zeroize::Zeroize::zeroize(&mut der);
     let signing = signing.map_err(|e| anyhow!("{origin}: key not supported: {e}"))?;
     let (not_before, not_after) = validity(&chain[0])?;
+    let leaf = chain[0].clone();
     let entry = crate::certs::entry(chain, metered_signing_key(signing), origin)?;
     Ok(Held {
         entry,
+        leaf,
         not_before,
         not_after,
     })

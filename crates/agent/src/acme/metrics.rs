@@ -2,6 +2,9 @@
 //! `failed` or `rate_limited`) and `baton_certificate_renewal_failing_since_timestamp_seconds
 //! {name}` (unix time of the first failure of the current failing run, 0 once an attempt
 //! succeeds). Counted by the agent that ordered; every agent shows 0 for a name it serves.
+//! `baton_certificate_renewal_scheduled_timestamp_seconds{name,key}`: when the agent that
+//! orders means to renew (the time picked in the CA's renewal window, or two thirds of the
+//! lifetime when the CA publishes none).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -33,6 +36,7 @@ impl Outcome {
 struct PerName {
     counts: [u64; 3],
     failing_since: u64,
+    scheduled: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +66,16 @@ impl AcmeMetrics {
             Outcome::Ok => e.failing_since = 0,
             _ if e.failing_since == 0 => e.failing_since = unix,
             _ => {}
+        }
+    }
+
+    /// The renewal of `name`'s `key` certificate is planned for `unix` seconds.
+    pub fn scheduled(&self, name: &str, key: &'static str, unix: u64) {
+        if let Ok(mut map) = self.names.lock() {
+            map.entry(name.to_string())
+                .or_default()
+                .scheduled
+                .insert(key, unix);
         }
     }
 
@@ -111,6 +125,18 @@ impl Collector for AcmeMetrics {
         for (name, per) in &map {
             let labels = [("name", name.as_str())];
             ConstGauge::new(per.failing_since as i64).encode(enc.encode_family(&labels)?)?;
+        }
+        let mut enc = e.encode_descriptor(
+            "baton_certificate_renewal_scheduled_timestamp_seconds",
+            "Unix time the agent that orders means to renew the certificate (in the CA's renewal window, else at two thirds of its lifetime)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (name, per) in &map {
+            for (key, at) in &per.scheduled {
+                let labels = [("name", name.as_str()), ("key", key)];
+                ConstGauge::new(*at as i64).encode(enc.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

@@ -3,11 +3,15 @@
 //! Each agent runs [`run`]: it tells the others it is alive, reads the certificates they hold
 //! and serves the newest (swapped into the resolver, no restart), and posts again what it holds
 //! (see [`bulletin`]). The lowest live agent id orders what is due ([`plan`]): a name without
-//! a certificate, or one past two thirds of its lifetime; failures back off, the old
+//! a certificate, or one whose renewal time came (picked in the CA's renewal window, else at
+//! two thirds of its lifetime); an order in flight elsewhere is waited for, and with Redis the
+//! store's lock is taken; failures back off (as long as the CA's Retry-After says), the old
 //! certificate served meanwhile. Without a shared store each agent orders for itself.
 
+mod ari;
 mod bulletin;
 pub mod config;
+mod http;
 mod material;
 pub mod metrics;
 mod order;
@@ -31,6 +35,9 @@ use metrics::{AcmeMetrics, Outcome};
 const SETTLING: Duration = Duration::from_secs(7);
 /// The longest one attempt (account, order, validation, issuance) may take.
 const ATTEMPT_DEADLINE: Duration = Duration::from_secs(240);
+/// How long the order lock (Redis) lasts unless renewed; renewed every third of it while the
+/// order runs, so an agent that dies mid-order frees the name within this.
+const LOCK_TTL: Duration = Duration::from_secs(30);
 
 fn kind_label(kind: KeyKind) -> &'static str {
     match kind {
@@ -68,7 +75,25 @@ struct SlotState {
     bundle: Option<Arc<Zeroizing<Vec<u8>>>>,
     failures: u32,
     retry_not_before: Option<SystemTime>,
+    /// In [0, 1): how early in the last twentieth before two thirds, or where in the CA's
+    /// renewal window, this certificate is renewed.
     jitter: f64,
+    /// The time picked in the CA's renewal window for the certificate held.
+    suggested: Option<SystemTime>,
+    /// When to ask the CA's renewal information (again) for the certificate held.
+    ask_window: Option<SystemTime>,
+}
+
+impl SlotState {
+    /// A new certificate is held: its renewal is planned afresh.
+    fn hold(&mut self, held: material::Held, bundle: Arc<Zeroizing<Vec<u8>>>) {
+        self.held = Some(held);
+        self.bundle = Some(bundle);
+        self.failures = 0;
+        self.retry_not_before = None;
+        self.suggested = None;
+        self.ask_window = None;
+    }
 }
 
 /// What this agent posts in every period: heartbeat, held certificates, the account, and the
@@ -102,6 +127,8 @@ struct Responder {
     challenges: Arc<Challenges>,
     posts: Arc<Posts>,
     bulletin: Option<Bulletin>,
+    /// What is set (name, token): cleared by the order, or after it when it was cut short.
+    set: Mutex<Vec<(String, String)>>,
 }
 
 impl order::Responder for Responder {
@@ -112,6 +139,9 @@ impl order::Responder for Responder {
             format!("alpn/{name}"),
             Arc::new(Zeroizing::new(digest.to_vec())),
         );
+        if let Ok(mut set) = self.set.lock() {
+            set.push((name.to_string(), String::new()));
+        }
         self.post_now();
         Ok(())
     }
@@ -123,6 +153,9 @@ impl order::Responder for Responder {
             format!("http01/{token}"),
             Arc::new(Zeroizing::new(key_authorization.as_bytes().to_vec())),
         );
+        if let Ok(mut set) = self.set.lock() {
+            set.push((String::new(), token.to_string()));
+        }
         self.post_now();
     }
 
@@ -147,6 +180,18 @@ impl order::Responder for Responder {
 }
 
 impl Responder {
+    /// Takes away what an order cut short (its deadline, a lost lock) left set.
+    fn clear_left(&self) {
+        let left = self
+            .set
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        for (name, token) in left {
+            order::Responder::clear(self, &name, &token);
+        }
+    }
+
     fn post_now(&self) {
         if let Some(b) = &self.bulletin {
             post_all(b, &self.posts, true);
@@ -158,15 +203,19 @@ impl Responder {
 const ACCOUNT: &str = "account/";
 /// The certificates' topic.
 const CERT: &str = "cert/";
+/// An order in flight: the id of the agent ordering, under the certificate's topic.
+const CLAIM: &str = "order/";
 
-/// Posts the heartbeat, and when this agent orders (`orderer`) what it holds.
+/// Posts the heartbeat, the orders in flight here and their challenge answers, and when this
+/// agent orders (`orderer`) what it holds. An order outlives a change of orderer (an agent with
+/// a lower id came back): its claim and its answers are posted until it ends.
 fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
     let now = SystemTime::now();
     b.post(&format!("alive/{}", b.me()), &unix(now).to_be_bytes(), now);
-    if !orderer {
-        return;
-    }
     for (topic, value) in posts.all() {
+        if !orderer && (topic.starts_with(ACCOUNT) || topic.starts_with(CERT)) {
+            continue;
+        }
         // The account, and the latest certificates for an agent that starts when no agent
         // posts (the whole cluster restarted, with a store that outlived it: Redis).
         if topic.starts_with(ACCOUNT) || topic.starts_with(CERT) {
@@ -182,13 +231,18 @@ fn post_all(b: &Bulletin, posts: &Posts, orderer: bool) {
 fn shared_challenges(challenges: &Challenges, bulletin: Bulletin) {
     let b = bulletin.clone();
     challenges.set_shared_tls_alpn01(Box::new(move |name: &str| {
-        let digest = b.read(&format!("alpn/{name}"), SystemTime::now()).pop()?;
+        // the current bucket first: the answer of the latest order
+        let digest = b
+            .read(&format!("alpn/{name}"), SystemTime::now())
+            .into_iter()
+            .next()?;
         material::alpn_validation(name, &digest).ok()
     }));
     challenges.set_shared_http01(Box::new(move |token: &str| {
         let ka = bulletin
             .read(&format!("http01/{token}"), SystemTime::now())
-            .pop()?;
+            .into_iter()
+            .next()?;
         String::from_utf8(ka).ok()
     }));
 }
@@ -237,9 +291,20 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
         challenges: ctx.challenges.clone(),
         posts: posts.clone(),
         bulletin: bulletin.clone(),
+        set: Mutex::default(),
     };
     let account_topic = format!("{ACCOUNT}{}", short_hash(&cfg.directory));
+    let retry_after = http::RetryAfter::default();
     let mut account: Option<instant_acme::Account> = None;
+    // until the CA's directory shows it has none
+    let mut ari_offered = true;
+    // this agent's run, in the store's order locks (random: a restarted agent is another)
+    let lock_token: Arc<[u8]> = {
+        let mut t = [0u8; 16];
+        let _ = aws_lc_rs::rand::fill(&mut t);
+        let hex: String = t.iter().map(|b| format!("{b:02x}")).collect();
+        Arc::from(format!("{me}/{hex}").into_bytes())
+    };
     let mut slots: Vec<(Slot, SlotState)> = cfg
         .domains
         .iter()
@@ -295,10 +360,7 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                         tracing::info!(name = %slot.name, key = kind_label(slot.kind), "ACME: certificate from the cluster");
                         let blob = Arc::new(Zeroizing::new(blob));
                         posts.set(slot.topic(), blob.clone());
-                        state.bundle = Some(blob);
-                        state.held = Some(held);
-                        state.failures = 0;
-                        state.retry_not_before = None;
+                        state.hold(held, blob);
                         metrics.renewed_elsewhere(&slot.name);
                         changed = true;
                     }
@@ -326,22 +388,130 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
             continue;
         }
         for i in 0..slots.len() {
+            let state = &slots[i].1;
+            let asking =
+                ari_offered && state.held.is_some() && state.ask_window.is_none_or(|at| at <= now);
+            if asking {
+                if account.is_none() {
+                    match get_account(
+                        &cfg,
+                        bulletin.as_ref(),
+                        &account_topic,
+                        &posts,
+                        &retry_after,
+                    )
+                    .await
+                    {
+                        Ok(a) => account = Some(a),
+                        Err(e) => {
+                            tracing::warn!(error = %format!("{e:#}"), "ACME: no account to ask the CA's renewal information with")
+                        }
+                    }
+                }
+                let (slot, state) = &mut slots[i];
+                match &account {
+                    Some(acct) => ask_window(acct, slot, state, &mut ari_offered, now).await,
+                    None => state.ask_window = Some(now + plan::ARI_MIN_ASK),
+                }
+            }
             let (slot, state) = &slots[i];
             let validity = state.held.as_ref().map(|h| (h.not_before, h.not_after));
-            if plan::due(validity, state.retry_not_before, state.jitter, now) != plan::Due::Now {
+            let due = plan::due(
+                validity,
+                state.suggested,
+                state.retry_not_before,
+                state.jitter,
+                now,
+            );
+            if validity.is_some() {
+                let at = match due {
+                    plan::Due::Now => now,
+                    plan::Due::At(at) => at,
+                };
+                metrics.scheduled(&slot.name, kind_label(slot.kind), unix(at));
+            }
+            if due != plan::Due::Now {
                 continue;
             }
+            let replaces = match (&state.held, ari_offered) {
+                (Some(h), true) => ari::identifier(&h.leaf).ok(),
+                _ => None,
+            };
             let slot = slot.clone();
+            let claim = format!("{CLAIM}{}", slot.topic());
+            if let Some(b) = bulletin.clone() {
+                let (b2, topic) = (b.clone(), claim.clone());
+                let elsewhere =
+                    tokio::task::spawn_blocking(move || claimed_elsewhere(&b2, &topic, now))
+                        .await
+                        .ok()
+                        .flatten();
+                if let Some(other) = elsewhere {
+                    tracing::info!(name = %slot.name, key = kind_label(slot.kind), agent = other, "ACME: another agent's order is in flight; waiting for it");
+                    continue;
+                }
+                // the store's lock, where it has one (Redis): one order of a name at a time
+                // whatever the agents believe of each other
+                let (b2, topic, token) = (b.clone(), slot.topic(), lock_token.clone());
+                let locked = tokio::task::spawn_blocking(move || b2.lock(&topic, &token, LOCK_TTL))
+                    .await
+                    .ok()
+                    .flatten();
+                if locked == Some(false) {
+                    tracing::info!(name = %slot.name, key = kind_label(slot.kind), "ACME: another agent holds the order lock; waiting for it");
+                    continue;
+                }
+                posts.set(
+                    claim.clone(),
+                    Arc::new(Zeroizing::new(me.to_be_bytes().to_vec())),
+                );
+                let (b, posts) = (b.clone(), posts.clone());
+                let _ = tokio::task::spawn_blocking(move || post_all(&b, &posts, true)).await;
+            }
             tracing::info!(name = %slot.name, key = kind_label(slot.kind), renewal = validity.is_some(), "ACME: ordering");
+            // what an earlier attempt's refusal said is spent
+            retry_after.take();
+            let lock_lost = tokio_util::sync::CancellationToken::new();
+            let renewing = bulletin.clone().map(|b| {
+                let (topic, token, lost) = (slot.topic(), lock_token.clone(), lock_lost.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(LOCK_TTL / 3).await;
+                        let (b, topic, token) = (b.clone(), topic.clone(), token.clone());
+                        let held =
+                            tokio::task::spawn_blocking(move || b.lock(&topic, &token, LOCK_TTL))
+                                .await
+                                .ok()
+                                .flatten();
+                        if held == Some(false) {
+                            lost.cancel();
+                            return;
+                        }
+                    }
+                })
+            });
             let attempt = tokio::time::timeout(ATTEMPT_DEADLINE, async {
                 if account.is_none() {
-                    account =
-                        Some(get_account(&cfg, bulletin.as_ref(), &account_topic, &posts).await?);
+                    account = Some(
+                        get_account(
+                            &cfg,
+                            bulletin.as_ref(),
+                            &account_topic,
+                            &posts,
+                            &retry_after,
+                        )
+                        .await?,
+                    );
                 }
                 let acct = account.as_ref().expect("set above");
-                order::order(acct, &cfg, &slot.name, slot.kind, &responder)
-                    .await
-                    .map_err(order::Failure::from)
+                tokio::select! {
+                    r = order::order(acct, &cfg, &slot.name, slot.kind, replaces, &responder) => {
+                        r.map_err(order::Failure::from)
+                    }
+                    _ = lock_lost.cancelled() => Err(order::Failure::Other(anyhow::anyhow!(
+                        "the order lock passed to another agent"
+                    ))),
+                }
             })
             .await
             .unwrap_or_else(|_| {
@@ -350,6 +520,15 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     ATTEMPT_DEADLINE.as_secs()
                 )))
             });
+            posts.remove(&claim);
+            responder.clear_left();
+            if let Some(task) = renewing {
+                task.abort();
+            }
+            if let Some(b) = bulletin.clone() {
+                let (topic, token) = (slot.topic(), lock_token.clone());
+                let _ = tokio::task::spawn_blocking(move || b.unlock(&topic, &token)).await;
+            }
             let at = SystemTime::now();
             let state = &mut slots[i].1;
             let origin = format!("acme {} {}", slot.name, kind_label(slot.kind));
@@ -363,10 +542,7 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                     metrics.attempt(&slot.name, Outcome::Ok, unix(at));
                     let blob = Arc::new(Zeroizing::new(bundle.as_bytes().to_vec()));
                     posts.set(slot.topic(), blob.clone());
-                    state.bundle = Some(blob);
-                    state.held = Some(held);
-                    state.failures = 0;
-                    state.retry_not_before = None;
+                    state.hold(held, blob);
                     state.jitter = jitter();
                     if let Some(b) = bulletin.clone() {
                         let posts = posts.clone();
@@ -377,41 +553,100 @@ pub async fn run(ctx: Arc<Context>, cfg: AcmeConfig, metrics: Arc<AcmeMetrics>) 
                 }
                 Err(failure) => {
                     state.failures += 1;
-                    let (outcome, retry_after) = match &failure {
-                        order::Failure::RateLimited(_) => {
-                            (Outcome::RateLimited, Some(RATE_LIMITED_WAIT))
-                        }
-                        order::Failure::Other(_) => (Outcome::Failed, None),
+                    let rate_limited = matches!(failure, order::Failure::RateLimited(_));
+                    let outcome = match rate_limited {
+                        true => Outcome::RateLimited,
+                        false => Outcome::Failed,
                     };
-                    let wait = plan::backoff(state.failures, retry_after);
+                    let asked = retry_after
+                        .take()
+                        .map(|until| until.duration_since(at).unwrap_or(Duration::ZERO));
+                    let wait = plan::retry_wait(state.failures, asked, rate_limited);
                     state.retry_not_before = Some(at + wait);
                     metrics.attempt(&slot.name, outcome, unix(at));
                     // an account the CA no longer knows is made again on the next attempt
                     account = None;
-                    tracing::warn!(name = %slot.name, key = kind_label(slot.kind), failures = state.failures, retry_in = ?wait, error = %failure, "ACME: order failed; the certificate served (if any) stays");
+                    tracing::warn!(name = %slot.name, key = kind_label(slot.kind), failures = state.failures, retry_in = ?wait, retry_after = ?asked, error = %failure, "ACME: order failed; the certificate served (if any) stays");
                 }
             }
         }
     }
 }
 
-/// How long after a rate-limit error the order is tried again, at least: instant-acme does
-/// not hand on the Retry-After of an error response, and the CAs' windows are hours long.
-const RATE_LIMITED_WAIT: Duration = Duration::from_secs(3600);
+/// Asks the CA when to renew the certificate `state` holds (RFC 9773), and plans the renewal
+/// in that window; a CA without renewal information clears `ari_offered` (two thirds of the
+/// lifetime from then on).
+async fn ask_window(
+    account: &instant_acme::Account,
+    slot: &Slot,
+    state: &mut SlotState,
+    ari_offered: &mut bool,
+    now: SystemTime,
+) {
+    let Some(held) = &state.held else { return };
+    match ari::ask(account, &held.leaf).await {
+        Ok(Some(w)) => {
+            let at = plan::ari_renew_at(
+                (w.start, w.end),
+                (held.not_before, held.not_after),
+                state.jitter,
+                now,
+            );
+            let lifetime = held
+                .not_after
+                .duration_since(held.not_before)
+                .unwrap_or(Duration::ZERO);
+            let again = plan::ari_ask_again(w.retry_after, lifetime);
+            if state.suggested != Some(at) {
+                tracing::info!(name = %slot.name, key = kind_label(slot.kind), window_start = unix(w.start), window_end = unix(w.end), renew_at = unix(at), ask_again_in = ?again, "ACME: renewal planned in the CA's suggested window");
+            }
+            state.suggested = Some(at);
+            state.ask_window = Some(now + again);
+        }
+        Ok(None) => {
+            *ari_offered = false;
+            tracing::info!("ACME: the CA publishes no renewal information: renewals at two thirds of the lifetime");
+        }
+        Err(e) => {
+            state.ask_window = Some(now + plan::ARI_MIN_ASK);
+            tracing::warn!(name = %slot.name, key = kind_label(slot.kind), error = %format!("{e:#}"), "ACME: renewal information unavailable; asked again in a minute");
+        }
+    }
+}
 
 /// The heartbeats of agents with a lower id than this one's (the only ones that matter to
 /// [`plan::orders`]).
 fn heartbeats_below(b: &Bulletin, now: SystemTime) -> Vec<(u16, SystemTime)> {
-    (0..b.me())
-        .filter_map(|id| {
-            let newest = b
-                .read(&format!("alive/{id}"), now)
-                .into_iter()
-                .filter_map(|v| Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?)))
-                .max()?;
-            Some((id, SystemTime::UNIX_EPOCH + Duration::from_secs(newest)))
-        })
-        .collect()
+    (0..b.me()).filter_map(|id| heartbeat(b, id, now)).collect()
+}
+
+/// Agent `id`'s latest heartbeat, if it sent one lately.
+fn heartbeat(b: &Bulletin, id: u16, now: SystemTime) -> Option<(u16, SystemTime)> {
+    let newest = b
+        .read(&format!("alive/{id}"), now)
+        .into_iter()
+        .filter_map(|v| Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?)))
+        .max()?;
+    Some((id, SystemTime::UNIX_EPOCH + Duration::from_secs(newest)))
+}
+
+/// The agent whose order of the certificate under `claim` is in flight, when it is another
+/// one and alive ([`plan::claimed_elsewhere`]).
+fn claimed_elsewhere(b: &Bulletin, claim: &str, now: SystemTime) -> Option<u16> {
+    let claimers: Vec<u16> = b
+        .read(claim, now)
+        .into_iter()
+        .filter_map(|v| Some(u16::from_be_bytes(v.get(..2)?.try_into().ok()?)))
+        .collect();
+    let beats: Vec<_> = claimers
+        .iter()
+        .filter(|&&id| id != b.me())
+        .filter_map(|&id| heartbeat(b, id, now))
+        .collect();
+    let alive = plan::alive(&beats, now);
+    plan::claimed_elsewhere(b.me(), &claimers, &alive)
+        .then(|| claimers.into_iter().find(|id| alive.contains(id)))
+        .flatten()
 }
 
 async fn get_account(
@@ -419,6 +654,7 @@ async fn get_account(
     bulletin: Option<&Bulletin>,
     topic: &str,
     posts: &Posts,
+    retry_after: &http::RetryAfter,
 ) -> anyhow::Result<instant_acme::Account> {
     if let Some(b) = bulletin {
         let (b, t) = (b.clone(), topic.to_string());
@@ -426,7 +662,7 @@ async fn get_account(
             .await
             .unwrap_or_default();
         if let Some(creds) = stored {
-            match order::restore(cfg, &creds).await {
+            match order::restore(cfg, &creds, retry_after).await {
                 Ok(account) => {
                     posts.set(topic.to_string(), Arc::new(Zeroizing::new(creds)));
                     return Ok(account);
@@ -437,9 +673,15 @@ async fn get_account(
             }
         }
     }
-    let (account, creds) = order::create(cfg).await?;
+    let (account, creds) = order::create(cfg, retry_after).await?;
     tracing::info!(id = account.id(), "ACME: account created");
-    posts.set(topic.to_string(), Arc::new(creds));
+    let creds = Arc::new(creds);
+    posts.set(topic.to_string(), creds.clone());
+    // kept at once: an agent that takes over after this one stops uses it, and makes no other
+    if let Some(b) = bulletin.cloned() {
+        let topic = topic.to_string();
+        let _ = tokio::task::spawn_blocking(move || b.keep(&topic, &creds)).await;
+    }
     Ok(account)
 }
 

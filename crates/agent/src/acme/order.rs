@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use zeroize::Zeroizing;
 
+use super::http::{self, RetryAfter};
 use super::material;
 use super::AcmeConfig;
 use crate::config::{AcmeChallenge, KeyKind};
@@ -53,19 +54,24 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
-fn builder(cfg: &AcmeConfig) -> anyhow::Result<instant_acme::AccountBuilder> {
-    Ok(match &cfg.directory_ca {
-        Some(ca) => Account::builder_with_root(ca)
-            .with_context(|| format!("--acme-directory-ca {}", ca.display()))?,
-        None => Account::builder().context("ACME HTTP client")?,
-    })
+/// The account's client, noting the Retry-After of the CA's refusals in `retry_after`.
+fn builder(
+    cfg: &AcmeConfig,
+    retry_after: &RetryAfter,
+) -> anyhow::Result<instant_acme::AccountBuilder> {
+    let client = http::client(cfg.directory_ca.as_deref(), retry_after.clone())?;
+    Ok(Account::builder_with_http(client))
 }
 
 /// The account from its stored credentials (JSON).
-pub async fn restore(cfg: &AcmeConfig, credentials: &[u8]) -> anyhow::Result<Account> {
+pub async fn restore(
+    cfg: &AcmeConfig,
+    credentials: &[u8],
+    retry_after: &RetryAfter,
+) -> anyhow::Result<Account> {
     let creds: AccountCredentials =
         serde_json::from_slice(credentials).context("stored ACME account")?;
-    builder(cfg)?
+    builder(cfg, retry_after)?
         .from_credentials(creds)
         .await
         .context("restoring the ACME account")
@@ -73,10 +79,13 @@ pub async fn restore(cfg: &AcmeConfig, credentials: &[u8]) -> anyhow::Result<Acc
 
 /// A new account (its key: ECDSA P-256, made by instant-acme), and its credentials (JSON,
 /// with the private key: stored sealed, never logged).
-pub async fn create(cfg: &AcmeConfig) -> anyhow::Result<(Account, Zeroizing<Vec<u8>>)> {
+pub async fn create(
+    cfg: &AcmeConfig,
+    retry_after: &RetryAfter,
+) -> anyhow::Result<(Account, Zeroizing<Vec<u8>>)> {
     let contact = cfg.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-    let (account, creds) = builder(cfg)?
+    let (account, creds) = builder(cfg, retry_after)?
         .create(
             &NewAccount {
                 contact: &contacts,
@@ -102,19 +111,45 @@ pub trait Responder: Send + Sync {
     fn settle(&self) -> Duration;
 }
 
-/// Orders a certificate of `kind` for `name`; returns its bundle (chain, then key).
+/// Orders a certificate of `kind` for `name`, as the replacement of the certificate
+/// `replaces` identifies (RFC 9773) when there is one; returns its bundle (chain, then key).
 pub async fn order(
     account: &Account,
     cfg: &AcmeConfig,
     name: &str,
     kind: KeyKind,
+    replaces: Option<CertificateIdentifier<'static>>,
     responder: &dyn Responder,
 ) -> anyhow::Result<Zeroizing<String>> {
     let identifiers = [Identifier::Dns(name.to_string())];
-    let mut order = account
-        .new_order(&NewOrder::new(&identifiers))
-        .await
-        .context("new order")?;
+    let replacement = match replaces {
+        Some(id) => match account
+            .new_order(&NewOrder::new(&identifiers).replaces(id))
+            .await
+        {
+            Ok(order) => Some(order),
+            // a rate limit applies to the order whatever it replaces
+            Err(instant_acme::Error::Api(p))
+                if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:rateLimited") =>
+            {
+                return Err(instant_acme::Error::Api(p)).context("new order");
+            }
+            // replaced already (an order of this cluster's that was cut short), or by another
+            // account: ordered afresh
+            Err(e) => {
+                tracing::info!(name, error = %e, "ACME: the CA takes no replacement order; ordering afresh");
+                None
+            }
+        },
+        None => None,
+    };
+    let mut order = match replacement {
+        Some(order) => order,
+        None => account
+            .new_order(&NewOrder::new(&identifiers))
+            .await
+            .context("new order")?,
+    };
     let mut set: Vec<(String, String)> = Vec::new();
     let mut dns: Vec<(String, String)> = Vec::new();
     let outcome = async {
