@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{self, HeaderName, HeaderValue};
-use http::uri::Authority;
+use http::uri::{Authority, PathAndQuery};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Empty, Limited};
 
@@ -103,10 +103,13 @@ impl Proxy {
             Choice::NoRoute => return text(self.no_route_status, "no route for this path\n"),
         };
         let mut response = self.to_pool(req, conn, route).await;
-        let served = response
-            .extensions_mut()
-            .get_or_insert_with(Served::default);
-        served.route = route.name.clone();
+        // (only the access log reads it)
+        if conn.log.is_some() {
+            let served = response
+                .extensions_mut()
+                .get_or_insert_with(Served::default);
+            served.route = route.name.clone();
+        }
         response
     }
 
@@ -173,18 +176,24 @@ impl Proxy {
                 "no upstream up (health checks)\n",
             );
         }
-        for backend in order {
+        // the head for the next attempt, copied only while there may be one
+        let mut spare = Some(head);
+        let attempts = order.len();
+        for (attempt, backend) in order.into_iter().enumerate() {
             let body = match body.take() {
                 Some(b) => b,
                 None if resendable => Empty::new().map_err(|e| match e {}).boxed(),
                 None => break,
             };
+            let Some(mut head) = spare.take() else { break };
+            if resendable && attempt + 1 < attempts {
+                spare = Some(head.clone());
+            }
             let upstream = pool.backends.authority(backend);
-            let mut head = head.clone();
             head.uri = match Uri::builder()
                 .scheme(pool.config.scheme.clone())
                 .authority(host.clone().unwrap_or_else(|| upstream.clone()))
-                .path_and_query(path.as_str())
+                .path_and_query(path.clone())
                 .build()
             {
                 Ok(u) => u,
@@ -228,11 +237,13 @@ impl Proxy {
                 }
             };
             pool.backends.report(backend, outcome, Instant::now());
-            response.extensions_mut().insert(Served {
-                route: None,
-                upstream: Some(upstream.as_str().into()),
-                upstream_time: Some(started.elapsed()),
-            });
+            if conn.log.is_some() {
+                response.extensions_mut().insert(Served {
+                    route: None,
+                    upstream: Some(upstream.as_str().into()),
+                    upstream_time: Some(started.elapsed()),
+                });
+            }
             return response;
         }
         text(StatusCode::BAD_GATEWAY, "upstream unavailable\n")
@@ -286,7 +297,7 @@ fn rewrite(
     head: &mut http::request::Parts,
     conn: &ConnInfo,
     forwarding: &Forwarding,
-) -> Result<String, &'static str> {
+) -> Result<PathAndQuery, &'static str> {
     // HTTP/2 carries the host in :authority; the backend speaks HTTP/1.1 and wants Host.
     let host = head
         .uri
@@ -298,11 +309,12 @@ fn rewrite(
                 .and_then(|h| h.to_str().ok())
                 .map(String::from)
         });
+    // (a PathAndQuery shares the request's bytes: no copy)
     let path = head
         .uri
         .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
     let upgrade = crate::websocket::wants_upgrade(&head.headers, head.version);
     let version = std::mem::replace(&mut head.version, Version::HTTP_11);
     let h = &mut head.headers;

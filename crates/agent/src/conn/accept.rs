@@ -346,7 +346,7 @@ async fn serve_h2_rustls(
         Prefixed {
             ahead,
             inner: stream,
-            gate: None,
+            turn: None,
             state: None,
         },
         info,

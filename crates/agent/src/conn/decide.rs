@@ -92,6 +92,37 @@ pub(crate) fn after_request(ok: bool, whole: bool) -> Next {
     }
 }
 
+/// Whether an HTTP/1.1 connection keeps its hyper connection from one request to the next,
+/// and if so how long hyper waits for the next request before the stream goes back for the
+/// usual wait (to park, move or end): the park time, when there is one. A wait in hyper is
+/// shorter than any bound on it by far (a tenth at most): the next request's head bounds count
+/// from the last response there (hyper's `header_timeout`, the `--min-header-rate` grace),
+/// not from its first bytes, so they lose at most that; and neither ends a wait before it
+/// goes back, nor does the idle timeout.
+pub(crate) fn keep_for(
+    park_after: Duration,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+    grace: Duration,
+) -> Option<Duration> {
+    let bound = header_timeout.min(idle_timeout).min(grace);
+    (!park_after.is_zero() && park_after.saturating_mul(10) <= bound).then_some(park_after)
+}
+
+/// In a kept hyper connection: whether the stream goes back now, with its wait for the next
+/// request over already (`Drain`, `Park`), or hyper waits on. Only while `idle` (the last
+/// response sent, nothing of the next request read): a request under way is served first,
+/// and a drain met at its end, as a wait meets it. `drain`: the agent drains (or a
+/// dispatcher's drain sheds the connection); `park_time`: the wait has lasted the park time.
+pub(crate) fn hand_back(idle: bool, drain: bool, park_time: bool) -> Option<Waited> {
+    match (idle, drain, park_time) {
+        (false, _, _) => None,
+        (true, true, _) => Some(Waited::Drain),
+        (true, false, true) => Some(Waited::Park),
+        (true, false, false) => None,
+    }
+}
+
 /// When a wait for a request gives up: the first request is due by `first`; each later one
 /// within the idle timeout of the wait's start, however its bytes trickle in (a park keeps the
 /// deadline).
@@ -178,6 +209,37 @@ mod tests {
         assert_eq!(after_request(true, false), Next::Close);
         assert_eq!(after_request(false, true), Next::Close);
         assert_eq!(after_request(false, false), Next::Close);
+    }
+
+    #[test]
+    fn hyper_is_kept_only_for_a_park_time_short_beside_every_bound() {
+        let ms = Duration::from_millis;
+        let (header, idle, grace) = (ms(10_000), ms(60_000), ms(2_000));
+        // the defaults: 50 ms
+        assert_eq!(keep_for(ms(50), header, idle, grace), Some(ms(50)));
+        assert_eq!(keep_for(ms(200), header, idle, grace), Some(ms(200)));
+        // no park time: request at a time, each wait parks at once
+        assert_eq!(keep_for(Duration::ZERO, header, idle, grace), None);
+        // past a tenth of any bound: request at a time
+        assert_eq!(keep_for(ms(201), header, idle, grace), None);
+        assert_eq!(keep_for(ms(50), ms(499), idle, grace), None);
+        assert_eq!(keep_for(ms(50), header, ms(499), grace), None);
+        assert_eq!(keep_for(ms(50), header, idle, ms(499)), None);
+        assert_eq!(keep_for(ms(50), ms(500), ms(500), ms(500)), Some(ms(50)));
+        assert_eq!(keep_for(Duration::MAX, header, idle, grace), None);
+    }
+
+    #[test]
+    fn a_kept_connection_goes_back_only_between_requests() {
+        // a request under way is served on, whatever is pending
+        for (drain, park_time) in [(false, false), (true, false), (false, true), (true, true)] {
+            assert_eq!(hand_back(false, drain, park_time), None);
+        }
+        // idle: a drain wins over the park time; neither, hyper waits on
+        assert_eq!(hand_back(true, true, false), Some(Waited::Drain));
+        assert_eq!(hand_back(true, true, true), Some(Waited::Drain));
+        assert_eq!(hand_back(true, false, true), Some(Waited::Park));
+        assert_eq!(hand_back(true, false, false), None);
     }
 
     #[test]

@@ -76,6 +76,15 @@ impl Engine {
         }
     }
 
+    /// Whether what was read ends inside a record, as far as the engine knows (records not
+    /// followed: not).
+    pub(crate) fn inside_record(&mut self) -> bool {
+        match self {
+            Engine::Rustls(s) => s.get_ref().0.records_at_boundary() == Some(false),
+            Engine::Layer(s) => s.mid_record(),
+        }
+    }
+
     /// Whether what was read ends inside a record (processed as far as it goes). Unknown
     /// (records not followed) counts as inside one.
     fn mid_record(&mut self) -> bool {

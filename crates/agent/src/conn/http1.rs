@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::decide::{self, Left, Next, Waited};
-use super::one_request;
-use super::pace::HeadPace;
+use super::one_request::{self, Keep};
+use super::pace::{self, HeadPace};
 use super::park::{self, Parked, Parking};
 use crate::conn_info::ConnInfo;
 use crate::context::Context;
@@ -66,12 +66,14 @@ pub(crate) struct Http1 {
     pub(crate) first: Option<Instant>,
 }
 
-/// HTTP/1.1, one hyper connection per request: after each keep-alive response the hyper
-/// connection is dissolved (its ~16 KiB of buffers freed) and the TLS stream waits for the
-/// next request; a wait that lasts `--park-after` parks the connection (returned: see `park`),
-/// so an idle keep-alive connection holds only its socket and keys. Bytes hyper read ahead
-/// (pipelined requests) are handed to the next one. `resume`: the wait a parked connection
-/// was in (its deadline) and what woke it.
+/// HTTP/1.1, a hyper connection per request or per burst of them: while requests come within
+/// the park time of each other (`decide::keep_for`), hyper serves them back to back; after a
+/// keep-alive response with none come, or when a drain is pending, the hyper connection is
+/// dissolved (its ~16 KiB of buffers freed) and the TLS stream waits for the next request; a
+/// wait that lasts `--park-after` parks the connection (returned: see `park`), so an idle
+/// keep-alive connection holds only its socket and keys. Bytes hyper read ahead (pipelined
+/// requests) are handed to the next one. `resume`: the wait a parked connection was in (its
+/// deadline) and what woke it, or how hyper's wait ended.
 pub(crate) async fn serve_http1(
     conn: Http1,
     mut ahead: bytes::Bytes,
@@ -88,6 +90,12 @@ pub(crate) async fn serve_http1(
     let cfg = &ctx.config;
     let peer = info.peer;
     let builder = one_request::builder(cfg);
+    let keep = decide::keep_for(
+        cfg.park_after,
+        cfg.header_timeout,
+        cfg.idle_timeout,
+        pace::GRACE,
+    );
     // Cleared for a connection that rustls must keep: it waits without a park time.
     let mut parkable = true;
     loop {
@@ -100,6 +108,9 @@ pub(crate) async fn serve_http1(
                 later: first.is_none(),
                 movable,
                 park_at: parkable.then(|| Instant::now() + cfg.park_after),
+                // hyper's wait ended at its park time with part of a record read (not a byte
+                // of a request, or hyper would have waited on)
+                begun: matches!(resume, Some((_, Waited::Park))) && stream.inside_record(),
                 woken: resume.take().map(|(_, woken)| woken),
             };
             let waited = match wait_or_park(stream, &ctx, &wait, &secrets, &mut parkable).await {
@@ -149,19 +160,33 @@ pub(crate) async fn serve_http1(
             first_by: first.take(),
             min_rate: cfg.min_header_rate,
         };
-        // A drain is met at the next wait: a connection that can move moves then.
-        (stream, ahead) = one_request::serve(stream, ahead, pace, &info, &ctx, &builder).await?;
+        // A drain is met at the next wait (kept: hyper's, ended by it): a connection that can
+        // move moves then.
+        let kept = keep.map(|wait| Keep { wait, movable });
+        // (boxed: a working connection's future, large, kept out of a parked one's)
+        let served = Box::pin(one_request::serve_requests(
+            stream, ahead, pace, &info, &ctx, &builder, kept,
+        ))
+        .await?;
+        (stream, ahead) = (served.stream, served.ahead);
+        // a wait that ended in hyper goes on from there, unless bytes were read ahead (served
+        // at once, as they would be after any wait)
+        resume = served
+            .waited
+            .filter(|_| ahead.is_empty())
+            .map(|(waited, since)| (since + cfg.idle_timeout, waited));
     }
 }
 
 /// A wait for a request: until when, whether it is for a later request (a drain ends it),
-/// whether the dispatcher can move the connection, when it parks, and what woke it from its
-/// park (if it was parked).
+/// whether the dispatcher can move the connection, when it parks, whether part of a record
+/// came before it (in hyper's wait), and what woke it from its park or ended hyper's wait.
 struct Wait {
     until: Instant,
     later: bool,
     movable: bool,
     park_at: Option<Instant>,
+    begun: bool,
     woken: Option<Waited>,
 }
 
@@ -186,7 +211,7 @@ async fn wait_or_park(
 ) -> Waiting {
     let (mut woken, mut park_at) = (wait.woken, wait.park_at);
     // whether any of the next request came (see `wait_request`)
-    let mut begun = false;
+    let mut begun = wait.begun;
     loop {
         let waited = match woken.take() {
             // a parked connection woken by its client reads what came

@@ -11,7 +11,7 @@
 //! HTTP/2 connection has no such bound at all; these cover every phase up to the head.
 //! Plain arithmetic here; `overdue` sleeps until [`HeadPace::deadline`] and asks again.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -62,23 +62,35 @@ impl HeadPace {
 /// What a request's service and reader share with the connection's loop.
 #[derive(Debug, Default)]
 pub struct RequestState {
-    /// The head is complete (the service was called): the pace no longer applies.
-    pub head_seen: AtomicBool,
+    /// Heads complete (the service called) in this hyper connection.
+    heads: AtomicU64,
+    /// Heads before the request paced now (a hyper connection kept from one request to the
+    /// next counts one per response sent): with more complete, its head is in and the pace no
+    /// longer applies. (A count, not a flag: a pipelined request's head may be in before its
+    /// predecessor's response is sent.)
+    before: AtomicU64,
     /// Plaintext bytes the reader has handed to hyper for this request.
     pub bytes: AtomicU64,
 }
 
 impl RequestState {
     pub fn head_seen(&self) -> bool {
-        self.head_seen.load(Ordering::Relaxed)
+        self.heads.load(Ordering::Relaxed) > self.before.load(Ordering::Relaxed)
     }
 
     pub fn saw_head(&self) {
-        self.head_seen.store(true, Ordering::Relaxed);
+        self.heads.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// `n` responses are sent: the request after them is paced (a hyper connection kept from
+    /// one request to the next).
+    pub fn responses_sent(&self, n: u64) {
+        self.before.store(n, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
     }
 
     pub fn read(&self, n: usize) {
@@ -138,6 +150,26 @@ mod tests {
         assert_eq!(pace(Some(1), 0).deadline(5).unwrap().1, TooSlow::Deadline);
         // no overflow on absurd counts: such a head is bounded by the other limits
         assert!(pace(None, 1).deadline(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn a_kept_connection_paces_each_head_and_a_pipelined_one_stays_in() {
+        let s = RequestState::default();
+        assert!(!s.head_seen());
+        s.read(10);
+        s.saw_head();
+        assert!(s.head_seen());
+        // its response sent: the next head is paced from nothing
+        s.responses_sent(1);
+        assert!(!s.head_seen());
+        assert_eq!(s.bytes(), 0);
+        s.saw_head();
+        // a pipelined head came before this response was sent: still in after it
+        s.saw_head();
+        s.responses_sent(2);
+        assert!(s.head_seen());
+        s.responses_sent(3);
+        assert!(!s.head_seen());
     }
 
     #[tokio::test(start_paused = true)]
