@@ -9,8 +9,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::HeaderValue;
-use http::{Method, Request, Response, Uri, Version};
+use http::{Method, Request, Response, Version};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 
@@ -20,14 +19,20 @@ use crate::body::{Body, BoxError};
 use crate::served::Served;
 
 /// One request on its way: what its line says, filled as it goes.
+///
+/// The target and host are copies: hyper's `Uri` and header values are slices of its read
+/// buffer, and a line that held them would keep that buffer (kilobytes) alive until the writer
+/// got to it, on the writer's thread, so every connection would read into fresh, cache-cold
+/// memory instead of the buffer the one before it just gave back.
 #[derive(Debug)]
 pub struct Pending {
     pub conn: Arc<ConnLog>,
     pub started: Instant,
     pub method: Method,
-    /// `:authority` (HTTP/2) or `Host`.
-    pub host: Option<HeaderValue>,
-    pub uri: Uri,
+    /// `:authority` (HTTP/2) or `Host`, as the client sent it.
+    pub host: Option<Box<[u8]>>,
+    /// The path and query (`/` if the request had none).
+    pub target: Box<str>,
     pub version: Version,
     pub bytes_in: AtomicU64,
     pub end: OnceLock<End>,
@@ -48,15 +53,19 @@ impl Pending {
     pub fn start<B>(conn: &Arc<ConnLog>, req: Request<B>) -> (Arc<Pending>, Request<CountIn<B>>) {
         conn.requests.fetch_add(1, Ordering::Relaxed);
         let host = match req.uri().authority() {
-            Some(a) => HeaderValue::from_str(a.as_str()).ok(),
-            None => req.headers().get(http::header::HOST).cloned(),
+            Some(a) => Some(Box::from(a.as_str().as_bytes())),
+            None => req
+                .headers()
+                .get(http::header::HOST)
+                .map(|h| Box::from(h.as_bytes())),
         };
+        let target = req.uri().path_and_query().map_or("/", |t| t.as_str());
         let pending = Arc::new(Pending {
             conn: conn.clone(),
             started: Instant::now(),
             method: req.method().clone(),
             host,
-            uri: req.uri().clone(),
+            target: Box::from(target),
             version: req.version(),
             bytes_in: AtomicU64::new(0),
             end: OnceLock::new(),

@@ -67,11 +67,10 @@ fn text(out: &mut Vec<u8>, l: &Line<'_>) {
             out.push(b'"');
             escaped(out, p.method.as_str().as_bytes());
             out.push(b' ');
-            let target = p.uri.path_and_query().map_or("/", |t| t.as_str());
-            escaped(out, target.as_bytes());
+            escaped(out, p.target.as_bytes());
             let v = version(p.version);
             let _ = write!(out, " {v}\" {} {} host=\"", end.status, end.bytes_out);
-            escaped(out, p.host.as_ref().map_or(b"-", |h| h.as_bytes()));
+            escaped(out, p.host.as_deref().unwrap_or(b"-"));
             out.push(b'"');
         }
         None => out.extend_from_slice(b"\"-\" - - host=-"),
@@ -202,8 +201,8 @@ fn json(out: &mut Vec<u8>, l: &Line<'_>) {
         method: req.map(|(p, _)| p.method.as_str()),
         host: req
             .and_then(|(p, _)| p.host.as_ref())
-            .map(|h| String::from_utf8_lossy(h.as_bytes())),
-        path: req.map(|(p, _)| p.uri.path_and_query().map_or("/", |t| t.as_str())),
+            .map(|h| String::from_utf8_lossy(h)),
+        path: req.map(|(p, _)| &*p.target),
         http_version: req.map(|(p, _)| version(p.version)),
         status: req.map(|(_, e)| e.status),
         bytes_in: req.map(|(p, _)| p.bytes_in.load(std::sync::atomic::Ordering::Relaxed)),
