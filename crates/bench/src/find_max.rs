@@ -177,8 +177,8 @@ pub fn find_max(mut a: FindMaxArgs) -> anyhow::Result<ExitCode> {
     base.duration_s = Some(steady.as_secs_f64());
     base.quiet = true;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(base.workers)
+    // the clients run on threads of their own (see `runner`)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {

@@ -223,8 +223,8 @@ pub fn execute(cfg: Arc<BenchConfig>) -> anyhow::Result<Report> {
 
 /// [`execute`], updating `live` (`--metrics`) as it goes.
 fn execute_live(cfg: Arc<BenchConfig>, live: Option<Arc<live::Live>>) -> anyhow::Result<Report> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.workers)
+    // the clients run on threads of their own (see `runner`); this one scrapes and waits
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
