@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use baton_session::migration::SessionObject;
 
+use crate::access_log::{AccessLog, ConnFields, Handshake, Migrated};
 use crate::early::EarlyState;
 
 /// What the HTTP layer knows about the TLS connection it runs on.
@@ -27,6 +28,30 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
+    /// With its part of the access log, when there is a log (`migrated`: how its session came).
+    pub fn logged(mut self, log: Option<&AccessLog>, migrated: Migrated) -> ConnInfo {
+        if let Some(log) = log {
+            let handshake = if self.early.is_some() {
+                Handshake::EarlyData
+            } else if self.resumed {
+                Handshake::Resumed
+            } else {
+                Handshake::Full
+            };
+            self.log = Some(log.connection(ConnFields {
+                peer: self.peer,
+                sni: self.sni.as_deref().map(Box::from),
+                version: self.version,
+                suite: Box::from(self.suite.as_str()),
+                alpn: self.alpn.as_deref().map(Box::from),
+                handshake,
+                migrated,
+                agent_id: 0,
+            }));
+        }
+        self
+    }
+
     /// What a home agent is told about this connection when it moves there.
     pub fn application(&self) -> baton_migrate::extract::Application<'_> {
         baton_migrate::extract::Application {

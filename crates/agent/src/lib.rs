@@ -53,6 +53,7 @@ mod stapler;
 mod store;
 mod tls;
 mod transport;
+mod upgrade;
 mod upstream;
 mod websocket;
 

@@ -210,7 +210,7 @@ impl Proxy {
                     strip_hop_by_hop(resp.headers_mut());
                     if switched {
                         // a WebSocket: the connection path joins both sides (`websocket`)
-                        crate::websocket::keep_upgrade(resp.headers_mut());
+                        crate::upgrade::keep_upgrade(resp.headers_mut());
                     }
                     route.response_headers.apply(resp.headers_mut());
                     let idle = route.idle_timeout;
@@ -315,12 +315,12 @@ fn rewrite(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let upgrade = crate::websocket::wants_upgrade(&head.headers, head.version);
+    let upgrade = crate::upgrade::wants_upgrade(&head.headers, head.version);
     let version = std::mem::replace(&mut head.version, Version::HTTP_11);
     let h = &mut head.headers;
     strip_hop_by_hop(h);
     if upgrade {
-        crate::websocket::keep_upgrade(h);
+        crate::upgrade::keep_upgrade(h);
     }
     let host = host.filter(|s| HeaderValue::from_str(s).is_ok());
     if let Some(v) = host.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {

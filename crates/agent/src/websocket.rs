@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::OnUpgrade;
@@ -25,33 +25,10 @@ use crate::body::{text, Body, BoxError};
 use crate::conn_info::ConnInfo;
 use crate::proxy::Proxy;
 
-const WEBSOCKET: &str = "websocket";
+use crate::upgrade::{keep_upgrade, WEBSOCKET};
 const SEC_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
 const SEC_VERSION: HeaderName = HeaderName::from_static("sec-websocket-version");
 const SEC_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
-
-/// Whether a request head asks to switch to WebSocket over HTTP/1.1 (`Connection: upgrade`
-/// and `Upgrade: websocket`).
-pub fn wants_upgrade(headers: &HeaderMap, version: Version) -> bool {
-    let has = |name: HeaderName, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
-    version == Version::HTTP_11
-        && has(header::CONNECTION, "upgrade")
-        && has(header::UPGRADE, WEBSOCKET)
-}
-
-/// Puts back the two headers a WebSocket upgrade needs on the next hop, after the hop-by-hop
-/// ones were dropped (request and 101 response alike).
-pub fn keep_upgrade(h: &mut HeaderMap) {
-    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static(WEBSOCKET));
-}
 
 /// Whether a request is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441).
 pub fn is_extended_connect<B>(req: &Request<B>) -> bool {
@@ -179,35 +156,6 @@ pub fn not_here() -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
-        }
-        h
-    }
-
-    #[test]
-    fn an_upgrade_needs_both_headers_and_http_1_1() {
-        let both = headers(&[
-            ("connection", "keep-alive, Upgrade"),
-            ("upgrade", "WebSocket"),
-        ]);
-        assert!(wants_upgrade(&both, Version::HTTP_11));
-        assert!(!wants_upgrade(&both, Version::HTTP_10));
-        assert!(!wants_upgrade(
-            &headers(&[("upgrade", "websocket")]),
-            Version::HTTP_11
-        ));
-        assert!(!wants_upgrade(
-            &headers(&[("connection", "upgrade"), ("upgrade", "h2c")]),
-            Version::HTTP_11
-        ));
-    }
 
     #[test]
     fn keys_are_16_bytes_and_differ() {

@@ -28,8 +28,6 @@ pub use counted::{finish, Pending, Unanswered};
 pub use record::{ConnFields, Handshake, Migrated};
 use record::{ConnLine, Msg};
 
-use crate::conn_info::ConnInfo;
-
 pub use crate::config::AccessLogFormat as Format;
 
 /// Lines waiting for the writer at most; past it they are dropped (and counted). About 1 MB
@@ -108,27 +106,13 @@ impl AccessLog {
         let _ = self.shared.tx.try_send(Msg::Wake);
     }
 
-    /// The log of a TLS connection whose handshake is done (`migrated`: how its session came).
-    pub fn connection(&self, info: &ConnInfo, migrated: Migrated) -> Arc<ConnLog> {
-        let handshake = if info.early.is_some() {
-            Handshake::EarlyData
-        } else if info.resumed {
-            Handshake::Resumed
-        } else {
-            Handshake::Full
-        };
+    /// The log of a TLS connection whose handshake is done (`fields` from its `ConnInfo`;
+    /// the agent id is the log's).
+    pub fn connection(&self, mut fields: ConnFields) -> Arc<ConnLog> {
+        fields.agent_id = self.shared.agent_id;
         Arc::new(ConnLog {
             log: self.clone(),
-            fields: ConnFields {
-                peer: info.peer,
-                sni: info.sni.as_deref().map(Box::from),
-                version: info.version,
-                suite: Box::from(info.suite.as_str()),
-                alpn: info.alpn.as_deref().map(Box::from),
-                handshake,
-                migrated,
-                agent_id: self.shared.agent_id,
-            },
+            fields,
             opened: Instant::now(),
             requests: AtomicU64::new(0),
         })

@@ -205,7 +205,10 @@ async fn serve(
         }
     };
 
-    let info = logged(handshake_done(&stream, peer, metrics), &ctx);
+    let info = handshake_done(&stream, peer, metrics).logged(
+        ctx.http.access_log.as_ref(),
+        crate::access_log::Migrated::No,
+    );
     // A TLS-ALPN-01 validation is over once the handshake is (RFC 8737): no HTTP on it.
     if info.alpn.as_deref() == Some("acme-tls/1") {
         let _ = tokio::time::timeout_at(deadline, tokio::io::AsyncWriteExt::shutdown(&mut stream))
@@ -303,14 +306,6 @@ fn handshake_done(stream: &RustlsStream, peer: SocketAddr, metrics: &Metrics) ->
         kind == Some(HandshakeKind::FullWithHelloRetryRequest),
     );
     ConnInfo::of(peer, tls)
-}
-
-/// The connection's part of the access log, if there is one, for a session handshaken here.
-pub(crate) fn logged(mut info: ConnInfo, ctx: &Context) -> ConnInfo {
-    if let Some(log) = &ctx.http.access_log {
-        info.log = Some(log.connection(&info, crate::access_log::Migrated::No));
-    }
-    info
 }
 
 /// HTTP/2 on a connection handshaken here, `ahead` (what a move that kept it read) first.

@@ -31,7 +31,10 @@ pub(crate) async fn serve(
     if !conn.send_flight(deadline).await {
         return None;
     }
-    let info = super::accept::logged(conn.info(peer), ctx);
+    let info = conn.info(peer).logged(
+        ctx.http.access_log.as_ref(),
+        crate::access_log::Migrated::No,
+    );
     // the connection's log goes on with it after the handshake (its line says 0-RTT)
     let log = info.log.clone();
     let overdue = conn.handshake_overdue(deadline, peer);

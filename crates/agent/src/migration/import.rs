@@ -116,11 +116,9 @@ pub async fn import(
                 ImportStep::Commit { ciphertext } => {
                     let (obj, layer) = opened?;
                     m.migrated_in(why);
-                    let mut info = ConnInfo::migrated(&obj, peer);
-                    if let Some(log) = &ctx.http.access_log {
-                        let from = issuer.map_or(Migrated::Unknown, Migrated::From);
-                        info.log = Some(log.connection(&info, from));
-                    }
+                    let from = issuer.map_or(Migrated::Unknown, Migrated::From);
+                    let info =
+                        ConnInfo::migrated(&obj, peer).logged(ctx.http.access_log.as_ref(), from);
                     let mut s = MigratedStream::new(io, layer, obj.plaintext.clone())
                         .negotiated(obj.version, obj.suite);
                     s.prefill_ciphertext(&ciphertext);
