@@ -13,7 +13,6 @@ use http::{Method, Request, Response, Version};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use super::record::Msg;
 use super::ConnLog;
 use crate::body::{Body, BoxError};
 use crate::served::Served;
@@ -151,7 +150,7 @@ fn queue(pending: Arc<Pending>, status: u16, bytes_out: u64, served: Option<Serv
         served,
     });
     let log = pending.conn.log.clone();
-    log.send(Msg::Request(pending));
+    log.request_done(pending);
 }
 
 /// The response to a logged request: its body counted, its line queued when the body is done.

@@ -118,6 +118,11 @@ impl AccessLog {
         })
     }
 
+    /// Queues a request's line, once the request has ended.
+    fn request_done(&self, pending: Arc<Pending>) {
+        self.send(Msg::Request(pending));
+    }
+
     /// Queues a line; drops (and counts) it if the writer is behind.
     fn send(&self, msg: Msg) {
         match self.shared.tx.try_send(msg) {

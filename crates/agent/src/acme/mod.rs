@@ -10,7 +10,6 @@
 
 mod ari;
 mod bulletin;
-pub mod config;
 mod http;
 mod material;
 pub mod metrics;
@@ -24,10 +23,10 @@ use std::time::{Duration, Instant, SystemTime};
 use zeroize::Zeroizing;
 
 use crate::challenges::Challenges;
+pub use crate::config::AcmeConfig;
 use crate::config::KeyKind;
 use crate::context::Context;
 use bulletin::Bulletin;
-pub use config::AcmeConfig;
 use metrics::{AcmeMetrics, Outcome};
 
 /// An agent that just started waits this long before it may order: it has heard its peers'
