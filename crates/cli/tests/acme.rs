@@ -392,6 +392,49 @@ fn an_agent_that_starts_while_the_store_holds_a_valid_certificate_never_orders()
 }
 
 /// The serial of what `addr` serves for `name`, verified against `root`.
+/// Pebble, Redis, a cluster key and a dns-01 hook that holds every order `delay` seconds: two
+/// agents' orders then overlap for as long as a test needs.
+struct HeldOrders {
+    pebble: Pebble,
+    redis: Redis,
+    dir: TempDir,
+    key: String,
+    hook: String,
+}
+
+impl HeldOrders {
+    fn start(dir: &str, delay: u64) -> Option<HeldOrders> {
+        let pebble = Pebble::start(LONG, free_port(), free_port())?;
+        let redis = Redis::start()?;
+        let dir = TempDir::new(dir);
+        let line = baton_session::generate_key_line().unwrap();
+        let key = cluster_key_file(&dir, "cluster.key", &[&line]);
+        let hook = dns_hook(&dir, pebble.dns_management);
+        std::fs::write(dir.path("delay"), delay.to_string()).unwrap();
+        Some(HeldOrders {
+            pebble,
+            redis,
+            dir,
+            key,
+            hook,
+        })
+    }
+
+    /// An agent `id` ordering `name` by dns-01 through the hook, sharing the Redis store.
+    fn agent_args(&self, name: &str, id: u16) -> Vec<String> {
+        vec![
+            format!("--acme-directory={}", self.pebble.directory),
+            format!("--acme-directory-ca={}", self.pebble.https_ca),
+            format!("--acme-domain={name}"),
+            "--acme-challenge=dns-01".to_string(),
+            format!("--acme-dns-hook={}", self.hook),
+            format!("--store=redis={}", self.redis.url()),
+            format!("--cluster-key-file={}", self.key),
+            format!("--agent-id={id}"),
+        ]
+    }
+}
+
 fn served_key_serial(addr: std::net::SocketAddr, root: &str, name: &str) -> Option<String> {
     served_serial_at(&addr.to_string(), root, name)
 }
@@ -448,33 +491,14 @@ fn http_01_through_the_plain_http_listener() {
 
 #[test]
 fn an_agent_killed_mid_order_and_restarted_leaves_one_certificate_and_one_account() {
-    let Some(pebble) = Pebble::start(LONG, free_port(), free_port()) else {
-        return;
-    };
-    let Some(redis) = Redis::start() else {
-        return;
-    };
-    let dir = TempDir::new("acme-killed");
-    let line = baton_session::generate_key_line().unwrap();
-    let key = cluster_key_file(&dir, "cluster.key", &[&line]);
-    let hook = dns_hook(&dir, pebble.dns_management);
     // every order waits 20 s in its hook: long enough to kill its agent in the middle
-    std::fs::write(dir.path("delay"), "20").unwrap();
-    let name = "killed.baton.test";
-    let args = |id: u16| -> Vec<String> {
-        vec![
-            format!("--acme-directory={}", pebble.directory),
-            format!("--acme-directory-ca={}", pebble.https_ca),
-            format!("--acme-domain={name}"),
-            "--acme-challenge=dns-01".to_string(),
-            format!("--acme-dns-hook={hook}"),
-            format!("--store=redis={}", redis.url()),
-            format!("--cluster-key-file={key}"),
-            format!("--agent-id={id}"),
-        ]
+    let Some(held) = HeldOrders::start("acme-killed", 20) else {
+        return;
     };
+    let (pebble, dir) = (&held.pebble, &held.dir);
+    let name = "killed.baton.test";
     let start = |id: u16| {
-        let a = args(id);
+        let a = held.agent_args(name, id);
         Agent::start(&a.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let calls = dir.path("calls");
@@ -640,31 +664,15 @@ fn renews_when_the_ca_s_renewal_information_says_so() {
 
 #[test]
 fn two_agents_that_both_think_they_order_take_turns_through_the_redis_lock() {
-    let Some(pebble) = Pebble::start(LONG, free_port(), free_port()) else {
-        return;
-    };
-    let Some(redis) = Redis::start() else {
-        return;
-    };
-    let dir = TempDir::new("acme-lock");
-    let line = baton_session::generate_key_line().unwrap();
-    let key = cluster_key_file(&dir, "cluster.key", &[&line]);
-    let hook = dns_hook(&dir, pebble.dns_management);
     // each order holds 10 s in its hook: the two agents' turns overlap
-    std::fs::write(dir.path("delay"), "10").unwrap();
+    let Some(held) = HeldOrders::start("acme-lock", 10) else {
+        return;
+    };
+    let (pebble, redis, dir) = (&held.pebble, &held.redis, &held.dir);
     let name = "locked.baton.test";
     // the same id on both (a mistake): each believes itself the lowest live agent, and only
     // the store's lock keeps them from ordering the name twice
-    let args = [
-        format!("--acme-directory={}", pebble.directory),
-        format!("--acme-directory-ca={}", pebble.https_ca),
-        format!("--acme-domain={name}"),
-        "--acme-challenge=dns-01".to_string(),
-        format!("--acme-dns-hook={hook}"),
-        format!("--store=redis={}", redis.url()),
-        format!("--cluster-key-file={key}"),
-        "--agent-id=0".to_string(),
-    ];
+    let args = held.agent_args(name, 0);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let a = Agent::start(&args);
     let b = Agent::start(&args);
