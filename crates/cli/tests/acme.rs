@@ -629,27 +629,7 @@ fn renews_when_the_ca_s_renewal_information_says_so() {
         "suggestedWindow": { "start": "2000-01-01T00:00:00Z", "end": "2000-01-02T00:00:00Z" }
     });
     let body = serde_json::json!({ "Certificate": pem, "ARIResponse": ari.to_string() });
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--fail",
-            "--max-time",
-            "10",
-            "--cacert",
-            &pebble.https_ca,
-        ])
-        .args(["-X", "POST", "-d", &body.to_string()])
-        .arg(format!(
-            "https://localhost:{}/set-renewal-info/",
-            pebble.management
-        ))
-        .output()
-        .expect("curl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pebble.management("/set-renewal-info/", Some(&body.to_string()));
     until("renewed", Duration::from_secs(150), || {
         agent.metric(&ok) >= 2.0
     });

@@ -172,26 +172,37 @@ impl Pebble {
     /// Pebble's root (PEM), from its management API, written to a file: the CA that the issued
     /// chains lead to (generated anew by each Pebble).
     pub fn root_file(&self) -> String {
-        let out = Command::new("curl")
-            .args([
-                "-sS",
-                "--fail",
-                "--max-time",
-                "10",
-                "--cacert",
-                &self.https_ca,
-            ])
-            .arg(format!("https://localhost:{}/roots/0", self.management))
+        let root = self.management("/roots/0", None);
+        let path = self.dir.path("root.pem");
+        std::fs::write(&path, root).unwrap();
+        path.display().to_string()
+    }
+
+    /// A call to Pebble's management API (`post`: a POST with that body, else a GET); its
+    /// answer, which must be a success.
+    pub fn management(&self, path: &str, post: Option<&str>) -> Vec<u8> {
+        let mut curl = Command::new("curl");
+        curl.args([
+            "-sS",
+            "--fail",
+            "--max-time",
+            "10",
+            "--cacert",
+            &self.https_ca,
+        ]);
+        if let Some(body) = post {
+            curl.args(["-X", "POST", "-d", body]);
+        }
+        let out = curl
+            .arg(format!("https://localhost:{}{path}", self.management))
             .output()
             .expect("curl");
         assert!(
             out.status.success(),
-            "{}",
+            "{path}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let path = self.dir.path("root.pem");
-        std::fs::write(&path, &out.stdout).unwrap();
-        path.display().to_string()
+        out.stdout
     }
 
     /// Pebble's log so far (what it validated and issued).
