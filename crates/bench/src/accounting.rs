@@ -36,6 +36,8 @@ pub struct End {
     pub first_byte: bool,
     /// Responses received, whatever their status.
     pub responses: u32,
+    /// Of those, the ones with a success or redirect status (2xx, 3xx).
+    pub ok: u32,
     /// Requests never sent because the server had closed the connection (or announced
     /// `Connection: close`) first: a client would send them on a new connection.
     pub unsent: u32,

@@ -56,6 +56,7 @@ pub use report::Report;
 pub use scenario::{main as scenario_main, ScenarioCli};
 pub use scrape::parse as parse_metrics;
 pub use threshold::{Threshold, Verdict};
+pub use tls::any_certificate;
 
 /// `baton bench ...`: a run, or one of its subcommands.
 pub fn main(cli: BenchCli) -> anyhow::Result<ExitCode> {

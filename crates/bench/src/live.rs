@@ -16,7 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::stats::{ErrorClass, Stats};
+use crate::accounting::{End, Handshake, Settled};
+use crate::stats::ErrorClass;
 
 type Labels = [(&'static str, &'static str); 1];
 
@@ -45,22 +46,34 @@ const CLASSES: [(ErrorClass, &str); 6] = [
     (ErrorClass::Closed, "closed"),
 ];
 
-/// What [`Live::add`] compares: the counters of a virtual client's [`Stats`] before and after
-/// one transaction.
-#[derive(Debug, Clone, Copy)]
-pub struct Tally([u64; 7]);
+/// What one transaction adds to the live counters: its answers (from its [`End`]) and how it
+/// settled. Taken from the transaction itself, not from a [`Stats`] before and after it: the
+/// virtual clients of a worker share one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tally {
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+    pub requests_unsent: u64,
+    /// full, resumed, failed (the order of [`Live::handshakes`])
+    pub handshakes: [u64; 3],
+    pub resume_refused: u64,
+}
 
 impl Tally {
-    pub fn of(s: &Stats) -> Self {
-        Tally([
-            s.requests_ok,
-            s.requests_failed,
-            s.requests_unsent,
-            s.full,
-            s.resumed,
-            s.handshake_failed,
-            s.resume_refused,
-        ])
+    pub fn of(end: &End, s: &Settled) -> Self {
+        let (full, resumed, refused) = match s.handshake {
+            Some(Handshake::Full) => (1, 0, 0),
+            Some(Handshake::Resumed) => (0, 1, 0),
+            Some(Handshake::ResumeRefused) => (1, 0, 1),
+            None => (0, 0, 0),
+        };
+        Tally {
+            requests_ok: end.ok.into(),
+            requests_failed: u64::from(end.responses - end.ok) + s.unanswered,
+            requests_unsent: s.unsent,
+            handshakes: [full, resumed, s.handshake_failed.into()],
+            resume_refused: refused,
+        }
     }
 }
 
@@ -127,16 +140,15 @@ impl Live {
         (Arc::new(live), registry)
     }
 
-    /// One transaction ended: what it added to its client's [`Stats`], and its error class.
-    pub fn add(&self, before: Tally, after: Tally, error: Option<ErrorClass>) {
-        let d = |i: usize| after.0[i].saturating_sub(before.0[i]);
-        self.requests_ok.inc_by(d(0));
-        self.requests_failed.inc_by(d(1));
-        self.requests_unsent.inc_by(d(2));
-        for (i, h) in self.handshakes.iter().enumerate() {
-            h.inc_by(d(3 + i));
+    /// One transaction ended: what it added, and its error class.
+    pub fn add(&self, t: &Tally, error: Option<ErrorClass>) {
+        self.requests_ok.inc_by(t.requests_ok);
+        self.requests_failed.inc_by(t.requests_failed);
+        self.requests_unsent.inc_by(t.requests_unsent);
+        for (counter, n) in self.handshakes.iter().zip(t.handshakes) {
+            counter.inc_by(n);
         }
-        self.resume_refused.inc_by(d(6));
+        self.resume_refused.inc_by(t.resume_refused);
         if let Some(class) = error {
             if let Some(i) = CLASSES.iter().position(|(c, _)| *c == class) {
                 self.errors[i].inc();
@@ -194,14 +206,20 @@ mod tests {
     #[test]
     fn a_transaction_adds_its_deltas() {
         let (live, registry) = Live::new();
-        let mut s = Stats::default();
-        let before = Tally::of(&s);
-        s.requests_ok = 3;
-        s.requests_failed = 1;
-        s.full = 1;
+        // four requests answered, one of them with an error status, then a timeout
+        let end = End {
+            handshake_started: true,
+            handshake: Some(Handshake::Full),
+            first_byte: true,
+            responses: 4,
+            ok: 3,
+            error: Some(ErrorClass::Timeout),
+            ..End::default()
+        };
         live.connected();
         live.request(std::time::Duration::from_millis(3));
-        live.add(before, Tally::of(&s), Some(ErrorClass::Timeout));
+        let settled = crate::accounting::settle(&end, 4);
+        live.add(&Tally::of(&end, &settled), end.error);
         let text = baton_ops::metrics::encode(&registry);
         for line in [
             "baton_bench_requests_total{result=\"ok\"} 3",

@@ -7,6 +7,8 @@
 //! and no wake-up crosses one, so the client pays per connection for no work stealing, no
 //! cross-thread wake-ups and no shared timer wheel.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,29 +144,41 @@ pub async fn run(
     Ok(Outcome { stats, elapsed })
 }
 
-/// One worker thread: its clients on a runtime of its own, until each is done; their stats,
-/// merged.
+/// One worker thread: its clients on a runtime of its own, until each is done, all recording
+/// into the worker's one [`Stats`] (a latency histogram is tens of kilobytes: one set per
+/// client would cost a large run hundreds of megabytes, and the client CPU to zero them).
 fn worker(shared: &Arc<Shared>, clients: Vec<(u64, Client)>) -> anyhow::Result<Stats> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("a client thread's runtime")?;
-    runtime.block_on(async {
+    let stats = Rc::new(RefCell::new(Stats::default()));
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
         let tasks: Vec<_> = clients
             .into_iter()
-            .map(|(c, client)| tokio::spawn(virtual_client(shared.clone(), c, client)))
+            .map(|(c, client)| {
+                tokio::task::spawn_local(virtual_client(shared.clone(), c, client, stats.clone()))
+            })
             .collect();
-        let mut stats = Stats::default();
         for t in tasks {
-            stats.merge(&t.await.context("virtual client panicked")?);
+            t.await.context("virtual client panicked")?;
         }
-        Ok(stats)
-    })
+        anyhow::Ok(())
+    })?;
+    let stats = Rc::try_unwrap(stats)
+        .map_err(|_| anyhow::anyhow!("a virtual client outlived its worker"))?;
+    Ok(stats.into_inner())
 }
 
 /// Virtual client `c`: its transactions, one after the other, until its share is done, the
 /// run's time is up or the run stops.
-async fn virtual_client(shared: Arc<Shared>, c: u64, mut client: Client) -> Stats {
+async fn virtual_client(
+    shared: Arc<Shared>,
+    c: u64,
+    mut client: Client,
+    stats: Rc<RefCell<Stats>>,
+) {
     let Shared {
         cfg,
         mix,
@@ -178,7 +192,6 @@ async fn virtual_client(shared: Arc<Shared>, c: u64, mut client: Client) -> Stat
     let my_share = cfg
         .connections
         .map(|n| share(n, clients, cfg.full_every, c));
-    let mut stats = Stats::default();
     let mut m = 0u64;
     loop {
         if my_share.is_some_and(|s| m >= s) || stop.load(Ordering::Relaxed) {
@@ -218,11 +231,10 @@ async fn virtual_client(shared: Arc<Shared>, c: u64, mut client: Client) -> Stat
         if m.is_multiple_of(cfg.full_every) {
             client.tls.forget();
         }
-        client.transaction(due, &mut stats).await;
+        client.transaction(due, &stats).await;
         m += 1;
         if let Some(b) = bar {
             b.inc(1);
         }
     }
-    stats
 }

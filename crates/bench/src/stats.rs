@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::accounting::{settle, End, Handshake, Kind, Negotiated};
+use crate::accounting::{settle, End, Handshake, Kind, Negotiated, Settled};
 
 /// Why a transaction failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -136,8 +136,8 @@ impl Stats {
         }
     }
 
-    /// Counts one finished transaction (see [`settle`] for the rules).
-    pub fn finish(&mut self, end: &End, requests_per_conn: u32) {
+    /// Counts one finished transaction (see [`settle`] for the rules); returns how it settled.
+    pub fn finish(&mut self, end: &End, requests_per_conn: u32) -> Settled {
         self.transactions += 1;
         self.requests_expected += requests_per_conn as u64;
         if let Some(class) = end.error {
@@ -167,6 +167,7 @@ impl Stats {
         self.handshake_failed += s.handshake_failed as u64;
         self.requests_failed += s.unanswered;
         self.requests_unsent += s.unsent;
+        s
     }
 
     /// One answered request that started `due_since_start` after the run began and took
@@ -205,13 +206,16 @@ impl Stats {
         *self.errors.entry(class).or_default() += 1;
     }
 
-    pub fn status(&mut self, status: u16) {
+    /// Counts a response's status; whether it is a success (2xx, 3xx).
+    pub fn status(&mut self, status: u16) -> bool {
         *self.by_status.entry(status).or_default() += 1;
-        if (200..400).contains(&status) {
+        let ok = (200..400).contains(&status);
+        if ok {
             self.requests_ok += 1;
         } else {
             self.requests_failed += 1;
         }
+        ok
     }
 
     /// Records a phase's latency (saturating at the histogram's bound).

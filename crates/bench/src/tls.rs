@@ -291,6 +291,15 @@ fn parse_sigalgs(names: &[String]) -> anyhow::Result<Option<Vec<SignatureScheme>
         .map(Some)
 }
 
+/// `--insecure`'s verifier: any certificate, its handshake signature checked.
+pub fn any_certificate(provider: Arc<CryptoProvider>) -> Arc<dyn ServerCertVerifier> {
+    Arc::new(Verifier {
+        inner: None,
+        provider,
+        schemes: None,
+    })
+}
+
 /// Verifies as WebPKI does (or accepts any certificate with `--insecure`), always checks the
 /// handshake signature for real (its cost is part of what is measured), and offers only the
 /// `--sigalg` schemes when given.

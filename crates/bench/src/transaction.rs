@@ -6,6 +6,7 @@
 //! framed by hand (no per-request allocation), the first request rides in the same TCP segment
 //! as the client's Finished, and the close is close_notify then `close` (no `shutdown`).
 
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,12 +56,12 @@ pub struct Client {
 impl Client {
     /// Runs one transaction and records it. `due` is when it should have started: its total
     /// latency is measured from there (in open loop, later than now if the client fell behind).
-    pub async fn transaction(&mut self, due: Instant, stats: &mut Stats) {
+    pub async fn transaction(&mut self, due: Instant, stats: &RefCell<Stats>) {
         let mut end = End::default();
         self.thought = Duration::ZERO;
-        let before = Tally::of(stats);
         let result = self.run(stats, &mut end).await;
         let now = Instant::now();
+        let mut stats = stats.borrow_mut();
         stats.ended(now - self.start, result.is_ok());
         if let Err(f) = result {
             end.error = Some(f.class);
@@ -68,12 +69,12 @@ impl Client {
         } else {
             stats.latency(3, (now - due).saturating_sub(self.thought));
         }
-        stats.finish(&end, self.requests());
+        let settled = stats.finish(&end, self.requests());
         if let Some(live) = &self.live {
             if end.handshake_started {
                 live.closed();
             }
-            live.add(before, Tally::of(stats), end.error);
+            live.add(&Tally::of(&end, &settled), end.error);
         }
     }
 
@@ -92,7 +93,7 @@ impl Client {
         }
     }
 
-    async fn run(&mut self, stats: &mut Stats, end: &mut End) -> Result<(), Failure> {
+    async fn run(&mut self, stats: &RefCell<Stats>, end: &mut End) -> Result<(), Failure> {
         let t = self.cfg.timeout();
         // phases are each their own service time; only `total` counts from `due`, so that in
         // open loop the time spent waiting behind a slow server shows there (as in wrk2)
@@ -107,7 +108,7 @@ impl Client {
         if let Some(live) = &self.live {
             live.connected();
         }
-        stats.latency(0, connected - started);
+        stats.borrow_mut().latency(0, connected - started);
         end.handshake_started = true;
         match &self.tls {
             ClientTls::Rustls {
@@ -152,7 +153,7 @@ impl Client {
                     Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TLS handshake")),
                 };
                 let handshaken = Instant::now();
-                stats.latency(1, handshaken - connected);
+                stats.borrow_mut().latency(1, handshaken - connected);
                 let conn = tls.get_ref().1;
                 if let Some(kind) = conn.handshake_kind() {
                     end.handshake = Some(classify(offered, kind));
@@ -186,7 +187,7 @@ impl Client {
                     Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"TLS handshake")),
                 };
                 let handshaken = Instant::now();
-                stats.latency(1, handshaken - connected);
+                stats.borrow_mut().latency(1, handshaken - connected);
                 end.negotiated = crate::openssl_engine::negotiated(tls.ssl());
                 let h2 = tls.ssl().selected_alpn_protocol() == Some(b"h2");
                 self.http(tls, h2, stats, handshaken, end, 0).await
@@ -199,7 +200,7 @@ impl Client {
         &mut self,
         mut tls: S,
         h2: bool,
-        stats: &mut Stats,
+        stats: &RefCell<Stats>,
         handshaken: Instant,
         end: &mut End,
         pre: usize,
@@ -229,7 +230,7 @@ impl Client {
     async fn http1<S: TlsIo>(
         &mut self,
         tls: &mut S,
-        stats: &mut Stats,
+        stats: &RefCell<Stats>,
         started: Instant,
         end: &mut End,
         pre: usize,
@@ -330,11 +331,11 @@ impl Client {
                     answered_bytes = true;
                     if !end.first_byte {
                         end.first_byte = true;
-                        stats.latency(2, Instant::now() - started);
+                        stats.borrow_mut().latency(2, Instant::now() - started);
                         end.ttfb = end.began.map(|b| b.elapsed());
                     }
                     held += n;
-                    stats.bytes += n as u64;
+                    stats.borrow_mut().bytes += n as u64;
                 };
                 buf.copy_within(head.len..held, 0);
                 held -= head.len;
@@ -342,8 +343,7 @@ impl Client {
                     break head;
                 }
             };
-            stats.status(head.status);
-            end.responses += 1;
+            answer(stats, end, head.status);
             // body, consumed without keeping it
             match head.framing {
                 Framing::Length(mut left) => loop {
@@ -359,7 +359,7 @@ impl Client {
                         return Err(ErrorClass::Io.into());
                     }
                     held += n;
-                    stats.bytes += n as u64;
+                    stats.borrow_mut().bytes += n as u64;
                 },
                 Framing::Chunked => {
                     let mut chunked = Chunked::default();
@@ -377,7 +377,7 @@ impl Client {
                             return Err(ErrorClass::Io.into());
                         }
                         held += n;
-                        stats.bytes += n as u64;
+                        stats.borrow_mut().bytes += n as u64;
                     }
                 }
                 Framing::Close => loop {
@@ -391,7 +391,7 @@ impl Client {
                     if n == 0 {
                         break;
                     }
-                    stats.bytes += n as u64;
+                    stats.borrow_mut().bytes += n as u64;
                 },
             }
             answered(
@@ -433,7 +433,7 @@ impl Client {
     async fn http2<S: TlsIo>(
         &mut self,
         tls: S,
-        stats: &mut Stats,
+        stats: &RefCell<Stats>,
         started: Instant,
         end: &mut End,
     ) -> Result<(), Failure> {
@@ -518,15 +518,16 @@ impl Client {
             };
             if !end.first_byte {
                 end.first_byte = true;
-                stats.latency(2, Instant::now() - started);
+                stats.borrow_mut().latency(2, Instant::now() - started);
                 end.ttfb = end.began.map(|b| b.elapsed());
             }
-            stats.status(resp.status().as_u16());
-            end.responses += 1;
+            answer(stats, end, resp.status().as_u16());
             let mut body = resp.into_body();
             loop {
                 match timeout(t, body.frame()).await {
-                    Ok(Some(Ok(f))) => stats.bytes += f.data_ref().map_or(0, |d| d.len() as u64),
+                    Ok(Some(Ok(f))) => {
+                        stats.borrow_mut().bytes += f.data_ref().map_or(0, |d| d.len() as u64)
+                    }
                     Ok(None) => break,
                     Ok(Some(Err(e))) => return Err(Failure::of(&e)),
                     Err(_) => return Err(Failure::new(ErrorClass::Timeout, &"response body")),
@@ -547,11 +548,23 @@ impl Client {
     }
 }
 
+/// A response's status, counted in `stats` and in the transaction's `end`.
+fn answer(stats: &RefCell<Stats>, end: &mut End, status: u16) {
+    end.responses += 1;
+    end.ok += u32::from(stats.borrow_mut().status(status));
+}
+
 /// One request answered at `done`; `begun` is when it started (the run at `start`).
-fn answered(live: Option<&Live>, start: Instant, stats: &mut Stats, begun: Instant, done: Instant) {
+fn answered(
+    live: Option<&Live>,
+    start: Instant,
+    stats: &RefCell<Stats>,
+    begun: Instant,
+    done: Instant,
+) {
     let latency = done - begun;
     if let Some(since) = begun.into_std().checked_duration_since(start.into_std()) {
-        stats.request_latency(since, latency);
+        stats.borrow_mut().request_latency(since, latency);
     }
     if let Some(live) = live {
         live.request(latency);
@@ -566,7 +579,7 @@ impl Client {
     async fn streams(
         &self,
         sender: &SendRequest<Full<Bytes>>,
-        stats: &mut Stats,
+        stats: &RefCell<Stats>,
         handshaken: Instant,
         end: &mut End,
         k: u32,
@@ -603,14 +616,13 @@ impl Client {
             };
             if !end.first_byte {
                 end.first_byte = true;
-                stats.latency(2, a.head - handshaken);
+                stats.borrow_mut().latency(2, a.head - handshaken);
                 end.ttfb = end
                     .began
                     .map(|b| a.head.into_std().saturating_duration_since(b));
             }
-            stats.status(a.status);
-            end.responses += 1;
-            stats.bytes += a.bytes;
+            answer(stats, end, a.status);
+            stats.borrow_mut().bytes += a.bytes;
             answered(self.live.as_deref(), self.start, stats, begun, a.done);
         }
     }

@@ -1,6 +1,6 @@
 //! Counting a request's bytes both ways: the request body as the service reads it, the
 //! response body as hyper takes it. The response body's end (or its drop: an aborted or
-//! HEAD response) queues the request's line.
+//! HEAD response) writes the request's line.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,8 +149,7 @@ fn queue(pending: Arc<Pending>, status: u16, bytes_out: u64, served: Option<Serv
         request_time: pending.started.elapsed(),
         served,
     });
-    let log = pending.conn.log.clone();
-    log.request_done(pending);
+    pending.conn.log.request_done(&pending);
 }
 
 /// The response to a logged request: its body counted, its line queued when the body is done.

@@ -2,12 +2,12 @@
 //! (a handshake only, a preconnect, a session that moved on before asking anything), in a
 //! combined-like text format or JSON.
 //!
-//! It must not cost the connections: a line is a small record (reference-counted pieces of the
-//! request, nothing formatted) queued on a bounded channel for a writer thread of its own,
-//! which formats into one reused buffer and writes through a `BufWriter`, flushing whenever
-//! the queue runs dry. A connection never waits for the disk: when the queue is full the line
-//! is dropped and counted. SIGUSR1 reopens the file (logrotate's rename, then the signal:
-//! lines before it go to the renamed file, lines after to the new one, none lost).
+//! A line is formatted where its request ends, on the connection's own thread while what it
+//! says is still in cache, and appended to one shared buffer; a writer thread of its own takes
+//! the whole buffer at a time and writes it, so a connection never waits for the disk, and no
+//! record crosses threads to be formatted and freed there. When the buffer is full (the disk
+//! is behind) a line is dropped and counted. SIGUSR1 reopens the file (logrotate's rename, then
+//! the signal: lines before it go to the renamed file, lines after to the new one, none lost).
 
 mod counted;
 mod format;
@@ -15,8 +15,7 @@ mod record;
 mod writer;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,14 +24,16 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
 pub use counted::{finish, Pending, Unanswered};
+use format::Line;
+use record::ConnLine;
 pub use record::{ConnFields, Handshake, Migrated};
-use record::{ConnLine, Msg};
+use writer::Queue;
 
 pub use crate::config::AccessLogFormat as Format;
 
-/// Lines waiting for the writer at most; past it they are dropped (and counted). About 1 MB
-/// of records, several seconds of a busy agent's lines.
-const QUEUE: usize = 4096;
+/// Bytes of lines waiting for the writer at most; past it lines are dropped (and counted).
+/// Several seconds of a busy agent's lines.
+const QUEUED: usize = 1 << 20;
 
 /// What the access log counts, for /metrics.
 #[derive(Debug, Default)]
@@ -50,11 +51,18 @@ pub struct AccessLog {
 }
 
 struct Shared {
-    tx: SyncSender<Msg>,
-    reopen: Arc<AtomicBool>,
+    queue: Arc<Queue>,
+    format: Format,
     counters: Arc<Counters>,
     agent_id: u16,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The last handle gone (every connection's included): the writer writes what is left and ends.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.queue.close(None);
+    }
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -70,24 +78,22 @@ impl AccessLog {
         let out = target
             .open()
             .with_context(|| format!("opening the access log {}", path.display()))?;
-        let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let reopen = Arc::new(AtomicBool::new(false));
+        let queue = Arc::new(Queue::default());
         let counters = Arc::new(Counters::default());
         let writer = writer::Writer {
             target,
-            format,
             out,
-            reopen: reopen.clone(),
+            queue: queue.clone(),
             counters: counters.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("baton-access-log".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || writer.run())
             .context("starting the access log's writer")?;
         Ok(AccessLog {
             shared: Arc::new(Shared {
-                tx,
-                reopen,
+                queue,
+                format,
                 counters,
                 agent_id,
                 writer: Mutex::new(Some(handle)),
@@ -101,9 +107,7 @@ impl AccessLog {
 
     /// Reopens the file before the next line (SIGUSR1).
     pub fn reopen(&self) {
-        self.shared.reopen.store(true, Ordering::Release);
-        // wakes an idle writer; a busy one sees the flag after its batch
-        let _ = self.shared.tx.try_send(Msg::Wake);
+        self.shared.queue.reopen();
     }
 
     /// The log of a TLS connection whose handshake is done (`fields` from its `ConnInfo`;
@@ -118,40 +122,29 @@ impl AccessLog {
         })
     }
 
-    /// Queues a request's line, once the request has ended.
-    fn request_done(&self, pending: Arc<Pending>) {
-        self.send(Msg::Request(pending));
-    }
-
-    /// Queues a line; drops (and counts) it if the writer is behind.
-    fn send(&self, msg: Msg) {
-        match self.shared.tx.try_send(msg) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Writes a request's line, once the request has ended.
+    fn request_done(&self, pending: &Pending) {
+        if let Some(line) = Line::of_request(pending) {
+            self.append(&line);
         }
     }
 
-    /// Writes out what is queued and stops the writer (at exit), waiting at most `within`.
-    pub fn close(&self, within: Duration) {
-        let until = Instant::now() + within;
-        let (ack, acked) = mpsc::sync_channel(1);
-        let mut msg = Msg::Close(ack);
-        loop {
-            match self.shared.tx.try_send(msg) {
-                Ok(()) => break,
-                Err(TrySendError::Full(m)) if Instant::now() < until => {
-                    msg = m;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(_) => return,
-            }
-        }
-        if acked
-            .recv_timeout(until.saturating_duration_since(Instant::now()))
-            .is_ok()
+    /// Formats a line onto the writer's buffer; drops (and counts) it if the writer is behind.
+    fn append(&self, line: &Line<'_>) {
+        let s = &self.shared;
+        if !s
+            .queue
+            .append(QUEUED, |buf| format::write(buf, s.format, line))
         {
+            s.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes out what is buffered and stops the writer (at exit), waiting at most `within`.
+    pub fn close(&self, within: Duration) {
+        let (ack, acked) = std::sync::mpsc::sync_channel(1);
+        self.shared.queue.close(Some(ack));
+        if acked.recv_timeout(within).is_ok() {
             if let Some(h) = self.shared.writer.lock().ok().and_then(|mut h| h.take()) {
                 let _ = h.join();
             }
@@ -179,7 +172,7 @@ impl Drop for ConnLog {
             at: SystemTime::now(),
             lasted: self.opened.elapsed(),
         };
-        self.log.send(Msg::Connection(Box::new(line)));
+        self.log.append(&Line::of_connection(&line));
     }
 }
 

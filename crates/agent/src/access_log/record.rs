@@ -1,12 +1,8 @@
-//! What travels from a connection to the writer: records of pieces the request already holds
-//! (reference counts, no formatting), formatted by the writer alone.
+//! What a connection's lines say about it, and the record of a connection that carried no
+//! request.
 
 use std::net::SocketAddr;
-use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-
-use super::counted::Pending;
 
 /// How the connection's TLS session began.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,13 +71,4 @@ pub struct ConnLine {
     pub fields: ConnFields,
     pub at: SystemTime,
     pub lasted: Duration,
-}
-
-pub enum Msg {
-    Request(Arc<Pending>),
-    Connection(Box<ConnLine>),
-    /// Look at the reopen flag.
-    Wake,
-    /// Flush, answer, stop.
-    Close(SyncSender<()>),
 }

@@ -1,26 +1,23 @@
-//! The writer thread: takes lines off the queue, formats them into one reused buffer, writes
-//! through a `BufWriter`, and flushes whenever the queue runs dry. It wakes for the first line
-//! of a batch, then gathers for [`GATHER`] before it drains the queue: a connection's send then
-//! rarely has a sleeping thread to wake (a futex call and two context switches per line
-//! otherwise), and lines go out in large writes; a line is on disk within about [`GATHER`].
-//! Reopens the file when asked.
+//! The writer thread: takes the whole buffer of formatted lines at a time, writes it, and
+//! flushes. It wakes for the first line after a pause, then lets lines gather for [`GATHER`]
+//! before it takes them: a connection then rarely has a sleeping thread to wake (a futex call
+//! and two context switches otherwise), and lines go out in large writes; a line is on disk
+//! within about [`GATHER`]. Reopens the file when asked.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::format::{self, Line};
-use super::record::Msg;
-use super::{Counters, Format};
+use super::Counters;
 
 /// Bytes gathered before a write, when lines come faster than the disk takes them.
 const BUFFER: usize = 64 * 1024;
-/// How long the writer lets lines gather after the first one wakes it. The queue
-/// (`super::QUEUE` lines) must hold what arrives meanwhile at the rates an agent serves.
+/// How long the writer lets lines gather after the first one wakes it. The buffer
+/// (`super::QUEUED` bytes) must hold what arrives meanwhile at the rates an agent serves.
 const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 pub enum Target {
@@ -55,54 +52,102 @@ fn open_file(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Lines formatted and not yet taken by the writer, and what it is asked to do.
+#[derive(Default)]
+pub struct Queue {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    lines: Vec<u8>,
+    count: u64,
+    reopen: bool,
+    /// Write what is left and stop; answer here if someone waits for it.
+    close: Option<Option<SyncSender<()>>>,
+}
+
+impl Queue {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // a writer that panicked mid-write leaves whole lines behind: keep going
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends one line by `write`, unless `limit` bytes are already waiting; whether it did.
+    pub fn append(&self, limit: usize, write: impl FnOnce(&mut Vec<u8>)) -> bool {
+        let mut s = self.state();
+        if s.lines.len() >= limit {
+            return false;
+        }
+        let first = s.lines.is_empty();
+        write(&mut s.lines);
+        s.count += 1;
+        drop(s);
+        if first {
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    pub fn reopen(&self) {
+        self.state().reopen = true;
+        self.wake.notify_one();
+    }
+
+    pub fn close(&self, ack: Option<SyncSender<()>>) {
+        self.state().close.get_or_insert(ack);
+        self.wake.notify_one();
+    }
+}
+
 pub struct Writer {
     pub target: Target,
-    pub format: Format,
     pub out: BufWriter<Box<dyn Write + Send>>,
-    pub reopen: Arc<AtomicBool>,
+    pub queue: Arc<Queue>,
     pub counters: Arc<Counters>,
 }
 
 impl Writer {
-    pub fn run(mut self, rx: Receiver<Msg>) {
-        let mut buf = Vec::with_capacity(1024);
-        // Ends when every sender is gone, or on Close.
-        while let Ok(first) = rx.recv() {
-            if !matches!(first, Msg::Close(_)) {
+    pub fn run(mut self) {
+        let mut taken = Vec::new();
+        loop {
+            let mut s = self.queue.state();
+            while s.lines.is_empty() && !s.reopen && s.close.is_none() {
+                s = self.queue.wake.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            if s.close.is_none() && !s.reopen {
+                drop(s);
                 std::thread::sleep(GATHER);
+                s = self.queue.state();
             }
-            let mut next = Some(first);
-            while let Some(msg) = next.take() {
-                match msg {
-                    Msg::Close(ack) => {
-                        self.flush();
-                        let _ = ack.send(());
-                        return;
-                    }
-                    msg => self.line(&msg, &mut buf),
-                }
-                next = rx.try_recv().ok();
-            }
-            if self.reopen.swap(false, Ordering::AcqRel) {
+            std::mem::swap(&mut s.lines, &mut taken);
+            let count = std::mem::take(&mut s.count);
+            let reopen = std::mem::take(&mut s.reopen);
+            let close = s.close.take();
+            drop(s);
+            self.write(&taken, count);
+            taken.clear();
+            if reopen {
                 self.reopen();
             }
             self.flush();
+            if let Some(ack) = close {
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
+                }
+                return;
+            }
         }
-        self.flush();
     }
 
-    fn line(&mut self, msg: &Msg, buf: &mut Vec<u8>) {
-        let line = match msg {
-            Msg::Request(p) => Line::of_request(p),
-            Msg::Connection(c) => Some(Line::of_connection(c)),
-            Msg::Wake | Msg::Close(_) => None,
-        };
-        let Some(line) = line else { return };
-        buf.clear();
-        format::write(buf, self.format, &line);
-        match self.out.write_all(buf) {
+    fn write(&mut self, lines: &[u8], count: u64) {
+        if lines.is_empty() {
+            return;
+        }
+        match self.out.write_all(lines) {
             Ok(()) => {
-                self.counters.written.fetch_add(1, Ordering::Relaxed);
+                self.counters.written.fetch_add(count, Ordering::Relaxed);
             }
             Err(_) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -134,5 +179,53 @@ impl Writer {
                 tracing::error!(path = %path.display(), error = %e, "reopening the access log failed; still writing to the old file");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the writer wrote, kept for the test.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_are_written_whole_the_full_buffer_drops_and_close_writes_the_rest() {
+        let sink = Sink::default();
+        let queue = Arc::new(Queue::default());
+        let counters = Arc::new(Counters::default());
+        let writer = Writer {
+            target: Target::Stdout,
+            out: BufWriter::new(Box::new(sink.clone())),
+            queue: queue.clone(),
+            counters: counters.clone(),
+        };
+        let line = |n: u32| {
+            move |buf: &mut Vec<u8>| buf.extend_from_slice(format!("line {n}\n").as_bytes())
+        };
+        assert!(queue.append(16, line(1)));
+        assert!(queue.append(16, line(2)));
+        // 14 bytes wait: a limit of 14 takes no more
+        assert!(!queue.append(14, line(3)));
+        let thread = std::thread::spawn(move || writer.run());
+        assert!(queue.append(16, line(4)));
+        let (ack, acked) = std::sync::mpsc::sync_channel(1);
+        queue.close(Some(ack));
+        acked.recv().unwrap();
+        thread.join().unwrap();
+        let written = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(written, "line 1\nline 2\nline 4\n");
+        assert_eq!(counters.written.load(Ordering::Relaxed), 3);
     }
 }
