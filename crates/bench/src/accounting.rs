@@ -1,8 +1,31 @@
 //! Exact handshake accounting, as negotiated: what the server did, not what the client hoped.
 
-use rustls::HandshakeKind;
+use std::sync::OnceLock;
 
-use crate::stats::ErrorClass;
+use openssl::ssl::{Ssl, SslContext, SslMethod};
+use rustls::HandshakeKind;
+use serde::{Deserialize, Serialize};
+
+/// Why a transaction failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorClass {
+    /// TCP connect refused or unreachable.
+    Connect,
+    /// The TLS handshake failed (alert, verification, protocol, the server hanging up during
+    /// it), or a TLS error after it (a TLS 1.3 server refusing the client's certificate).
+    Tls,
+    /// A phase took longer than --timeout.
+    Timeout,
+    /// A malformed HTTP response.
+    Http,
+    /// The connection broke after the handshake.
+    Io,
+    /// The server closed a keep-alive connection (or announced `Connection: close`) while the
+    /// client still had requests to send on it: between two requests, or crossing the next
+    /// request before any byte of its response.
+    Closed,
+}
 
 /// How one handshake went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +142,7 @@ impl Negotiated {
         let mut suite = format!("{:?}", rustls::CipherSuite::from(self.suite));
         if suite.starts_with("CipherSuite(") || suite.starts_with("Unknown") {
             // a suite rustls has no name for (`--engine openssl`): its IANA name from libssl
-            if let Some(name) = crate::openssl_engine::suite_name(self.suite) {
+            if let Some(name) = suite_name(self.suite) {
                 suite = name.to_string();
             }
         }
@@ -128,6 +151,20 @@ impl Negotiated {
             rustls::ProtocolVersion::from(self.version),
         )
     }
+}
+
+/// A suite's IANA name by its code point, as libssl knows it (whether or not it would offer it).
+pub fn suite_name(id: u16) -> Option<&'static str> {
+    static SSL: OnceLock<Option<Ssl>> = OnceLock::new();
+    let ssl = SSL
+        .get_or_init(|| {
+            let ctx = SslContext::builder(SslMethod::tls()).ok()?.build();
+            Ssl::new(&ctx).ok()
+        })
+        .as_ref()?;
+    let list = ssl.bytes_to_cipher_list(&id.to_be_bytes(), false).ok()?;
+    let name = list.suites.iter().next()?.standard_name();
+    name
 }
 
 /// What one transaction adds to the counters.
@@ -205,6 +242,13 @@ pub fn global_index(clients: u64, k: u64, client: u64, m: u64) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn libssl_names_suites_rustls_does_not() {
+        assert_eq!(suite_name(0x002f), Some("TLS_RSA_WITH_AES_128_CBC_SHA"));
+        assert_eq!(suite_name(0x0034), Some("TLS_DH_anon_WITH_AES_128_CBC_SHA"));
+        assert_eq!(suite_name(0xfefe), None);
+    }
 
     #[test]
     fn refused_resumptions_are_full_and_flagged() {

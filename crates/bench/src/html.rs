@@ -336,9 +336,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::accounting::ErrorClass;
     use crate::accounting::Handshake;
     use crate::config::BenchArgs;
-    use crate::stats::{ErrorClass, Stats};
+    use crate::stats::Stats;
 
     #[test]
     fn self_contained_and_escaped() {

@@ -38,9 +38,11 @@ mod search;
 mod stats;
 pub mod svg;
 mod sweep;
+mod sweep_run;
 mod threshold;
 mod tls;
 mod transaction;
+mod verdicts;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -81,7 +83,7 @@ pub fn merge_files(a: MergeArgs) -> anyhow::Result<ExitCode> {
         runs.push(r);
     }
     let mut merged = merge::merge(&runs)?;
-    merged.thresholds = threshold::evaluate(&a.threshold, &merged);
+    merged.thresholds = verdicts::evaluate(&a.threshold, &merged);
     if !a.quiet {
         print!("{}", report::human(&merged));
     }
@@ -121,7 +123,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let cfg = Arc::new(args.resolve().map_err(baton_ops::exit::invalid)?);
     let live = serve_live(&cfg)?;
     let mut report = execute_live(cfg.clone(), live)?;
-    report.thresholds = threshold::evaluate(&cfg.thresholds, &report);
+    report.thresholds = verdicts::evaluate(&cfg.thresholds, &report);
     // the summary first: a run is not lost to an unwritable --json path
     if !cfg.quiet {
         print!("{}", report::human(&report));
@@ -165,7 +167,7 @@ fn run_sweep(args: BenchArgs, sweep: &sweep::Sweep) -> anyhow::Result<ExitCode> 
     let mut results = Vec::new();
     let mut live = None;
     for (i, cell) in cells.iter().enumerate() {
-        let mut cfg = sweep::apply(&args, cell)
+        let mut cfg = sweep_run::apply(&args, cell)
             .and_then(|a| a.resolve())
             .map_err(baton_ops::exit::invalid)?;
         cfg.quiet = true;
@@ -181,14 +183,14 @@ fn run_sweep(args: BenchArgs, sweep: &sweep::Sweep) -> anyhow::Result<ExitCode> 
             eprintln!("run {}/{}: {}", i + 1, cells.len(), what.join(", "));
         }
         let mut r = execute_live(Arc::new(cfg.clone()), live.clone())?;
-        r.thresholds = threshold::evaluate(&cfg.thresholds, &r);
+        r.thresholds = verdicts::evaluate(&cfg.thresholds, &r);
         if !quiet && !threshold::all_passed(&r.thresholds) {
             eprint!("{}", threshold::lines(&r.thresholds));
         }
         results.push((cell.clone(), r));
     }
     if !quiet {
-        print!("{}", sweep::table(&results));
+        print!("{}", sweep_run::table(&results));
     }
     if let Some(path) = json {
         let runs: Vec<serde_json::Value> = results

@@ -16,8 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::accounting::{End, Handshake, Settled};
-use crate::stats::ErrorClass;
+use crate::accounting::{End, ErrorClass, Handshake, Settled};
 
 type Labels = [(&'static str, &'static str); 1];
 

@@ -164,9 +164,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::accounting::ErrorClass;
     use crate::accounting::Handshake;
     use crate::config::BenchArgs;
-    use crate::stats::{ErrorClass, Stats};
+    use crate::stats::Stats;
 
     fn report(stats: &Stats, clients: usize) -> Report {
         let cfg = BenchArgs {

@@ -297,20 +297,6 @@ pub fn negotiated(ssl: &SslRef) -> Option<Negotiated> {
     })
 }
 
-/// A suite's IANA name by its code point, as libssl knows it (whether or not it would offer it).
-pub fn suite_name(id: u16) -> Option<&'static str> {
-    static SSL: OnceLock<Option<Ssl>> = OnceLock::new();
-    let ssl = SSL
-        .get_or_init(|| {
-            let ctx = SslContext::builder(SslMethod::tls()).ok()?.build();
-            Ssl::new(&ctx).ok()
-        })
-        .as_ref()?;
-    let list = ssl.bytes_to_cipher_list(&id.to_be_bytes(), false).ok()?;
-    let name = list.suites.iter().next()?.standard_name();
-    name
-}
-
 fn group_of(key: &PKey<Public>) -> u16 {
     match key.id() {
         Id::X25519 => 0x001d,
@@ -361,9 +347,6 @@ mod tests {
         assert!(e.contains("--suite `NOT-A-CIPHER`"), "{e}");
         assert!(is_tls13_suite("TLS_CHACHA20_POLY1305_SHA256"));
         assert!(!is_tls13_suite("TLS_RSA_WITH_AES_128_CBC_SHA"));
-        assert_eq!(suite_name(0x002f), Some("TLS_RSA_WITH_AES_128_CBC_SHA"));
-        assert_eq!(suite_name(0x0034), Some("TLS_DH_anon_WITH_AES_128_CBC_SHA"));
-        assert_eq!(suite_name(0xfefe), None);
         let n = Negotiated {
             version: 0x0303,
             suite: 0x002f,

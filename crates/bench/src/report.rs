@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::accounting::Kind;
+use crate::accounting::{ErrorClass, Kind};
 use crate::config::BenchConfig;
 use crate::scrape::Sample;
-use crate::stats::{raw, summary, ErrorClass, RawHistogram, Stats, Summary, PHASES, TIMELINE_MS};
+use crate::stats::{raw, summary, RawHistogram, Stats, Summary, PHASES, TIMELINE_MS};
 use crate::threshold::Verdict;
 
 /// One run's result, or several runs merged (`bench merge` reads it back, so it round-trips).

@@ -1,5 +1,6 @@
 //! What a run counted: handshakes, requests, errors by class, bytes, and latency histograms
-//! per phase. Per virtual client while running, merged exactly at the end (and later across
+//! per phase. One per worker thread while running (its virtual clients share it), merged exactly
+//! at the end (and later across
 //! machines by `bench merge`: the histograms are serialized value by value).
 
 use std::collections::BTreeMap;
@@ -8,28 +9,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::accounting::{settle, End, Handshake, Kind, Negotiated, Settled};
-
-/// Why a transaction failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ErrorClass {
-    /// TCP connect refused or unreachable.
-    Connect,
-    /// The TLS handshake failed (alert, verification, protocol, the server hanging up during
-    /// it), or a TLS error after it (a TLS 1.3 server refusing the client's certificate).
-    Tls,
-    /// A phase took longer than --timeout.
-    Timeout,
-    /// A malformed HTTP response.
-    Http,
-    /// The connection broke after the handshake.
-    Io,
-    /// The server closed a keep-alive connection (or announced `Connection: close`) while the
-    /// client still had requests to send on it: between two requests, or crossing the next
-    /// request before any byte of its response.
-    Closed,
-}
+use crate::accounting::{settle, End, ErrorClass, Handshake, Kind, Negotiated, Settled};
 
 pub const PHASES: [&str; 4] = ["connect", "handshake", "ttfb", "total"];
 

@@ -20,13 +20,13 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{timeout, Instant};
 use tokio_rustls::TlsConnector;
 
-use crate::accounting::{classify, End, Negotiated};
+use crate::accounting::{classify, End, ErrorClass, Negotiated};
 use crate::config::BenchConfig;
 use crate::engine::{ClientTls, TlsIo};
 use crate::http1::{parse_head, Chunked, Framing};
 use crate::live::{Live, Tally};
 use crate::scenario::Step;
-use crate::stats::{ErrorClass, Stats};
+use crate::stats::Stats;
 
 /// Bytes read from the TLS stream at a time; also the longest response head accepted (a
 /// longer one is an `http` error).
