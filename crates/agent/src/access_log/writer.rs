@@ -5,7 +5,7 @@
 //! within about [`GATHER`]. Reopens the file when asked.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -14,8 +14,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::Counters;
 
-/// Bytes gathered before a write, when lines come faster than the disk takes them.
-const BUFFER: usize = 64 * 1024;
 /// How long the writer lets lines gather after the first one wakes it. The buffer
 /// (`super::QUEUED` bytes) must hold what arrives meanwhile at the rates an agent serves.
 const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
@@ -35,12 +33,13 @@ impl Target {
     }
 
     /// Opens for appending: the file is created (owner and group may read it) if missing.
-    pub fn open(&self) -> io::Result<BufWriter<Box<dyn Write + Send>>> {
+    /// Unbuffered: the writer hands it whole batches of lines.
+    pub fn open(&self) -> io::Result<Box<dyn Write + Send>> {
         let out: Box<dyn Write + Send> = match self {
             Target::Stdout => Box::new(io::stdout()),
             Target::File(path) => Box::new(open_file(path)?),
         };
-        Ok(BufWriter::with_capacity(BUFFER, out))
+        Ok(out)
     }
 }
 
@@ -103,7 +102,7 @@ impl Queue {
 
 pub struct Writer {
     pub target: Target,
-    pub out: BufWriter<Box<dyn Write + Send>>,
+    pub out: Box<dyn Write + Send>,
     pub queue: Arc<Queue>,
     pub counters: Arc<Counters>,
 }
@@ -171,7 +170,7 @@ impl Writer {
         self.flush();
         match open_file(&path) {
             Ok(f) => {
-                self.out = BufWriter::with_capacity(BUFFER, Box::new(f));
+                self.out = Box::new(f);
                 self.counters.reopened.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
@@ -207,7 +206,7 @@ mod tests {
         let counters = Arc::new(Counters::default());
         let writer = Writer {
             target: Target::Stdout,
-            out: BufWriter::new(Box::new(sink.clone())),
+            out: Box::new(sink.clone()),
             queue: queue.clone(),
             counters: counters.clone(),
         };
