@@ -149,7 +149,7 @@ fn is_token_byte(b: u8) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn hop(client: &str, host: Option<&'static str>) -> Hop<'static> {
@@ -160,7 +160,8 @@ mod tests {
         }
     }
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// A header map of `pairs`, in order (names may repeat).
+    pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.append(

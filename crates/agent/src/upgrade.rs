@@ -32,17 +32,7 @@ pub fn keep_upgrade(h: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
-        }
-        h
-    }
+    use crate::forwarded::tests::headers;
 
     #[test]
     fn an_upgrade_needs_both_headers_and_http_1_1() {
