@@ -2,19 +2,19 @@
 //! the background, on which client streams are opened.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use baton_session::SharedRing;
-use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::auth::{Initiator, Refused};
-use crate::coalesce::{flushing, Coalesced};
-use crate::later::Later;
+use crate::driver::{Driver, Shared};
+use crate::mux::Role;
 use crate::seal::Transport;
+use crate::stream::At;
 use crate::{LinkStream, StreamMeta};
 
 /// Reconnection backoff after a failed or lost link connection.
@@ -22,42 +22,57 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// One live link connection.
-#[derive(Clone)]
 pub struct LinkHandle {
-    id: [u8; 16],
-    send: h2::client::SendRequest<Bytes>,
-    alive: Arc<AtomicBool>,
-    /// Stream releases waiting for this connection's next write.
-    later: Arc<Later>,
+    link: Arc<Shared>,
+}
+
+impl Clone for LinkHandle {
+    fn clone(&self) -> Self {
+        self.link.lock().handles += 1;
+        Self {
+            link: self.link.clone(),
+        }
+    }
+}
+
+impl Drop for LinkHandle {
+    fn drop(&mut self) {
+        self.link.lock().handle_dropped();
+    }
 }
 
 impl LinkHandle {
+    fn new(link: Arc<Shared>) -> Self {
+        link.lock().handles += 1;
+        Self { link }
+    }
+
     /// The link id the agent gave this connection.
     pub fn id(&self) -> [u8; 16] {
-        self.id
+        self.link.link_id
     }
 
+    /// Whether new streams may be opened on it (up, and the agent not going away).
     pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        self.link.alive.load(Ordering::Relaxed)
     }
 
-    /// Opens a client stream on exactly this connection. Returns once the request is sent;
-    /// the agent's answer is awaited by the stream's first read.
+    /// Opens a client stream on exactly this connection. Returns at once; the agent's answer
+    /// is awaited by the stream's first read.
     pub async fn open(&self, meta: StreamMeta) -> std::io::Result<LinkStream> {
-        let broken = |e: h2::Error| std::io::Error::new(std::io::ErrorKind::ConnectionReset, e);
-        let mut send = self.send.clone().ready().await.map_err(broken)?;
-        let mut request = http::Request::new(());
-        *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = http::Uri::from_static("http://baton/link");
-        meta.write(request.headers_mut());
-        let (response, stream) = send.send_request(request, false).map_err(broken)?;
-        Ok(LinkStream::client(
-            stream,
-            response,
-            meta,
-            self.id,
-            self.later.clone(),
-        ))
+        let id = {
+            let mut conn = self.link.lock();
+            let id = conn.open(&meta);
+            if !conn.open_for_streams() {
+                self.link.alive.store(false, Ordering::Relaxed);
+            }
+            id?
+        };
+        let at = At {
+            link: self.link.clone(),
+            id,
+        };
+        Ok(LinkStream::client(at, meta))
     }
 }
 
@@ -129,17 +144,15 @@ async fn keep_up(
     let mut backoff = BACKOFF_MIN;
     loop {
         match connect(addr, agent_id, &ring).await {
-            Ok((handle, connection)) => {
+            Ok((handle, driver)) => {
                 backoff = BACKOFF_MIN;
-                let alive = handle.alive.clone();
                 // The pool is gone: so is this keeper (its connection with it).
                 let Some(s) = slots.upgrade() else { return };
                 *s[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
                 drop(s);
-                if let Err(e) = connection.await {
+                if let Err(e) = driver.run().await {
                     tracing::debug!(%addr, error = %e, "agent link lost");
                 }
-                alive.store(false, Ordering::Relaxed);
                 let Some(s) = slots.upgrade() else { return };
                 *s[i].lock().unwrap_or_else(|p| p.into_inner()) = None;
             }
@@ -164,15 +177,11 @@ async fn keep_up(
     }
 }
 
-/// The h2 connection, driven (and its writes combined, one per poll) by awaiting it.
-type Connection =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), h2::Error>> + Send>>;
-
 async fn connect(
     addr: SocketAddr,
     agent_id: u16,
     ring: &SharedRing,
-) -> std::io::Result<(LinkHandle, Connection)> {
+) -> std::io::Result<(LinkHandle, Driver)> {
     let timeout = |_| std::io::Error::from(std::io::ErrorKind::TimedOut);
     let mut tcp = tokio::time::timeout(crate::AUTH_TIMEOUT, TcpStream::connect(addr))
         .await
@@ -182,25 +191,9 @@ async fn connect(
         tokio::time::timeout(crate::AUTH_TIMEOUT, authenticate(&mut tcp, agent_id, ring))
             .await
             .map_err(timeout)??;
-    let (io, out) = Coalesced::new(tcp, transport, None);
-    let handshake = h2::client::Builder::new()
-        .initial_window_size(crate::STREAM_WINDOW)
-        .initial_connection_window_size(crate::CONNECTION_WINDOW)
-        .max_concurrent_streams(crate::MAX_STREAMS)
-        .max_concurrent_reset_streams(4096)
-        .handshake::<_, Bytes>(io);
-    let (send, connection) = flushing(handshake, out.clone(), None)
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let later = Arc::new(Later::default());
-    let connection: Connection = Box::pin(flushing(connection, out, Some(later.clone())));
-    let handle = LinkHandle {
-        id: link_id,
-        send,
-        alive: Arc::new(AtomicBool::new(true)),
-        later,
-    };
-    Ok((handle, connection))
+    let link = Shared::new(Role::Dispatcher, link_id);
+    let handle = LinkHandle::new(link.clone());
+    Ok((handle, Driver::new(tcp, transport, link, None)))
 }
 
 /// The dispatcher's half of the handshake; returns the agent's link id and the link's keys.

@@ -2,34 +2,33 @@
 //!
 //! The dispatcher keeps a few long-lived TCP connections to each agent's `--link-listen`
 //! address (never its public TLS port) and carries every client connection over them as one
-//! HTTP/2 stream (the `h2` crate as the multiplexer: per-stream flow control, so one slow
-//! client never stalls another; no HTTP semantics beyond a request whose body is what the
-//! client sends and a response whose body is what the agent sends). A client then costs the
+//! stream, in frames of the link's own (`frame.rs`) with HTTP/2's flow control per stream and
+//! per link (`mux.rs`), so one slow client never stalls another. A client then costs the
 //! dispatcher one socket and an agent no accept; a session migration is one more stream on a
 //! link that is already up.
 //!
 //! ```text
 //! TCP connect, then a Noise handshake, Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s (auth.rs; snow,
 //! with X25519 and ChaCha20-Poly1305 from aws-lc-rs: crypto.rs):
-//!   dispatcher -> agent:  "BTLK" 0x03 | len u16 | psk, e                   (empty payload)
-//!   agent -> dispatcher:  "BTLK" 0x03 | len u16 | e, ee | seal(agent_id u16 | link_id[16])
-//!     prologue = "BTLK" 0x03; psk = HKDF of a cluster key, label "baton link psk v3"
+//!   dispatcher -> agent:  "BTLK" 0x04 | len u16 | psk, e                   (empty payload)
+//!   agent -> dispatcher:  "BTLK" 0x04 | len u16 | e, ee | seal(agent_id u16 | link_id[16])
+//!     prologue = "BTLK" 0x04; psk = HKDF of a cluster key, label "baton link psk v3"
 //!     (the dispatcher uses the key ring's first key, the agent tries each of its ring's)
 //! then every byte both ways in Noise transport messages (seal.rs):
 //!   len u16 | ciphertext and tag (len <= 65535), numbered from 0 each way (the nonce)
-//! inside them HTTP/2, dispatcher = client, agent = server; per client one stream with
-//!   baton-source: the client's address    baton-destination: the address it connected to
-//!   baton-token: 32 hex digits (a migration's import stream only)
-//!   baton-reattach: 32 hex digits (a successor dispatcher's stream continuing a handed-over one)
+//! inside them frames (frame.rs), dispatcher = opener of streams, agent = taker:
+//!   kind u8 | stream u32 | len u16 | payload
+//!   OPEN (the client's metadata: source, destination, kind of stream; meta.rs), ANSWER,
+//!   DATA, END, RESET (release, cancel, refused, protocol), WINDOW, GOAWAY
 //!
 //! dispatcher handover (a new dispatcher process takes the client's socket over):
-//!   old dispatcher -> agent:  its stream's end, trailers  baton-handover: TOKEN (32 hex digits)
-//!   agent -> old dispatcher:  the rest of what it sent, then trailers  baton-handover: ack
+//!   old dispatcher -> agent:  END carrying TOKEN (16 bytes) after its stream's last bytes
+//!   agent -> old dispatcher:  the rest of what it sent, then END with ack
 //!                             (the agent's stream now waits, up to REATTACH_TIMEOUT)
 //!   old dispatcher passes the client's socket to the successor, only after the ack
-//!   successor -> agent:       a new stream on its own link with  baton-reattach: TOKEN
-//!   agent -> successor:       response headers at once; the waiting stream goes on there
-//!   (a token nobody waits for: REFUSED_STREAM; trailers without a valid token: a plain end)
+//!   successor -> agent:       OPEN on its own link with reattach: TOKEN
+//!   agent -> successor:       ANSWER at once; the waiting stream goes on there
+//!   (a token nobody waits for: RESET refused; END without a token: a plain end)
 //! ```
 //!
 //! What is protected: the agent sends nothing until the dispatcher's first message has opened
@@ -49,11 +48,12 @@
 
 pub mod auth;
 mod client;
-mod coalesce;
 mod crypto;
+mod driver;
+pub mod frame;
 pub mod fuzzing;
-mod later;
 mod meta;
+mod mux;
 mod rejoin;
 pub mod seal;
 mod server;
@@ -61,7 +61,6 @@ mod stats;
 mod stream;
 
 pub use client::{LinkHandle, LinkPool};
-pub use later::RELEASE_DELAY;
 pub use meta::StreamMeta;
 pub use server::LinkListener;
 pub use stats::LinkStats;
@@ -77,6 +76,10 @@ pub const STREAM_WINDOW: u32 = 256 * 1024;
 pub const CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 /// Streams at once on one link connection (an agent serves 20,000 connections by default).
 pub const MAX_STREAMS: u32 = 100_000;
+/// The longest the dispatcher's Done waits for company: a release nobody waits on
+/// ([`LinkStream::release_later`]) leaves with the next frames written to that agent anyway,
+/// or alone this much later (the agent's verdict deadline is seconds, never this).
+pub const RELEASE_DELAY: Duration = Duration::from_millis(4);
 /// How long an agent's stream handed over by its dispatcher waits for the successor's
 /// re-attach stream (`LinkListener::set_reattach_timeout` changes it).
 pub const REATTACH_TIMEOUT: Duration = Duration::from_secs(10);

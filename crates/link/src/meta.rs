@@ -1,21 +1,22 @@
-//! A stream's metadata: who the client is, in the request headers of its stream; and the
-//! trailers of a dispatcher handover (`baton-handover`).
+//! A stream's metadata: who the client is, and what kind of stream it is; the payload of its
+//! OPEN frame.
+//!
+//! ```text
+//! flags u8 | source | destination | token[16] (flag 1) | reattach[16] (flag 2)
+//!   flags: 1 token, 2 reattach, 4 drain, 8 follows, 16 shed, 32 shed on
+//!   an address: 4 | ip[4] | port u16, or 6 | ip[16] | port u16
+//! ```
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
-
-// Names made once, not parsed from a string by every insert and look-up (every stream).
-static SOURCE: HeaderName = HeaderName::from_static("baton-source");
-static DESTINATION: HeaderName = HeaderName::from_static("baton-destination");
-static TOKEN: HeaderName = HeaderName::from_static("baton-token");
-static MOVE: HeaderName = HeaderName::from_static("baton-move");
-static SHED: HeaderName = HeaderName::from_static("baton-shed");
-static FOLLOWS: HeaderName = HeaderName::from_static("baton-follows");
-static REATTACH: HeaderName = HeaderName::from_static("baton-reattach");
-/// The trailer of a dispatcher handover: the token from the dispatcher, `ack` from the agent.
-pub(crate) const HANDOVER: &str = "baton-handover";
-const ACK: &str = "ack";
+// The OPEN payload's flags.
+const TOKEN: u8 = 1;
+const REATTACH: u8 = 2;
+const DRAIN: u8 = 4;
+const FOLLOWS: u8 = 8;
+const SHED: u8 = 16;
+const SHED_ON: u8 = 32;
+const ALL: u8 = 63;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamMeta {
@@ -55,112 +56,99 @@ impl StreamMeta {
         }
     }
 
-    pub fn write(&self, headers: &mut HeaderMap) {
-        // the String becomes the value as is (no copy)
-        let v = |s: String| HeaderValue::try_from(s).expect("addresses and hex are header-safe");
-        headers.insert(&SOURCE, v(self.source.to_string()));
-        headers.insert(&DESTINATION, v(self.destination.to_string()));
-        if let Some(t) = self.token {
-            headers.insert(&TOKEN, v(hex(&t)));
+    /// The OPEN frame's payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut flags = 0u8;
+        for (bit, on) in [
+            (TOKEN, self.token.is_some()),
+            (REATTACH, self.reattach.is_some()),
+            (DRAIN, self.drain),
+            (FOLLOWS, self.follows),
+            (SHED, self.shed.is_some()),
+            (SHED_ON, self.shed == Some(true)),
+        ] {
+            if on {
+                flags |= bit;
+            }
         }
-        if let Some(t) = self.reattach {
-            headers.insert(&REATTACH, v(hex(&t)));
-        }
-        if self.drain {
-            headers.insert(&MOVE, HeaderValue::from_static("drain"));
-        }
-        if self.follows {
-            headers.insert(&FOLLOWS, HeaderValue::from_static("1"));
-        }
-        if let Some(shed) = self.shed {
-            headers.insert(
-                &SHED,
-                HeaderValue::from_static(if shed { "1" } else { "0" }),
-            );
+        out.push(flags);
+        put_addr(out, &self.source);
+        put_addr(out, &self.destination);
+        for t in [self.token, self.reattach].into_iter().flatten() {
+            out.extend_from_slice(&t);
         }
     }
 
-    /// `None` if an address is missing or malformed, or a token is not 32 hex digits.
-    pub fn read(headers: &HeaderMap) -> Option<Self> {
-        let addr = |name: &HeaderName| headers.get(name)?.to_str().ok()?.parse().ok();
-        let token = |name: &HeaderName| match headers.get(name) {
-            None => Some(None),
-            Some(v) => Some(Some(hex16(v.to_str().ok()?)?)),
+    /// `None` for anything [`encode`](Self::encode) does not write: an unknown flag, an
+    /// address family other than 4 and 6, a missing or extra byte.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let (&flags, mut rest) = b.split_first()?;
+        if flags & !ALL != 0 || (flags & SHED_ON != 0 && flags & SHED == 0) {
+            return None;
+        }
+        let source = take_addr(&mut rest)?;
+        let destination = take_addr(&mut rest)?;
+        let mut token = |on: bool| -> Option<Option<[u8; 16]>> {
+            if !on {
+                return Some(None);
+            }
+            let (t, r) = rest.split_first_chunk::<16>()?;
+            rest = r;
+            Some(Some(*t))
         };
-        Some(Self {
-            source: addr(&SOURCE)?,
-            destination: addr(&DESTINATION)?,
-            token: token(&TOKEN)?,
-            reattach: token(&REATTACH)?,
-            drain: headers.get(&MOVE).is_some_and(|v| v == "drain"),
-            follows: headers.get(&FOLLOWS).is_some_and(|v| v == "1"),
-            shed: match headers.get(&SHED).map(|v| v.as_bytes()) {
-                None => None,
-                Some(b"1") => Some(true),
-                Some(b"0") => Some(false),
-                Some(_) => return None,
-            },
-        })
+        let meta = Self {
+            source,
+            destination,
+            token: token(flags & TOKEN != 0)?,
+            reattach: token(flags & REATTACH != 0)?,
+            drain: flags & DRAIN != 0,
+            follows: flags & FOLLOWS != 0,
+            shed: (flags & SHED != 0).then_some(flags & SHED_ON != 0),
+        };
+        rest.is_empty().then_some(meta)
     }
 }
 
-/// The trailers a dispatcher ends its side with when it hands the stream over.
-pub(crate) fn handover_trailers(token: &[u8; 16]) -> HeaderMap {
-    let mut t = HeaderMap::new();
-    t.insert(
-        HANDOVER,
-        HeaderValue::from_str(&hex(token)).expect("hex is header-safe"),
-    );
-    t
-}
-
-/// The trailers an agent ends its side with when it waits for the dispatcher's successor.
-pub(crate) fn ack_trailers() -> HeaderMap {
-    let mut t = HeaderMap::new();
-    t.insert(HANDOVER, HeaderValue::from_static(ACK));
-    t
-}
-
-/// The token of a handover's trailers: exactly one `baton-handover` of exactly 32 hex digits,
-/// else `None` (a plain end of stream).
-pub(crate) fn handover_token(trailers: &HeaderMap) -> Option<[u8; 16]> {
-    let mut values = trailers.get_all(HANDOVER).iter();
-    let v = values.next()?;
-    if values.next().is_some() {
-        return None;
+fn put_addr(out: &mut Vec<u8>, a: &SocketAddr) {
+    match a.ip() {
+        IpAddr::V4(ip) => {
+            out.push(4);
+            out.extend_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            out.push(6);
+            out.extend_from_slice(&ip.octets());
+        }
     }
-    hex16(v.to_str().ok()?)
+    out.extend_from_slice(&a.port().to_be_bytes());
 }
 
-/// Whether trailers are an agent's acknowledgement of a handover.
-pub(crate) fn is_handover_ack(trailers: &HeaderMap) -> bool {
-    let mut values = trailers.get_all(HANDOVER).iter();
-    values.next().is_some_and(|v| v == ACK) && values.next().is_none()
-}
-
-fn hex(t: &[u8; 16]) -> String {
-    t.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Exactly 32 hex digits (either case), nothing else (no sign, no space).
-fn hex16(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+fn take_addr(b: &mut &[u8]) -> Option<SocketAddr> {
+    let (&family, rest) = b.split_first()?;
+    let (ip, rest) = match family {
+        4 => {
+            let (ip, rest) = rest.split_first_chunk::<4>()?;
+            (IpAddr::from(*ip), rest)
+        }
+        6 => {
+            let (ip, rest) = rest.split_first_chunk::<16>()?;
+            (IpAddr::from(*ip), rest)
+        }
+        _ => return None,
+    };
+    let (port, rest) = rest.split_first_chunk::<2>()?;
+    *b = rest;
+    Some(SocketAddr::new(ip, u16::from_be_bytes(*port)))
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
-    #[test]
-    fn round_trip_and_refusals() {
-        let m = StreamMeta {
+    fn full() -> StreamMeta {
+        StreamMeta {
             source: "10.0.0.7:5000".parse().unwrap(),
             destination: "[::1]:443".parse().unwrap(),
             token: Some([0xab; 16]),
@@ -168,82 +156,53 @@ mod tests {
             shed: Some(true),
             follows: true,
             reattach: Some([0x5c; 16]),
-        };
-        let mut h = HeaderMap::new();
-        m.write(&mut h);
-        assert_eq!(StreamMeta::read(&h), Some(m));
+        }
+    }
+
+    fn encoded(m: &StreamMeta) -> Vec<u8> {
+        let mut b = Vec::new();
+        m.encode(&mut b);
+        b
+    }
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let m = full();
+        assert_eq!(StreamMeta::decode(&encoded(&m)), Some(m));
         let plain = StreamMeta {
             token: None,
             drain: false,
-            shed: None,
+            shed: Some(false),
             follows: false,
             reattach: None,
             ..m
         };
-        let mut h = HeaderMap::new();
-        plain.write(&mut h);
-        assert_eq!(StreamMeta::read(&h), Some(plain));
-        h.insert(&TOKEN, HeaderValue::from_static("abc"));
-        assert_eq!(StreamMeta::read(&h), None);
-        h.remove(&TOKEN);
-        h.insert(
-            &REATTACH,
-            HeaderValue::from_static("+bababababababababababababababab"),
-        );
-        assert_eq!(StreamMeta::read(&h), None, "a sign is not a hex digit");
-        h.remove(&REATTACH);
-        assert_eq!(StreamMeta::read(&h), Some(plain));
-        h.insert(&SOURCE, HeaderValue::from_static("not an address"));
-        assert_eq!(StreamMeta::read(&h), None);
-        assert_eq!(StreamMeta::read(&HeaderMap::new()), None);
+        let b = encoded(&plain);
+        assert_eq!(StreamMeta::decode(&b), Some(plain));
+        assert!(b.len() <= crate::frame::MAX_OPEN);
+        assert!(encoded(&m).len() <= crate::frame::MAX_OPEN);
+        // one byte more or less, an unknown flag, "shed on" without "shed", a bad family
+        let b = encoded(&m);
+        assert_eq!(StreamMeta::decode(&b[..b.len() - 1]), None);
+        assert_eq!(StreamMeta::decode(&[&b[..], &[0]].concat()), None);
+        let mut bad = b.clone();
+        bad[0] |= 64;
+        assert_eq!(StreamMeta::decode(&bad), None);
+        let mut bad = encoded(&plain);
+        bad[0] = SHED_ON;
+        assert_eq!(StreamMeta::decode(&bad), None);
+        let mut bad = b.clone();
+        bad[1] = 5;
+        assert_eq!(StreamMeta::decode(&bad), None);
+        assert_eq!(StreamMeta::decode(&[]), None);
     }
 
-    #[test]
-    fn handover_trailers_parse_strictly() {
-        let t = [0x0f; 16];
-        assert_eq!(handover_token(&handover_trailers(&t)), Some(t));
-        assert!(!is_handover_ack(&handover_trailers(&t)));
-        assert!(is_handover_ack(&ack_trailers()));
-        assert_eq!(handover_token(&ack_trailers()), None);
-        let with = |v: &'static str| {
-            let mut h = HeaderMap::new();
-            h.insert(HANDOVER, HeaderValue::from_static(v));
-            h
-        };
-        let upper = with("0F0F0F0F0F0F0F0F0F0F0F0F0F0F0F0F");
-        assert_eq!(handover_token(&upper), Some(t));
-        for bad in [
-            "",
-            "0f0f",
-            "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
-            "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
-            "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0g",
-            "+f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f",
-            " 0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0",
-            "ACK",
-            "ack ",
-        ] {
-            assert_eq!(handover_token(&with(bad)), None, "{bad:?}");
-            assert!(!is_handover_ack(&with(bad)), "{bad:?}");
+    proptest! {
+        #[test]
+        fn arbitrary_payloads_decode_to_what_encodes_back(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            if let Some(m) = StreamMeta::decode(&b) {
+                prop_assert_eq!(encoded(&m), b);
+            }
         }
-        // not UTF-8, and two values: a plain end
-        let mut h = HeaderMap::new();
-        h.insert(
-            HANDOVER,
-            HeaderValue::from_bytes(b"0f0f0f0f0f0f0f0f0f0f0f0f0f0f0\xff0f").unwrap(),
-        );
-        assert_eq!(handover_token(&h), None);
-        let mut h = handover_trailers(&t);
-        h.append(HANDOVER, HeaderValue::from_static("ack"));
-        assert_eq!(handover_token(&h), None);
-        assert!(!is_handover_ack(&h));
-        let mut h = ack_trailers();
-        h.append(HANDOVER, HeaderValue::from_static("ack"));
-        assert!(!is_handover_ack(&h));
-        assert_eq!(handover_token(&HeaderMap::new()), None);
-        assert!(!is_handover_ack(&HeaderMap::new()));
-        let mut other = HeaderMap::new();
-        other.insert("baton-other", HeaderValue::from_static("ack"));
-        assert!(!is_handover_ack(&other));
     }
 }

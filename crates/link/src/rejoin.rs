@@ -5,7 +5,7 @@
 //! serves and every stream they carry. A stream registers its token before it acknowledges the
 //! handover (the `ack` trailers), and the old dispatcher passes the client on only after the
 //! ack, so a successor's re-attach stream never comes before the registration it looks for: a
-//! re-attach stream whose token nobody waits for is refused at once (REFUSED_STREAM), not
+//! re-attach stream whose token nobody waits for is refused at once (a RESET), not
 //! parked. Each registration has a deadline (a timer task removes it and fails the stream's
 //! reads and writes); a stream dropped while waiting removes its own.
 
@@ -15,20 +15,34 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Duration;
 
-use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
-
+use crate::driver::Shared;
+use crate::stream::At;
 use crate::LinkStats;
 
 /// Streams waiting for a successor at once; a handover beyond it is not acknowledged.
 const MAX_WAITING: usize = 65_536;
 
-/// A successor's re-attach stream, answered, for the waiting stream to continue on.
+/// A successor's re-attach stream, answered, for the waiting stream to continue on (reset if
+/// nobody takes it: dropping it drops the stream).
 pub(crate) struct Arrival {
-    pub(crate) send: SendStream<Bytes>,
-    pub(crate) recv: RecvStream,
+    pub(crate) at: At,
     pub(crate) link_id: [u8; 16],
+}
+
+/// A stream's registration, waiting for its successor: dropped (taken, given up, or with its
+/// stream), it stops the deadline and leaves the registry.
+pub(crate) struct Wait {
+    pub(crate) token: [u8; 16],
+    pub(crate) slot: Arc<Slot>,
+    timer: tokio::task::AbortHandle,
+    registry: Arc<Registry>,
+}
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        self.timer.abort();
+        self.registry.leave(self.token, &self.slot);
+    }
 }
 
 /// Where a waiting stream finds its successor's stream (or learns its deadline passed), and
@@ -124,11 +138,8 @@ impl Registry {
     }
 
     /// Registers a stream waiting for `token`, with its deadline; `None` if that token is
-    /// already waiting or too many are. Returns the slot and the deadline timer's handle.
-    pub(crate) fn enter(
-        self: &Arc<Self>,
-        token: [u8; 16],
-    ) -> Option<(Arc<Slot>, tokio::task::AbortHandle)> {
+    /// already waiting or too many are.
+    pub(crate) fn enter(self: &Arc<Self>, token: [u8; 16]) -> Option<Box<Wait>> {
         let slot = Arc::new(Slot::default());
         {
             let mut map = self.map();
@@ -143,7 +154,12 @@ impl Registry {
             tokio::time::sleep(timeout).await;
             me.expire(token, &mine);
         });
-        Some((slot, timer.abort_handle()))
+        Some(Box::new(Wait {
+            token,
+            slot,
+            timer: timer.abort_handle(),
+            registry: self.clone(),
+        }))
     }
 
     /// The deadline passed: the registration goes, and the stream's reads and writes fail
@@ -170,37 +186,24 @@ impl Registry {
         }
     }
 
-    /// A successor's re-attach stream for `token`: answered (so its `answered()` returns at
-    /// once, whatever the agent's task is doing) and handed to the stream waiting for it.
-    /// Refused with REFUSED_STREAM if nobody waits for the token (or the answer fails, which
-    /// leaves the registration for another try).
-    pub(crate) fn deliver(
-        &self,
-        token: [u8; 16],
-        mut respond: SendResponse<Bytes>,
-        recv: RecvStream,
-        link_id: [u8; 16],
-    ) {
-        let mut map = self.map();
-        let Some(slot) = map.remove(&token) else {
-            drop(map);
+    /// A successor's re-attach stream `id` on `link` for `token`: answered (so its
+    /// `answered()` returns at once, whatever the agent's task is doing) and handed to the
+    /// stream waiting for it. Refused if nobody waits for the token.
+    pub(crate) fn deliver(&self, token: [u8; 16], link: &Arc<Shared>, id: u32) {
+        let slot = self.map().remove(&token);
+        let Some(slot) = slot else {
             self.stats.reattach_failed.fetch_add(1, Ordering::Relaxed);
-            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            let gone = link.lock().reset(id, crate::frame::Reason::Refused, false);
+            drop(gone);
             return;
         };
-        match respond.send_response(http::Response::new(()), false) {
-            Ok(send) => {
-                drop(map);
-                slot.settle(Some(Arrival {
-                    send,
-                    recv,
-                    link_id,
-                }));
-            }
-            Err(e) => {
-                map.insert(token, slot);
-                tracing::debug!(error = %e, "a re-attach stream could not be answered");
-            }
-        }
+        link.lock().answer(id);
+        slot.settle(Some(Arrival {
+            at: At {
+                link: link.clone(),
+                id,
+            },
+            link_id: link.link_id,
+        }));
     }
 }

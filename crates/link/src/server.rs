@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_session::SharedRing;
-use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Mutex, Semaphore};
@@ -16,10 +15,11 @@ use baton_ops::cidr::Cidr;
 use baton_ops::slots::{Slots, Table};
 
 use crate::auth::{self, AgentHello, Refused};
-use crate::coalesce::{flushing, Coalesced};
+use crate::driver::{Accepting, Driver, Shared};
+use crate::mux::Role;
 use crate::rejoin::Registry;
 use crate::seal::Transport;
-use crate::{LinkStats, LinkStream, StreamMeta};
+use crate::{LinkStats, LinkStream};
 
 /// Link connections authenticating at once, and from one address: a newcomer pushes out the
 /// oldest (of its own address first), so silent connections cannot keep a dispatcher out.
@@ -73,7 +73,7 @@ impl LinkListener {
         self.registry.set_timeout(timeout);
     }
 
-    /// The agent is going away: tells every dispatcher so (an HTTP/2 GOAWAY on each link:
+    /// The agent is going away: tells every dispatcher so (a GOAWAY on each link:
     /// streams already opened are still delivered by [`accept`](Self::accept) and run to
     /// their end; new ones are refused before any byte of theirs is sent, so a dispatcher
     /// takes the client elsewhere) and stops accepting link connections. Streams already
@@ -175,8 +175,17 @@ async fn accept_loop(
                 }
             };
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            let (io, out) = Coalesced::new(tcp, transport, Some(stats.clone()));
-            if let Err(e) = flushing(serve(io, link_id, &shared, drain), out, None).await {
+            let link = Shared::new(Role::Agent, link_id);
+            let accepting = Accepting::new(
+                shared.tx.clone(),
+                shared.registry.clone(),
+                stats.clone(),
+                Box::pin(wait_drain(drain)),
+            );
+            if let Err(e) = Driver::new(tcp, transport, link, Some(accepting))
+                .run()
+                .await
+            {
                 tracing::debug!(%peer, error = %e, "link connection ended");
             }
             stats.connections.fetch_sub(1, Ordering::Relaxed);
@@ -219,62 +228,6 @@ async fn read_message_then(tcp: &mut TcpStream, heard: impl FnOnce()) -> std::io
     let mut message = vec![0u8; len];
     tcp.read_exact(&mut message).await?;
     Ok(message)
-}
-
-/// Runs one authenticated link: every stream goes to the agent, until the dispatcher closes.
-async fn serve(
-    io: Coalesced,
-    link_id: [u8; 16],
-    links: &Links,
-    drain: watch::Receiver<bool>,
-) -> Result<(), h2::Error> {
-    let mut conn = h2::server::Builder::new()
-        .initial_window_size(crate::STREAM_WINDOW)
-        .initial_connection_window_size(crate::CONNECTION_WINDOW)
-        .max_concurrent_streams(crate::MAX_STREAMS)
-        .max_header_list_size(4096)
-        .handshake::<_, Bytes>(io)
-        .await?;
-    let draining = wait_drain(drain);
-    tokio::pin!(draining);
-    let mut said_goaway = false;
-    loop {
-        let next = tokio::select! {
-            next = conn.accept() => next,
-            _ = &mut draining, if !said_goaway => {
-                // GOAWAY now; accept() goes on yielding the streams opened before it.
-                conn.graceful_shutdown();
-                said_goaway = true;
-                continue;
-            }
-        };
-        let Some(next) = next else { break };
-        let (request, mut respond) = next?;
-        let Some(meta) = StreamMeta::read(request.headers()) else {
-            respond.send_reset(h2::Reason::PROTOCOL_ERROR);
-            continue;
-        };
-        if let Some(token) = meta.reattach {
-            // A successor dispatcher continues a stream handed over to it: never accept()ed.
-            links
-                .registry
-                .deliver(token, respond, request.into_body(), link_id);
-            continue;
-        }
-        links.stats.streams.fetch_add(1, Ordering::Relaxed);
-        let stream = LinkStream::server(
-            respond,
-            request.into_body(),
-            meta,
-            link_id,
-            links.registry.clone(),
-        );
-        // A full queue waits (the agent takes streams in a tight loop); a gone agent resets
-        // them as they come (the stream's drop).
-        let _ = links.tx.send(stream).await;
-    }
-    // No more new streams; the open ones still need the connection driven.
-    std::future::poll_fn(|cx| conn.poll_closed(cx)).await
 }
 
 /// Resolves once the agent drains (never, if the listener is gone without draining).
