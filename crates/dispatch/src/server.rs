@@ -519,7 +519,7 @@ fn plan_for(
 
 /// Sends a link stream's first bytes and, when they hold a whole ClientHello (so the agent
 /// owes an answer), waits for the agent's first byte: whether the agent took the stream. An
-/// agent going away refuses streams it never read (GOAWAY, REFUSED_STREAM); one that fails
+/// agent going away refuses streams it never read (GOAWAY, a refusing RESET); one that fails
 /// before answering has shown the client nothing. Either way the client can be routed again
 /// without loss. Waits at most `--hello-timeout`; a silent agent counts as taken (the relay
 /// then meets whatever it does).

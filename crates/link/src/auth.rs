@@ -18,8 +18,8 @@ use crate::seal::Transport;
 pub const MAGIC: &[u8; 4] = b"BTLK";
 /// The link's protocol version, in the clear header of both handshake messages and in their
 /// prologue. 4: the link's own frames in the sealed transport (3: h2 in it; 2: a challenge on
-/// the cluster key, then plain h2). Both ends refuse a peer of another version rather than mis-read its frames,
-/// so a cluster mixing builds during an upgrade fails loudly, per link.
+/// the cluster key, then plain h2). Both ends refuse a peer of another version rather than
+/// mis-read its frames, so a cluster mixing builds during an upgrade fails loudly, per link.
 pub const VERSION: u8 = 4;
 /// Every handshake message's clear start, and the Noise prologue.
 pub const HEADER: [u8; 5] = [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], VERSION];

@@ -37,7 +37,7 @@ pub struct StreamMeta {
     /// version, during an upgrade) would pass the Leave to the client.
     pub follows: bool,
     /// A successor dispatcher's stream that continues the agent's stream handed over with
-    /// this token (`baton-handover` trailers); never delivered by `LinkListener::accept`.
+    /// this token (a handover's END); never delivered by `LinkListener::accept`.
     pub reattach: Option<[u8; 16]>,
 }
 

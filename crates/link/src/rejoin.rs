@@ -3,7 +3,7 @@
 //!
 //! One registry per [`LinkListener`](crate::LinkListener), shared by every link connection it
 //! serves and every stream they carry. A stream registers its token before it acknowledges the
-//! handover (the `ack` trailers), and the old dispatcher passes the client on only after the
+//! handover (its END with `ack`), and the old dispatcher passes the client on only after the
 //! ack, so a successor's re-attach stream never comes before the registration it looks for: a
 //! re-attach stream whose token nobody waits for is refused at once (a RESET), not
 //! parked. Each registration has a deadline (a timer task removes it and fails the stream's

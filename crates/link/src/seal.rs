@@ -1,4 +1,4 @@
-//! The sealed transport under h2, sans-IO: every byte after the handshake travels in Noise
+//! The sealed transport under the link's frames, sans-IO: every byte after the handshake travels in Noise
 //! transport messages, each behind its length.
 //!
 //! ```text
@@ -81,7 +81,7 @@ impl Transport {
     }
 }
 
-/// The writing half: seals what h2 wrote, as few records as fit.
+/// The writing half: seals the frames written, as few records as fit.
 pub struct Sealer {
     transport: Transport,
     nonce: u64,

@@ -683,7 +683,7 @@ async fn an_agent_that_only_writes_notices_the_handover() {
     let (mut d1, mut a) = pair(&pool1, &agent, 1).await;
     let expected = counters();
     let data = expected.clone();
-    // No task of the agent ever reads: its writes must notice the trailers.
+    // No task of the agent ever reads: its writes must notice the handover.
     let writer = tokio::spawn(async move {
         a.write_all(&data).await.unwrap();
         a.shutdown().await.unwrap();

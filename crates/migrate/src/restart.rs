@@ -12,10 +12,10 @@
 //!                                    old process stops accepting
 //!  old -> new  Conn{...}             + the client's socket, once per connection: the old
 //!                                    process stopped reading the client at a chunk boundary,
-//!                                    ended the agent's link stream with `baton-handover:
-//!                                    TOKEN` trailers, and forwarded everything the agent sent
-//!                                    up to its `ack`; the agent waits for a stream that says
-//!                                    `baton-reattach: TOKEN` (`baton-link`)
+//!                                    ended the agent's link stream with an END carrying
+//!                                    TOKEN, and forwarded everything the agent sent up to
+//!                                    its `ack`; the agent waits for a stream that re-attaches
+//!                                    with TOKEN (`baton-link`)
 //!  old -> new  Done                  no more; the old process exits
 //! ```
 //!

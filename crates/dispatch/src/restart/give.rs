@@ -30,7 +30,7 @@ pub(crate) enum HandedOver {
 
 /// Hands a served connection over: `agent` stops getting client bytes (the caller stopped the
 /// splice: `owed` is what it had read and followed but not delivered), is told with the
-/// handover trailers, and what it still sends up to its ack is collected, followed by
+/// handover's END, and what it still sends up to its ack is collected, followed by
 /// `relay`, for whoever serves on (a slow client does not hold the old process). Returns
 /// the outcome and the bytes given to the client here.
 pub(crate) async fn hand_over(

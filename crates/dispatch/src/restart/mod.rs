@@ -5,7 +5,7 @@
 //! nothing: their TCP connection, TLS session and agent stay the same.
 //!
 //! Each connection stops at a chunk boundary each way (never inside a write), ends its agent
-//! stream with `baton-handover` trailers, forwards what the agent still sends until its `ack`
+//! stream with a handover END (a token), forwards what the agent still sends until its `ack`
 //! (the agent then waits for a re-attach stream with that token, `baton-link`), and passes
 //! the client's socket with its record positions ([`baton_migrate::restart`]). The successor
 //! opens the re-attach stream on its own link to the same agent and serves on.
