@@ -333,6 +333,9 @@ mod tests {
         assert_eq!(message_len(&head), Ok(48));
         head[4] = 2;
         assert_eq!(message_len(&head), Err(Refused::OtherVersion(2)));
+        // the sealed link over h2, the version before this one
+        head[4] = 3;
+        assert_eq!(message_len(&head), Err(Refused::OtherVersion(3)));
         // what a version 2 agent sends first: its hello
         assert_eq!(
             message_len(b"BTLK\x02\x00\x03"),
@@ -345,13 +348,13 @@ mod tests {
         assert_eq!(message_len(&head), Err(Refused::BadLength));
         head[0] = b'G';
         assert_eq!(message_len(&head), Err(Refused::NotALink));
-        assert!(Refused::OtherVersion(2).to_string().contains("version 2"));
+        assert!(Refused::OtherVersion(3).to_string().contains("version 3"));
     }
 
     #[test]
     fn the_first_message_has_its_documented_shape() {
         let (_, first) = Initiator::start(&ring(A)).unwrap();
-        assert_eq!(&first[..5], b"BTLK\x03");
+        assert_eq!(&first[..5], b"BTLK\x04");
         // an ephemeral key and the tag of an empty payload
         assert_eq!(unframe(&first).len(), 32 + 16);
         let (_, reply) = {

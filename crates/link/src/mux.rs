@@ -755,11 +755,15 @@ impl Conn {
         self.remove(id)
     }
 
-    /// Lets a stream go, sending nothing: its unread bytes' link window goes back.
+    /// Lets a stream go, sending nothing: its unread bytes' link window goes back. The last
+    /// one wakes the driver, which may be done ([`Conn::finished`]).
     fn remove(&mut self, id: u32) -> Option<Stream> {
         let st = self.streams.remove(&id)?;
         let unread: usize = st.recv.iter().map(Bytes::len).sum();
         self.release_link(unread);
+        if self.streams.is_empty() {
+            self.wake_driver();
+        }
         Some(st)
     }
 }
@@ -773,6 +777,18 @@ mod tests {
             "192.0.2.1:1000".parse().unwrap(),
             "192.0.2.2:443".parse().unwrap(),
         )
+    }
+
+    /// A waker that counts its wakes.
+    fn counting_waker() -> (Waker, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        struct Count(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+        impl std::task::Wake for Count {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (Waker::from(std::sync::Arc::new(Count(n.clone()))), n)
     }
 
     fn cx() -> Context<'static> {
@@ -886,8 +902,21 @@ mod tests {
         assert!(matches!(e, Poll::Ready(Err(ref e)) if crate::is_refused(e)));
         assert!(d.poll_read(first, None, None).is_pending());
         // the agent ends its last stream and is finished; the dispatcher once its handle goes
+        let (waker, woken) = counting_waker();
+        let mut sink = BytesMut::new();
+        a.take_out(
+            &Context::from_waker(&waker),
+            &mut sink,
+            Instant::now(),
+            &mut Vec::new(),
+        );
         a.drop_stream(first);
         assert!(a.finished());
+        assert_eq!(
+            woken.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the driver must look"
+        );
     }
 
     #[test]
