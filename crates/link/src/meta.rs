@@ -7,7 +7,9 @@
 //!   an address: 4 | ip[4] | port u16, or 6 | ip[16] | port u16
 //! ```
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+
+use baton_wire::codec::{Codec, Reader};
 
 // The OPEN payload's flags.
 const TOKEN: u8 = 1;
@@ -72,8 +74,8 @@ impl StreamMeta {
             }
         }
         out.push(flags);
-        put_addr(out, &self.source);
-        put_addr(out, &self.destination);
+        self.source.encode(out);
+        self.destination.encode(out);
         for t in [self.token, self.reattach].into_iter().flatten() {
             out.extend_from_slice(&t);
         }
@@ -82,19 +84,18 @@ impl StreamMeta {
     /// `None` for anything [`encode`](Self::encode) does not write: an unknown flag, an
     /// address family other than 4 and 6, a missing or extra byte.
     pub fn decode(b: &[u8]) -> Option<Self> {
-        let (&flags, mut rest) = b.split_first()?;
+        let mut r = Reader::new(b);
+        let flags = u8::read(&mut r).ok()?;
         if flags & !ALL != 0 || (flags & SHED_ON != 0 && flags & SHED == 0) {
             return None;
         }
-        let source = take_addr(&mut rest)?;
-        let destination = take_addr(&mut rest)?;
+        let source = SocketAddr::read(&mut r).ok()?;
+        let destination = SocketAddr::read(&mut r).ok()?;
         let mut token = |on: bool| -> Option<Option<[u8; 16]>> {
             if !on {
                 return Some(None);
             }
-            let (t, r) = rest.split_first_chunk::<16>()?;
-            rest = r;
-            Some(Some(*t))
+            Some(Some(r.take_array("token").ok()?))
         };
         let meta = Self {
             source,
@@ -105,40 +106,8 @@ impl StreamMeta {
             follows: flags & FOLLOWS != 0,
             shed: (flags & SHED != 0).then_some(flags & SHED_ON != 0),
         };
-        rest.is_empty().then_some(meta)
+        (!r.any_left()).then_some(meta)
     }
-}
-
-fn put_addr(out: &mut Vec<u8>, a: &SocketAddr) {
-    match a.ip() {
-        IpAddr::V4(ip) => {
-            out.push(4);
-            out.extend_from_slice(&ip.octets());
-        }
-        IpAddr::V6(ip) => {
-            out.push(6);
-            out.extend_from_slice(&ip.octets());
-        }
-    }
-    out.extend_from_slice(&a.port().to_be_bytes());
-}
-
-fn take_addr(b: &mut &[u8]) -> Option<SocketAddr> {
-    let (&family, rest) = b.split_first()?;
-    let (ip, rest) = match family {
-        4 => {
-            let (ip, rest) = rest.split_first_chunk::<4>()?;
-            (IpAddr::from(*ip), rest)
-        }
-        6 => {
-            let (ip, rest) = rest.split_first_chunk::<16>()?;
-            (IpAddr::from(*ip), rest)
-        }
-        _ => return None,
-    };
-    let (port, rest) = rest.split_first_chunk::<2>()?;
-    *b = rest;
-    Some(SocketAddr::new(ip, u16::from_be_bytes(*port)))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 //! directions (a later move cuts at a record boundary). No TLS state is in a dispatcher, so no
 //! key changes hands here.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use crate::{MigrationError, Position};
 use baton_wire::codec::{Codec, Reader};
@@ -124,8 +124,8 @@ impl Message {
             Message::Ready => body.push(2),
             Message::Conn(c) => {
                 body.push(3);
-                encode_addr(c.source, &mut body);
-                encode_addr(c.destination, &mut body);
+                c.source.encode(&mut body);
+                c.destination.encode(&mut body);
                 c.agent.encode(&mut body);
                 body.extend_from_slice(&c.token);
                 c.position.encode(&mut body);
@@ -206,28 +206,8 @@ impl Message {
 
 const PENDING_LEN: baton_wire::codec::Len = baton_wire::codec::Len::U32.at_most(MAX_PENDING);
 
-fn encode_addr(a: SocketAddr, out: &mut Vec<u8>) {
-    match a.ip() {
-        IpAddr::V4(ip) => {
-            out.push(4);
-            out.extend_from_slice(&ip.octets());
-        }
-        IpAddr::V6(ip) => {
-            out.push(6);
-            out.extend_from_slice(&ip.octets());
-        }
-    }
-    a.port().encode(out);
-}
-
 fn decode_addr(r: &mut Reader<'_>) -> Result<SocketAddr, HandoverError> {
-    let bad = |_| HandoverError::Malformed("address");
-    let ip = match u8::read(r).map_err(bad)? {
-        4 => IpAddr::from(r.take_array::<4>("ipv4").map_err(bad)?),
-        6 => IpAddr::from(r.take_array::<16>("ipv6").map_err(bad)?),
-        _ => return Err(HandoverError::Malformed("address family")),
-    };
-    Ok(SocketAddr::new(ip, u16::read(r).map_err(bad)?))
+    SocketAddr::read(r).map_err(|_| HandoverError::Malformed("address"))
 }
 
 #[cfg(test)]

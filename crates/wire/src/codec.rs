@@ -133,6 +133,32 @@ impl Codec for u64 {
     }
 }
 
+/// A socket address: `4 | ip[4] | port u16` or `6 | ip[16] | port u16` (the link's stream
+/// metadata, a hot restart's connection hand-over).
+impl Codec for std::net::SocketAddr {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self.ip() {
+            std::net::IpAddr::V4(ip) => {
+                out.push(4);
+                out.extend_from_slice(&ip.octets());
+            }
+            std::net::IpAddr::V6(ip) => {
+                out.push(6);
+                out.extend_from_slice(&ip.octets());
+            }
+        }
+        self.port().encode(out);
+    }
+    fn read(r: &mut Reader<'_>) -> Result<Self, Error> {
+        let ip = match u8::read(r)? {
+            4 => std::net::IpAddr::from(r.take_array::<4>("ipv4 address")?),
+            6 => std::net::IpAddr::from(r.take_array::<16>("ipv6 address")?),
+            _ => return Err(Malformed::Unknown("address family").into()),
+        };
+        Ok(Self::new(ip, u16::read(r)?))
+    }
+}
+
 /// Reads a 24-bit big-endian integer (handshake message lengths).
 pub fn read_u24(r: &mut Reader<'_>) -> Result<usize, Error> {
     let [a, b, c] = r.take_array::<3>("u24")?;
