@@ -132,53 +132,6 @@ fn pass(mut src: TcpStream, mut dst: TcpStream, s: &State, n: usize, to_agent: b
     let _ = src.shutdown(Shutdown::Read);
 }
 
-/// `s` as HPACK's Huffman code writes it (RFC 7541, appendix B), its whole bytes only: how
-/// an HTTP/2 header name or value may appear on a wire. Knows the characters of addresses
-/// and of `baton-*` header names; panics on others.
-pub fn hpack_huffman(s: &str) -> Vec<u8> {
-    let code = |c: char| -> (u32, u32) {
-        match c {
-            '0' => (0x0, 5),
-            '1' => (0x1, 5),
-            '2' => (0x2, 5),
-            'a' => (0x3, 5),
-            'c' => (0x4, 5),
-            'e' => (0x5, 5),
-            'i' => (0x6, 5),
-            'o' => (0x7, 5),
-            's' => (0x8, 5),
-            't' => (0x9, 5),
-            '-' => (0x16, 6),
-            '.' => (0x17, 6),
-            '3' => (0x19, 6),
-            '4' => (0x1a, 6),
-            '5' => (0x1b, 6),
-            '6' => (0x1c, 6),
-            '7' => (0x1d, 6),
-            '8' => (0x1e, 6),
-            '9' => (0x1f, 6),
-            'b' => (0x23, 6),
-            'd' => (0x24, 6),
-            'n' => (0x2a, 6),
-            'r' => (0x2c, 6),
-            'u' => (0x2d, 6),
-            ':' => (0x5c, 7),
-            _ => panic!("no code for {c:?} here"),
-        }
-    };
-    let (mut out, mut acc, mut bits) = (Vec::new(), 0u64, 0u32);
-    for c in s.chars() {
-        let (v, n) = code(c);
-        acc = (acc << n) | u64::from(v);
-        bits += n;
-        while bits >= 8 {
-            out.push((acc >> (bits - 8)) as u8);
-            bits -= 8;
-        }
-    }
-    out
-}
-
 /// Whether `needle` occurs in `hay`.
 pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
