@@ -23,7 +23,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::PollSender;
 
 use crate::frame;
-use crate::mux::{Conn, Event, Role, Violation};
+use crate::mux::{Conn, Event, Role};
 use crate::rejoin::Registry;
 use crate::seal::{Opener, Sealer, Transport};
 use crate::stream::At;
@@ -256,12 +256,15 @@ impl Driver {
                         }
                     }
                     Ok(None) => break None,
-                    Err(e) => break Some(Violation(frame_error(e))),
+                    Err(e) => {
+                        drop(conn);
+                        return Err(self.torn_down(e));
+                    }
                 }
             }
         };
         if let Some(v) = broken {
-            return Err(self.violation(v));
+            return Err(self.torn_down(v));
         }
         for e in events {
             self.event(e, wakers);
@@ -274,9 +277,7 @@ impl Driver {
             Event::GoAway => self.shared.alive.store(false, Ordering::Relaxed),
             Event::Opened(id, meta) => {
                 let Some(a) = &mut self.agent else { return };
-                a.stats
-                    .streams
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                a.stats.streams.fetch_add(1, Ordering::Relaxed);
                 let at = At {
                     link: self.shared.clone(),
                     id,
@@ -307,9 +308,7 @@ impl Driver {
                         // The token waits already, or too many do: not acknowledged, so the
                         // dispatcher sees a plain end and closes the client; so does the agent.
                         tracing::debug!("a handover could not wait for its successor");
-                        a.stats
-                            .reattach_failed
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        a.stats.reattach_failed.fetch_add(1, Ordering::Relaxed);
                         self.shared.lock().refuse_handover(id, wakers);
                     }
                 }
@@ -371,9 +370,7 @@ impl Driver {
     /// A record did not open: counted (at the agent), told once, and the link is torn down.
     fn integrity(&mut self, e: crate::seal::Integrity) -> io::Error {
         if let Some(a) = &self.agent {
-            a.stats
-                .integrity_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            a.stats.integrity_failures.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(peer) = self.peer.take() {
             tracing::warn!(%peer, error = %e, "agent link integrity failure");
@@ -381,18 +378,11 @@ impl Driver {
         io::Error::new(io::ErrorKind::InvalidData, e)
     }
 
-    fn violation(&mut self, v: Violation) -> io::Error {
+    /// Frames that break the protocol: told once, and the link is torn down.
+    fn torn_down<E: std::error::Error + Send + Sync + 'static>(&mut self, e: E) -> io::Error {
         if let Some(peer) = self.peer.take() {
-            tracing::warn!(%peer, error = %v, "agent link torn down");
+            tracing::warn!(%peer, error = %e, "agent link torn down");
         }
-        io::Error::new(io::ErrorKind::InvalidData, v)
-    }
-}
-
-fn frame_error(e: frame::FrameError) -> &'static str {
-    match e {
-        frame::FrameError::UnknownKind(_) => "a frame of unknown kind",
-        frame::FrameError::BadLength { .. } => "a frame of a bad length",
-        frame::FrameError::BadPayload { .. } => "a frame whose payload does not parse",
+        io::Error::new(io::ErrorKind::InvalidData, e)
     }
 }

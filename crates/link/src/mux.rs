@@ -147,6 +147,24 @@ impl Stream {
     }
 }
 
+/// Moves bytes from the front of `queue` into `buf`, as many as it takes; how many.
+pub(crate) fn drain_into(queue: &mut VecDeque<Bytes>, buf: &mut ReadBuf<'_>) -> usize {
+    let mut n = 0;
+    while buf.remaining() > 0 {
+        let Some(front) = queue.front_mut() else {
+            break;
+        };
+        let k = front.len().min(buf.remaining());
+        buf.put_slice(&front[..k]);
+        n += k;
+        bytes::Buf::advance(front, k);
+        if front.is_empty() {
+            queue.pop_front();
+        }
+    }
+    n
+}
+
 fn remember(slot: &mut Option<Waker>, cx: &Context<'_>) {
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}
@@ -572,20 +590,7 @@ impl Conn {
             let Some(buf) = take else {
                 return Poll::Ready(Ok(()));
             };
-            let mut n = 0;
-            while buf.remaining() > 0 {
-                let Some(front) = st.recv.front_mut() else {
-                    break;
-                };
-                let k = front.len().min(buf.remaining());
-                buf.put_slice(&front[..k]);
-                n += k;
-                if k == front.len() {
-                    st.recv.pop_front();
-                } else {
-                    bytes::Buf::advance(front, k);
-                }
-            }
+            let n = drain_into(&mut st.recv, buf);
             self.released(id, n);
             return Poll::Ready(Ok(()));
         }

@@ -19,13 +19,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::Shared;
 use crate::frame::{End, Reason};
 use crate::meta::StreamMeta;
-use crate::mux::Reset;
+use crate::mux::{drain_into, Reset};
 use crate::rejoin::{Found, Registry, Wait};
 
 /// A stream of a link connection, owned: dropping it lets the stream go (ended, or reset).
@@ -199,17 +199,7 @@ impl LinkStream {
         ready!(self.poll_rejoined(cx, true))?;
         if !self.carry.is_empty() {
             if let Some(buf) = buf {
-                while buf.remaining() > 0 {
-                    let Some(front) = self.carry.front_mut() else {
-                        break;
-                    };
-                    let n = front.len().min(buf.remaining());
-                    buf.put_slice(&front[..n]);
-                    front.advance(n);
-                    if front.is_empty() {
-                        self.carry.pop_front();
-                    }
-                }
+                drain_into(&mut self.carry, buf);
             }
             return Poll::Ready(Ok(()));
         }
