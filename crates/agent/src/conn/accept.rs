@@ -162,10 +162,13 @@ async fn serve(
     io.track_records();
     let accept = if cfg.early_data > 0 {
         // `--early-data`: the hello is read first, to decide about its early data
-        match early_tls::start(io, offer.is_some(), deadline, &ctx).await {
+        // Both boxed: the early-data path's futures are the largest of a connection's, and
+        // inline they made every connection's future (moved at each spawn and call) twice
+        // the size, early data or not.
+        match Box::pin(early_tls::start(io, offer.is_some(), deadline, &ctx)).await {
             Start::Plain(accept) => accept,
             Start::Early(conn) => {
-                let early = early_serve::serve(*conn, peer, first_by, deadline, &ctx);
+                let early = Box::pin(early_serve::serve(*conn, peer, first_by, deadline, &ctx));
                 let handover = early.await?;
                 // Its handshake done (its first request answered): on as every other one.
                 let conn = Http1 {

@@ -73,7 +73,8 @@ pub async fn import(
 ) -> Option<(MigratedStream<ConnIo<AgentIo>>, ConnInfo)> {
     let m = &ctx.metrics.handoff;
     let mut driver = ImportDriver::new(ctx.config.migration_timeouts, now());
-    let mut buf = vec![0u8; 8 * 1024];
+    // Read into spare capacity (`read_buf`): nothing to zero first.
+    let mut buf = Vec::with_capacity(8 * 1024);
     let mut opened = None;
     // The agent that sealed the session (its clear header, authenticated once it opens).
     let mut issuer = None;
@@ -139,7 +140,8 @@ pub async fn import(
             }
         }
         let deadline = driver.poll_timeout()?;
-        match tokio::time::timeout_at(deadline.into(), io.read(&mut buf)).await {
+        buf.clear();
+        match tokio::time::timeout_at(deadline.into(), io.read_buf(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => driver.handle(now(), &buf[..n]),
             // EOF or a reset stream (the dispatcher went another way): drop it all
             Ok(_) => driver.closed(),
