@@ -78,6 +78,7 @@ pub async fn relay(
         source: ends.source,
         destination: ends.destination,
         next: Some(ends),
+        lead: Vec::new(),
         up: first.len() as u64,
         down: 0,
     };
@@ -102,6 +103,7 @@ pub async fn serve(
         source: meta.source,
         destination: meta.destination,
         next: None,
+        lead: Vec::new(),
         up,
         down,
     };
@@ -116,6 +118,9 @@ struct Conn {
     destination: SocketAddr,
     /// Where the move under way goes.
     next: Option<Ends>,
+    /// Bytes for the client held while the home agent's verdict is awaited (the tickets that
+    /// came with the Switch): they leave with the first bytes of whoever serves on.
+    lead: Vec<u8>,
     up: u64,
     down: u64,
 }
@@ -169,8 +174,13 @@ async fn drive(
                 }
             }
             // Stopped, but no handover took the connection after all (the successor failed,
-            // or the client had ended its half): what the splice held goes first.
-            let o = std::mem::take(&mut owed);
+            // or the client had ended its half): what the splice held goes first. Bytes owed
+            // to the client alone (a move's tickets) lead the splice's first write instead.
+            let mut o = std::mem::take(&mut owed);
+            let lead = match o.to_agent.is_empty() {
+                true => std::mem::take(&mut o.to_client),
+                false => Vec::new(),
+            };
             if !o.to_agent.is_empty() || !o.to_client.is_empty() {
                 conn.up += o.to_agent.len() as u64;
                 conn.down += o.to_client.len() as u64;
@@ -195,6 +205,7 @@ async fn drive(
                 &mut agent,
                 &mut relay,
                 shared.splice_limits(),
+                lead,
                 stop,
             )
             .await;
@@ -229,6 +240,9 @@ async fn drive(
         else {
             return Ok((conn.agent_idx, conn.up, conn.down));
         };
+        // What the move still holds for the client goes with the splice's first bytes (or
+        // to a successor dispatcher with the connection).
+        owed.to_client.append(&mut conn.lead);
         if let Some(outcome) = relay.outcome() {
             match relay.reason() {
                 MoveReason::Handshake => shared.metrics.handoff(outcome),
@@ -334,10 +348,9 @@ async fn pump(
         // Do what the driver asks, in order.
         while let Some(io) = driver.poll_io() {
             match io {
-                MoveIo::ToClient(b) => {
-                    conn.down += b.len() as u64;
-                    client.write_all(&b).await?;
-                }
+                // held in `lead`, written before the next wait unless the home agent's
+                // verdict is awaited (see `Conn::lead`); counted when written
+                MoveIo::ToClient(b) => conn.lead.extend_from_slice(&b),
                 MoveIo::ToAgent(b) => agent.write_all(&b).await?,
                 MoveIo::ToHome(b) => {
                     let home = conn.next.as_mut().and_then(|e| e.stream.as_mut());
@@ -371,12 +384,19 @@ async fn pump(
                     }
                 }
                 MoveIo::Splice(t) => return Ok(Some(t)),
-                MoveIo::Close => return Ok(None),
+                MoveIo::Close => {
+                    flush_lead(client, conn).await?;
+                    return Ok(None);
+                }
                 MoveIo::Broken(e) => {
                     tracing::debug!(error = %e, "handoff protocol error");
                     return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
                 }
             }
+        }
+        // Waiting on the home agent's verdict, the client's bytes stay held for the splice.
+        if conn.next.as_ref().is_none_or(|e| e.stream.is_none()) {
+            flush_lead(client, conn).await?;
         }
         let deadline = driver.poll_timeout(Instant::now().into_std());
         let client_open = driver.wants_client_bytes();
@@ -405,6 +425,16 @@ async fn pump(
             () = sleep_until(deadline) => driver.handle_timeout(Instant::now().into_std()),
         }
     }
+}
+
+/// Writes what the move holds for the client.
+async fn flush_lead(client: &mut TcpStream, conn: &mut Conn) -> std::io::Result<()> {
+    if !conn.lead.is_empty() {
+        conn.down += conn.lead.len() as u64;
+        client.write_all(&conn.lead).await?;
+        conn.lead.clear();
+    }
+    Ok(())
 }
 
 /// A connection whose handshake agent is its home agent already (every resumption, and the
