@@ -32,7 +32,9 @@
 //!        stays unused, and rustls drops it at extraction); A extracts the session and seals
 //!        it bound to `binding`
 //!  A->D  tickets + Switch{cut, session}   in one write
-//!        (or Decline / Abort: A keeps the connection; D splices A<->C from here on)
+//!        (or Decline / Abort: A keeps the connection; D splices A<->C from here on);
+//!        D's shell holds the tickets for C until the verdict and sends them with the first
+//!        bytes of whichever agent serves on (at most a few ms later): one write to C
 //!  D     forwards to A the rest of the client record it is in the middle of (a frame can
 //!        follow only a record boundary), then holds C's bytes: the held bytes start at `cut`
 //!        in the copy. A discards every client record after its cut until the verdict.
