@@ -422,7 +422,7 @@ async fn pump(
                 }
                 Ok(n) => driver.handle_home(&hbuf[..n]),
             },
-            () = sleep_until(deadline) => driver.handle_timeout(Instant::now().into_std()),
+            () = crate::splice::sleep_until(deadline) => driver.handle_timeout(Instant::now().into_std()),
         }
     }
 }
@@ -555,14 +555,6 @@ impl Drop for HandshakeGuard<'_> {
 async fn read_opt(s: Option<&mut LinkStream>, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     match s {
         Some(s) => s.read_buf(buf).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one (a `select!` branch that never fires).
-async fn sleep_until(deadline: Option<std::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(Instant::from_std(d)).await,
         None => std::future::pending().await,
     }
 }

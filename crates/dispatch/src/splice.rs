@@ -58,6 +58,15 @@ where
     .await
 }
 
+/// Sleeps until `deadline`, or forever without one (a `select!` branch that never fires; its
+/// future is built on every pass of the loop, and makes no timer until it is polled).
+pub(crate) async fn sleep_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(Instant::from_std(d)).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn silent() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "splice silent too long")
 }
@@ -223,14 +232,14 @@ where
         let after_leave =
             || io::Error::new(io::ErrorKind::InvalidData, "bytes after the agent's Leave");
         let mut lead = lead;
-        let lead_by = Instant::now() + LEAD_WAIT;
+        let lead_by = (!lead.is_empty()).then(|| (Instant::now() + LEAD_WAIT).into_std());
         loop {
             buf.clear();
             let read = tokio::select! {
                 biased;
                 _ = Flags::up(halt) => return Ok((n_down, false, lead)),
                 r = side.read_buf(&mut buf) => Some(r?),
-                () = tokio::time::sleep_until(lead_by), if !lead.is_empty() => None,
+                () = sleep_until(lead_by), if !lead.is_empty() => None,
             };
             if !lead.is_empty() && read.is_none_or(|n| n == 0) {
                 // the agent had nothing to send with them in time (or ended): they go alone
