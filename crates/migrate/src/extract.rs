@@ -106,9 +106,10 @@ struct Keys {
 ///
 /// The secret is generation 0; the key may be a later one (KeyUpdates of the client, and the
 /// answers rustls sent). Which one is not worked out here: the record layer that carries the
-/// session on follows the secret to the key's generation, and refuses it if none within reach
-/// derives the key (`baton_record::RecordLayer::new`). Matching here as well cost one HKDF
-/// expansion per direction on every migration, on top of the layer's own check.
+/// session on follows the secret to the key's generation at that direction's first KeyUpdate,
+/// and fails the update if none within reach derives the key
+/// (`baton_record::key_schedule::TrafficSecret::followed_to`). Matching on every migration
+/// would cost one HKDF expansion per direction that most connections never need.
 fn keys_of(conn: ServerConnection, secrets: TrafficSecrets) -> Result<Keys, ExtractFailed> {
     let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
     let version = if tls13 { 0x0304 } else { 0x0303 };

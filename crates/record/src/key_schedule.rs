@@ -50,6 +50,11 @@ impl hkdf::KeyType for Len {
     }
 }
 
+/// KeyUpdates per direction followed from a given traffic secret to its key's generation
+/// ([`TrafficSecret::followed_to`]): far more than a connection's life has (RFC 8446 suggests
+/// updating after ~2^24 records), and each step is one HKDF expansion.
+pub const MAX_GENERATIONS: usize = 1024;
+
 /// A TLS 1.3 application traffic secret of one direction, for one suite.
 #[derive(Clone)]
 pub struct TrafficSecret {
@@ -110,6 +115,27 @@ impl TrafficSecret {
         let mut key = Zeroizing::new(vec![0u8; self.suite.key_len()]);
         hkdf_expand_label(self.suite.hkdf(), &self.secret, b"key", &[], &mut key)?;
         Ok(key)
+    }
+
+    /// The secret of the generation that derives `key`: this one or one up to
+    /// [`MAX_GENERATIONS`] KeyUpdates on. A migrated session carries the key log's generation-0
+    /// secret, and the client may have updated its keys before the move. Following a secret a
+    /// generation behind its key would derive, at the next KeyUpdate, the key already in use
+    /// with its sequence reset to 0: nonce reuse, which refusing here makes impossible.
+    ///
+    /// The key alone tells the generation (a 16- or 32-byte HKDF output), so the IV is not
+    /// derived again: one expansion per generation looked at, not two.
+    pub fn followed_to(&self, key: &[u8]) -> Result<Self, Error> {
+        let mut secret = self.clone();
+        for _ in 0..MAX_GENERATIONS {
+            if secret.key()?[..] == key[..] {
+                return Ok(secret);
+            }
+            secret = secret.next()?;
+        }
+        Err(Error::InvalidKeys(
+            "no generation of the traffic secret derives the given key",
+        ))
     }
 
     /// The secret's bytes (for tests and for sealing a session object again after an update).

@@ -41,9 +41,11 @@ pub struct RecordLayer {
 }
 
 impl RecordLayer {
-    /// The server side of a migrated session. Checks key lengths against the suite and, in TLS
-    /// 1.3, that each traffic secret derives the given key, following it through KeyUpdates
-    /// if it is of an earlier generation (see `traffic_secret`).
+    /// The server side of a migrated session. Checks key and secret lengths against the suite.
+    /// A TLS 1.3 traffic secret may be of an earlier generation than its key: it is followed
+    /// to the key's generation at that direction's first KeyUpdate, and a secret that derives
+    /// no generation of the key then fails the update ([`Error::InvalidKeys`]) rather than
+    /// derive a key already used.
     pub fn new(keys: SessionKeys) -> Result<Self, Error> {
         Self::with_role(keys, Role::Server)
     }
@@ -61,10 +63,12 @@ impl RecordLayer {
         let tx = Keys {
             cipher: Sealer::new(version, suite, &tx.key, &tx.iv, tx.seq)?,
             secret: tx_secret,
+            followed: false,
         };
         let rx = Keys {
             cipher: Opener::new(version, suite, &rx.key, &rx.iv, rx.seq)?,
             secret: rx_secret,
+            followed: false,
         };
         Ok(Self {
             input: Deframer::new(version),
@@ -370,22 +374,10 @@ impl std::fmt::Debug for RecordLayer {
     }
 }
 
-/// KeyUpdates per direction followed from a given traffic secret to its key's generation: far
-/// more than a connection's life has (RFC 8446 suggests updating after ~2^24 records), and
-/// each step is one HKDF expansion.
-pub const MAX_GENERATIONS: usize = 1024;
-
-/// The TLS 1.3 traffic secret of one direction's key; none in TLS 1.2. The given secret is the
-/// key's own or one of an earlier generation (a migrating agent carries the key log's
-/// generation 0, and the client may have updated its keys since): it is followed generation by
-/// generation until it derives the key, and refused if none within [`MAX_GENERATIONS`] does.
-/// A secret a generation behind would derive, at the next KeyUpdate, the key already in use
-/// with its sequence reset to 0: nonce reuse, which this check is here to make impossible.
-///
-/// The key alone tells the generation (a 16- or 32-byte HKDF output), so the IV is not derived
-/// again: one expansion per generation looked at, not two. It comes from the same place as the
-/// key (rustls' extraction, or a layer's own state), and a wrong one would only make the
-/// peer's first record fail to open.
+/// The TLS 1.3 traffic secret of one direction's key; none in TLS 1.2. The secret may be of
+/// an earlier generation than the key; it is followed to the key's generation at the
+/// direction's first KeyUpdate, not here ([`crate::protocol::Keys::followed`]): a migrated
+/// session pays those expansions only if it ever updates its keys.
 fn traffic_secret(
     version: Version,
     suite: Suite,
@@ -397,16 +389,7 @@ fn traffic_secret(
     if version == Version::Tls12 {
         return Err(Error::InvalidKeys("TLS 1.2 has no traffic secret"));
     }
-    let mut secret = TrafficSecret::new(suite, secret)?;
-    for _ in 0..MAX_GENERATIONS {
-        if secret.key()?[..] == dir.key[..] {
-            return Ok(Some(secret));
-        }
-        secret = secret.next()?;
-    }
-    Err(Error::InvalidKeys(
-        "no generation of the traffic secret derives the given key",
-    ))
+    TrafficSecret::new(suite, secret).map(Some)
 }
 
 #[cfg(test)]

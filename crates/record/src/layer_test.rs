@@ -123,19 +123,47 @@ fn sending_key_update_without_our_secret_is_refused_not_fatal() {
     assert_eq!(server.write_plaintext(b"ok"), Ok(2));
 }
 
+/// A secret that derives no generation of its key is found out at the direction's first
+/// KeyUpdate, which it fails (nothing is derived from it, so no key is used twice); until then
+/// the connection works on the given keys. Our own update is refused and the connection stays
+/// as it was; the peer's fails the connection.
 #[test]
-fn mismatched_traffic_secret_is_refused() {
+fn mismatched_traffic_secret_fails_the_first_key_update() {
     let version = Version::Tls13;
     let suite = Suite::Aes128Gcm;
-    let mut tx = crate::fuzzing::direction(version, suite, 0x11, 2);
-    tx.traffic_secret = Some(zeroize::Zeroizing::new(vec![0x33; 32]));
-    let keys = SessionKeys {
-        version,
-        suite,
-        tx,
-        rx: crate::fuzzing::direction(version, suite, 0x22, 1),
+    let mismatched = || {
+        let mut tx = crate::fuzzing::direction(version, suite, 0x11, 2);
+        tx.traffic_secret = Some(zeroize::Zeroizing::new(vec![0x33; 32]));
+        let mut rx = crate::fuzzing::direction(version, suite, 0x22, 1);
+        rx.traffic_secret = Some(zeroize::Zeroizing::new(vec![0x44; 32]));
+        RecordLayer::new(SessionKeys {
+            version,
+            suite,
+            tx,
+            rx,
+        })
+        .unwrap()
     };
-    assert!(matches!(RecordLayer::new(keys), Err(Error::InvalidKeys(_))));
+    let (_, mut client) = pair(version, suite);
+    let mut server = mismatched();
+    client.write_plaintext(b"before").unwrap();
+    pump(&mut client, &mut server).unwrap();
+    assert_eq!(take_plaintext(&mut server), b"before");
+    assert!(matches!(
+        server.send_key_update(false),
+        Err(Error::InvalidKeys(_))
+    ));
+    assert!(!server.wants_write());
+    server.write_plaintext(b"still").unwrap();
+    pump(&mut server, &mut client).unwrap();
+    assert_eq!(take_plaintext(&mut client), b"still");
+
+    let (_, mut client) = pair(version, suite);
+    let mut server = mismatched();
+    client.send_key_update(false).unwrap();
+    let err = pump(&mut client, &mut server).unwrap_err();
+    assert!(matches!(err, Error::InvalidKeys(_)));
+    assert_eq!(server.process(), Err(err));
 
     let mut keys = SessionKeys {
         version: Version::Tls12,

@@ -53,7 +53,29 @@ pub(crate) enum Tx {
 /// One direction's current key and, for TLS 1.3, the secret it came from.
 pub(crate) struct Keys<C> {
     pub(crate) cipher: C,
+    /// The key's secret, or (until `followed`) one of an earlier generation.
     pub(crate) secret: Option<TrafficSecret>,
+    /// Whether `secret` is known to be the key's own generation: true once derived here, false
+    /// for a session's given keys until the direction's first KeyUpdate follows it
+    /// ([`TrafficSecret::followed_to`]). Only a KeyUpdate needs the secret, and most migrated
+    /// connections never make one.
+    pub(crate) followed: bool,
+}
+
+/// The secret of the key's own generation, followed there first if it has not been; its
+/// absence is `NoTrafficSecret(dir)`. A failure changes nothing.
+fn key_secret<'a>(
+    secret: &'a mut Option<TrafficSecret>,
+    followed: &mut bool,
+    key: &[u8],
+    dir: Direction,
+) -> Result<&'a TrafficSecret, Error> {
+    let current = secret.as_mut().ok_or(Error::NoTrafficSecret(dir))?;
+    if !*followed {
+        *current = current.followed_to(key)?;
+        *followed = true;
+    }
+    Ok(current)
 }
 
 /// Everything of a connection except its undecrypted input and partial handshake message.
@@ -161,11 +183,12 @@ impl Conn {
         if self.version == Version::Tls12 {
             return Err(Error::KeyUpdateUnsupported);
         }
-        let secret = self
-            .tx
-            .secret
-            .as_ref()
-            .ok_or(Error::NoTrafficSecret(Direction::Tx))?;
+        let secret = key_secret(
+            &mut self.tx.secret,
+            &mut self.tx.followed,
+            self.tx.cipher.key_iv().0,
+            Direction::Tx,
+        )?;
         let next = secret.next()?;
         let keys = next.keys()?;
         let sealer = Sealer::new(self.version, self.suite, &keys.key, &keys.iv, 0)?;
@@ -173,6 +196,7 @@ impl Conn {
         self.tx = Keys {
             cipher: sealer,
             secret: Some(next),
+            followed: true,
         };
         Ok(())
     }
@@ -182,16 +206,18 @@ impl Conn {
             .key_updates_left
             .checked_sub(1)
             .ok_or(PeerMisbehaved::TooManyKeyUpdateRequests)?;
-        let secret = self
-            .rx
-            .secret
-            .as_ref()
-            .ok_or(Error::NoTrafficSecret(Direction::Rx))?;
+        let secret = key_secret(
+            &mut self.rx.secret,
+            &mut self.rx.followed,
+            self.rx.cipher.key_iv().0,
+            Direction::Rx,
+        )?;
         let next = secret.next()?;
         let keys = next.keys()?;
         self.rx = Keys {
             cipher: Opener::new(self.version, self.suite, &keys.key, &keys.iv, 0)?,
             secret: Some(next),
+            followed: true,
         };
         // One answer per request. After our close_notify (or a worn-out key) we send nothing
         // more, and the peer's new key does not depend on our answer.
