@@ -62,20 +62,34 @@ pub(crate) struct Keys<C> {
     pub(crate) followed: bool,
 }
 
-/// The secret of the key's own generation, followed there first if it has not been; its
-/// absence is `NoTrafficSecret(dir)`. A failure changes nothing.
-fn key_secret<'a>(
-    secret: &'a mut Option<TrafficSecret>,
-    followed: &mut bool,
-    key: &[u8],
-    dir: Direction,
-) -> Result<&'a TrafficSecret, Error> {
-    let current = secret.as_mut().ok_or(Error::NoTrafficSecret(dir))?;
-    if !*followed {
-        *current = current.followed_to(key)?;
-        *followed = true;
+/// What a direction's cipher tells of its key: enough to find the secret's generation.
+pub(crate) trait CurrentKey {
+    fn current_key(&self) -> &[u8];
+}
+
+impl CurrentKey for Sealer {
+    fn current_key(&self) -> &[u8] {
+        self.key_iv().0
     }
-    Ok(current)
+}
+
+impl CurrentKey for Opener {
+    fn current_key(&self) -> &[u8] {
+        self.key_iv().0
+    }
+}
+
+impl<C: CurrentKey> Keys<C> {
+    /// The secret of the key's own generation, followed there first if it has not been; its
+    /// absence is `NoTrafficSecret(dir)`. A failure changes nothing.
+    fn key_secret(&mut self, dir: Direction) -> Result<&TrafficSecret, Error> {
+        let current = self.secret.as_mut().ok_or(Error::NoTrafficSecret(dir))?;
+        if !self.followed {
+            *current = current.followed_to(self.cipher.current_key())?;
+            self.followed = true;
+        }
+        Ok(current)
+    }
 }
 
 /// Everything of a connection except its undecrypted input and partial handshake message.
@@ -183,12 +197,7 @@ impl Conn {
         if self.version == Version::Tls12 {
             return Err(Error::KeyUpdateUnsupported);
         }
-        let secret = key_secret(
-            &mut self.tx.secret,
-            &mut self.tx.followed,
-            self.tx.cipher.key_iv().0,
-            Direction::Tx,
-        )?;
+        let secret = self.tx.key_secret(Direction::Tx)?;
         let next = secret.next()?;
         let keys = next.keys()?;
         let sealer = Sealer::new(self.version, self.suite, &keys.key, &keys.iv, 0)?;
@@ -206,12 +215,7 @@ impl Conn {
             .key_updates_left
             .checked_sub(1)
             .ok_or(PeerMisbehaved::TooManyKeyUpdateRequests)?;
-        let secret = key_secret(
-            &mut self.rx.secret,
-            &mut self.rx.followed,
-            self.rx.cipher.key_iv().0,
-            Direction::Rx,
-        )?;
+        let secret = self.rx.key_secret(Direction::Rx)?;
         let next = secret.next()?;
         let keys = next.keys()?;
         self.rx = Keys {
